@@ -1,0 +1,10 @@
+#pragma once
+// attn: attention modules for LibTorch. Include this umbrella header; everything is in namespace attn.
+
+#include <attn/device.h>
+#include <attn/functional.h>
+#include <attn/modules/attention_head.h>
+#include <attn/modules/cross_attention.h>
+#include <attn/modules/multi_head_attention.h>
+#include <attn/options.h>
+#include <attn/version.h>

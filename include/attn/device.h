@@ -1,0 +1,19 @@
+#pragma once
+// Device selection from a user-facing string, for apps and config files.
+
+#include <torch/types.h>
+
+#include <string>
+
+namespace attn {
+
+/// Parses "auto" | "cpu" | "cuda" | "cuda:N".
+///  - "auto" gives cuda:0 when a CUDA device is usable, else cpu.
+///  - "cuda" / "cuda:N" throw a c10::Error that says why when CUDA is absent or N is out of range.
+/// Anything else throws, listing the accepted forms.
+torch::Device resolve_device(const std::string& spec);
+
+/// True when this LibTorch was built with CUDA and at least one device is visible.
+bool cuda_available();
+
+}  // namespace attn

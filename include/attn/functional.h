@@ -1,0 +1,29 @@
+#pragma once
+// The functional core: scaled dot-product attention on already-projected q, k, v.
+
+#include <attn/options.h>
+
+#include <torch/types.h>
+
+#include <tuple>
+
+namespace attn {
+
+/// softmax(q kᵀ · scale + masks) v.
+///
+///   query [..., Tq, d_k], key [..., Tk, d_k], value [..., Tk, d_v]  ->  [..., Tq, d_v]
+///
+/// The leading dimensions ("...", e.g. [B, H]) must be equal in all three. d_v may differ from d_k.
+/// Floating types only, all three the same dtype and device. See AttentionMasks for the mask conventions
+/// and SdpaOptions for causal alignment, scale and dropout.
+torch::Tensor scaled_dot_product_attention(const torch::Tensor& query, const torch::Tensor& key,
+                                           const torch::Tensor& value, const SdpaOptions& options = {});
+
+/// As scaled_dot_product_attention, and also returns the attention weights [..., Tq, Tk]: the
+/// probabilities actually applied to the values (after dropout, as torch.nn.MultiheadAttention returns
+/// them). Fully masked rows have all-zero weights.
+std::tuple<torch::Tensor, torch::Tensor> scaled_dot_product_attention_with_weights(
+    const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
+    const SdpaOptions& options = {});
+
+}  // namespace attn

@@ -1,0 +1,123 @@
+#pragma once
+// Options for the functional core and the three modules, in the PyTorch C++ frontend style: plain structs
+// with chainable TORCH_ARG setters, validated when a module is built (reset()) or a function is called.
+
+#include <torch/arg.h>
+#include <torch/types.h>
+
+#include <c10/util/Optional.h>
+
+#include <cstdint>
+
+namespace attn {
+
+/// Which implementation computes attention. More backends (fused kernels) plug in here.
+enum class Backend {
+  Auto,  ///< the fastest implementation that is correct for the request
+  Math,  ///< reference composition of ATen ops; materialises the [Tq, Tk] scores
+};
+
+/// How a causal mask lines up queries with keys when Tq != Tk.
+enum class CausalAlignment {
+  /// Query i sees keys j <= i + (Tk - Tq): the last query sees every key. This is what incremental decoding
+  /// with a KV cache needs (queries are the newest Tq of Tk positions); FlashAttention >= 2.1 does the same.
+  /// When Tq > Tk the first Tq - Tk queries see no key at all and their output is zero.
+  BottomRight,
+  /// Query i sees keys j <= i, as `torch.nn.functional.scaled_dot_product_attention(is_causal=True)`.
+  TopLeft,
+};
+
+/// Which attention weights `forward_with_weights` returns.
+enum class HeadWeights {
+  Averaged,  ///< mean over heads: [B, Tq, Tk] (what torch.nn.MultiheadAttention returns by default)
+  PerHead,   ///< one map per head: [B, H, Tq, Tk]
+};
+
+/// Masks that restrict which keys each query may attend to. Each one's name says what `true` means, so a
+/// call site reads unambiguously (PyTorch itself uses both bool conventions in different places):
+///
+///   key_padding_mask  bool, true  = this key is padding: nobody attends to it   (nn.MultiheadAttention's)
+///   attend_mask       bool, true  = this query may attend to this key             (F.scaled_dot_product_attention's)
+///   additive_mask     float, added to the scaled scores; -inf blocks a pair
+///
+/// A key blocked for a query contributes exactly nothing to that query's output, even if its key or value
+/// holds NaN or Inf. A query that may attend to no key gets an all-zero output row (and zero weights),
+/// never NaN. The masks combine: a pair is used only if every mask allows it.
+///
+/// Shapes. Functional API, inputs [..., Tq, d]: key_padding_mask broadcasts to [..., Tk]; the other two
+/// broadcast to [..., Tq, Tk]. Modules, inputs [B, T, E] (or unbatched [T, E]): key_padding_mask is [B, Tk]
+/// ([Tk]); attend/additive masks are [Tq, Tk] or [B|1, H|1, Tq, Tk] (unbatched: [Tq, Tk] or [H|1, Tq, Tk]).
+/// A torch.nn.MultiheadAttention bool attn_mask (true = blocked) becomes `attend_mask(mask.logical_not())`.
+struct AttentionMasks {
+  TORCH_ARG(torch::Tensor, key_padding_mask) = {};
+  TORCH_ARG(torch::Tensor, attend_mask) = {};
+  TORCH_ARG(torch::Tensor, additive_mask) = {};
+
+ public:
+  bool empty() const {
+    return !key_padding_mask_.defined() && !attend_mask_.defined() && !additive_mask_.defined();
+  }
+};
+
+/// Options of `attn::scaled_dot_product_attention`.
+struct SdpaOptions {
+  TORCH_ARG(AttentionMasks, masks) = {};
+  /// Block keys after the query's position (see CausalAlignment). Combines with the masks.
+  TORCH_ARG(bool, causal) = false;
+  TORCH_ARG(CausalAlignment, causal_alignment) = CausalAlignment::BottomRight;
+  /// Multiplies q·k. Default: 1 / sqrt(d_k).
+  TORCH_ARG(c10::optional<double>, scale) = c10::nullopt;
+  /// Dropout probability on the attention weights. The functional form applies it whenever it is > 0 (as
+  /// torch.nn.functional does); the modules pass their dropout only in training mode.
+  TORCH_ARG(double, dropout) = 0.0;
+  TORCH_ARG(Backend, backend) = Backend::Auto;
+};
+
+/// attn::AttentionHead: one head, x [.., d_in] -> q, k [.., d_k] and v [.., d_v].
+struct AttentionHeadOptions {
+  AttentionHeadOptions(int64_t d_in, int64_t d_k) : d_in_(d_in), d_k_(d_k), d_v_(d_k) {}
+  TORCH_ARG(int64_t, d_in);
+  TORCH_ARG(int64_t, d_k);
+  /// Width of the values and of the output. Default: d_k.
+  TORCH_ARG(int64_t, d_v);
+  /// Bias in the q/k/v projections. Default false, like the notebooks' W_q/W_k/W_v.
+  TORCH_ARG(bool, bias) = false;
+  TORCH_ARG(bool, causal) = false;
+  TORCH_ARG(double, dropout) = 0.0;
+};
+
+/// attn::MultiHeadAttention: q/k/v projections to num_heads heads of head_dim, attention, then out_proj.
+struct MultiHeadAttentionOptions {
+  MultiHeadAttentionOptions(int64_t embed_dim, int64_t num_heads)
+      : embed_dim_(embed_dim), num_heads_(num_heads), kdim_(embed_dim), vdim_(embed_dim) {}
+  TORCH_ARG(int64_t, embed_dim);
+  TORCH_ARG(int64_t, num_heads);
+  /// Width of each head. Default: embed_dim / num_heads, which must then divide evenly.
+  TORCH_ARG(c10::optional<int64_t>, head_dim) = c10::nullopt;
+  /// Width of the key and value inputs (cross-attention from another sequence). Default: embed_dim.
+  TORCH_ARG(int64_t, kdim);
+  TORCH_ARG(int64_t, vdim);
+  TORCH_ARG(bool, bias) = true;
+  /// With false there is no out_proj and the output is the heads concatenated, [.., num_heads * head_dim]
+  /// (notebook 001's MultiHeadedAttention: independent full-width heads, concatenated).
+  TORCH_ARG(bool, output_projection) = true;
+  TORCH_ARG(bool, causal) = false;
+  TORCH_ARG(double, dropout) = 0.0;
+};
+
+/// attn::CrossAttention: queries from x [.., d_query_in], keys and values from context [.., d_context_in].
+struct CrossAttentionOptions {
+  CrossAttentionOptions(int64_t d_query_in, int64_t d_context_in, int64_t d_k)
+      : d_query_in_(d_query_in), d_context_in_(d_context_in), d_k_(d_k), d_v_(d_k) {}
+  TORCH_ARG(int64_t, d_query_in);
+  TORCH_ARG(int64_t, d_context_in);
+  /// Width of queries and keys per head.
+  TORCH_ARG(int64_t, d_k);
+  /// Width of values per head. Default: d_k. The output is [.., num_heads * d_v].
+  TORCH_ARG(int64_t, d_v);
+  TORCH_ARG(int64_t, num_heads) = 1;
+  TORCH_ARG(bool, bias) = false;
+  TORCH_ARG(double, dropout) = 0.0;
+};
+
+}  // namespace attn

@@ -1,0 +1,57 @@
+#include <attn/modules/attention_head.h>
+
+#include "detail/multi_head.h"
+
+namespace attn {
+namespace {
+constexpr const char* kModule = "attn::AttentionHead";
+}
+
+AttentionHeadImpl::AttentionHeadImpl(const AttentionHeadOptions& options_) : options(options_) { reset(); }
+
+void AttentionHeadImpl::reset() {
+  detail::check_positive(kModule, "d_in", options.d_in());
+  detail::check_positive(kModule, "d_k", options.d_k());
+  detail::check_positive(kModule, "d_v", options.d_v());
+  detail::check_dropout(kModule, options.dropout());
+  const auto linear = [&](int64_t out) {
+    return torch::nn::Linear(torch::nn::LinearOptions(options.d_in(), out).bias(options.bias()));
+  };
+  // Created in this order so that a seeded build draws the same weights as the notebooks' classes.
+  q_proj = register_module("q_proj", linear(options.d_k()));
+  k_proj = register_module("k_proj", linear(options.d_k()));
+  v_proj = register_module("v_proj", linear(options.d_v()));
+}
+
+void AttentionHeadImpl::pretty_print(std::ostream& stream) const {
+  stream << std::boolalpha << "attn::AttentionHead(d_in=" << options.d_in() << ", d_k=" << options.d_k()
+         << ", d_v=" << options.d_v() << ", bias=" << options.bias() << ", causal=" << options.causal()
+         << ", dropout=" << options.dropout() << ")";
+}
+
+torch::Tensor AttentionHeadImpl::forward(const torch::Tensor& x) { return forward(x, x, x); }
+
+torch::Tensor AttentionHeadImpl::forward(const torch::Tensor& q_in, const torch::Tensor& k_in,
+                                         const torch::Tensor& v_in, const AttentionMasks& masks) {
+  return std::get<0>(attend(q_in, k_in, v_in, masks, /*need_weights=*/false));
+}
+
+std::tuple<torch::Tensor, torch::Tensor> AttentionHeadImpl::forward_with_weights(const torch::Tensor& q_in,
+                                                                                 const torch::Tensor& k_in,
+                                                                                 const torch::Tensor& v_in,
+                                                                                 const AttentionMasks& masks) {
+  auto [out, weights] = attend(q_in, k_in, v_in, masks, /*need_weights=*/true);
+  return {out, weights.squeeze(-3)};  // a single head: drop the head dimension
+}
+
+std::tuple<torch::Tensor, torch::Tensor> AttentionHeadImpl::attend(const torch::Tensor& q_in,
+                                                                   const torch::Tensor& k_in,
+                                                                   const torch::Tensor& v_in,
+                                                                   const AttentionMasks& masks, bool need_weights) {
+  const detail::HeadLayout layout{kModule,        "q_in",         "k_in",         "v_in",
+                                  options.d_in(), options.d_in(), options.d_in(), /*num_heads=*/1};
+  const auto sdpa = SdpaOptions().causal(options.causal()).dropout(is_training() ? options.dropout() : 0.0);
+  return detail::project_and_attend(layout, q_in, k_in, v_in, q_proj, k_proj, v_proj, masks, sdpa, need_weights);
+}
+
+}  // namespace attn

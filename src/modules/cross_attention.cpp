@@ -1,0 +1,57 @@
+#include <attn/modules/cross_attention.h>
+
+#include "detail/multi_head.h"
+
+namespace attn {
+namespace {
+constexpr const char* kModule = "attn::CrossAttention";
+}
+
+CrossAttentionImpl::CrossAttentionImpl(const CrossAttentionOptions& options_) : options(options_) { reset(); }
+
+void CrossAttentionImpl::reset() {
+  detail::check_positive(kModule, "d_query_in", options.d_query_in());
+  detail::check_positive(kModule, "d_context_in", options.d_context_in());
+  detail::check_positive(kModule, "d_k", options.d_k());
+  detail::check_positive(kModule, "d_v", options.d_v());
+  detail::check_positive(kModule, "num_heads", options.num_heads());
+  detail::check_dropout(kModule, options.dropout());
+  const int64_t heads = options.num_heads();
+  const auto linear = [&](int64_t in, int64_t out) {
+    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(options.bias()));
+  };
+  q_proj = register_module("q_proj", linear(options.d_query_in(), heads * options.d_k()));
+  k_proj = register_module("k_proj", linear(options.d_context_in(), heads * options.d_k()));
+  v_proj = register_module("v_proj", linear(options.d_context_in(), heads * options.d_v()));
+}
+
+void CrossAttentionImpl::pretty_print(std::ostream& stream) const {
+  stream << std::boolalpha << "attn::CrossAttention(d_query_in=" << options.d_query_in()
+         << ", d_context_in=" << options.d_context_in() << ", d_k=" << options.d_k() << ", d_v=" << options.d_v()
+         << ", num_heads=" << options.num_heads() << ", bias=" << options.bias()
+         << ", dropout=" << options.dropout() << ")";
+}
+
+torch::Tensor CrossAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& context,
+                                          const AttentionMasks& masks) {
+  return std::get<0>(attend(x, context, masks, /*need_weights=*/false));
+}
+
+std::tuple<torch::Tensor, torch::Tensor> CrossAttentionImpl::forward_with_weights(const torch::Tensor& x,
+                                                                                  const torch::Tensor& context,
+                                                                                  const AttentionMasks& masks,
+                                                                                  HeadWeights head_weights) {
+  auto [out, weights] = attend(x, context, masks, /*need_weights=*/true);
+  return {out, detail::select_head_weights(weights, head_weights)};
+}
+
+std::tuple<torch::Tensor, torch::Tensor> CrossAttentionImpl::attend(const torch::Tensor& x,
+                                                                    const torch::Tensor& context,
+                                                                    const AttentionMasks& masks, bool need_weights) {
+  const detail::HeadLayout layout{kModule, "x", "context", "context", options.d_query_in(), options.d_context_in(),
+                                  options.d_context_in(), options.num_heads()};
+  const auto sdpa = SdpaOptions().dropout(is_training() ? options.dropout() : 0.0);
+  return detail::project_and_attend(layout, x, context, context, q_proj, k_proj, v_proj, masks, sdpa, need_weights);
+}
+
+}  // namespace attn

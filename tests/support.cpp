@@ -1,0 +1,115 @@
+#include "support.h"
+
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+#ifndef ATTN_REFERENCE_DIR
+#error "ATTN_REFERENCE_DIR must name the directory make_references.py writes"
+#endif
+
+namespace attn::test {
+
+std::vector<DeviceDtype> device_dtype_grid() {
+  return {{torch::kCPU, torch::kFloat32},  {torch::kCPU, torch::kFloat64},  {torch::kCUDA, torch::kFloat32},
+          {torch::kCUDA, torch::kFloat64}, {torch::kCUDA, torch::kFloat16}, {torch::kCUDA, torch::kBFloat16}};
+}
+
+std::string param_name(const DeviceDtype& p) {
+  std::string dtype = c10::toString(p.dtype);
+  return std::string(p.device == torch::kCUDA ? "cuda_" : "cpu_") + dtype;
+}
+
+double tolerance(torch::Dtype dtype) {
+  switch (dtype) {
+    case torch::kFloat64: return 1e-10;
+    case torch::kFloat32: return 1e-5;
+    case torch::kFloat16: return 1e-2;
+    case torch::kBFloat16: return 5e-2;
+    default: return 0.0;
+  }
+}
+
+bool skip_without(torch::DeviceType device) {
+  return device == torch::kCUDA && !attn::cuda_available();
+}
+
+::testing::AssertionResult close(const torch::Tensor& actual, const torch::Tensor& expected, double tol) {
+  if (!actual.defined() || !expected.defined()) {
+    return ::testing::AssertionFailure() << "undefined tensor (actual " << actual.defined() << ", expected "
+                                         << expected.defined() << ")";
+  }
+  if (actual.sizes() != expected.sizes()) {
+    return ::testing::AssertionFailure() << "shape " << actual.sizes() << " != expected " << expected.sizes();
+  }
+  const torch::Tensor a = actual.detach().to(torch::kCPU, torch::kFloat64);
+  const torch::Tensor e = expected.detach().to(torch::kCPU, torch::kFloat64);
+  const torch::Tensor a_nan = a.isnan(), e_nan = e.isnan();
+  if (!a_nan.equal(e_nan)) {
+    return ::testing::AssertionFailure() << "NaN at different places: actual has " << a_nan.sum().item<int64_t>()
+                                         << ", expected " << e_nan.sum().item<int64_t>();
+  }
+  if (a.numel() == 0) return ::testing::AssertionSuccess();
+  const torch::Tensor a0 = a.masked_fill(a_nan, 0), e0 = e.masked_fill(e_nan, 0);
+  const double scale = e0.abs().max().item<double>();
+  const torch::Tensor err = (a0 - e0).abs();
+  const torch::Tensor bound = (e0.abs() + scale) * tol;
+  const torch::Tensor over = err > bound;
+  if (over.any().item<bool>()) {
+    const int64_t at = (err - bound).argmax().item<int64_t>();
+    return ::testing::AssertionFailure()
+           << over.sum().item<int64_t>() << " of " << a.numel() << " elements differ beyond tol " << tol
+           << "; worst at flat index " << at << ": actual " << a0.flatten()[at].item<double>() << ", expected "
+           << e0.flatten()[at].item<double>() << " (max abs err " << err.max().item<double>() << ", scale " << scale
+           << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+std::vector<char> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open " + path + " (run the build: it generates the references)");
+  return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+ReferenceCase::ReferenceCase(const std::string& name)
+    : name_(name),
+      dict_(torch::pickle_load(read_file(std::string(ATTN_REFERENCE_DIR) + "/" + name + ".pt")).toGenericDict()) {}
+
+bool ReferenceCase::has(const std::string& key) const { return dict_.contains(key); }
+
+torch::Tensor ReferenceCase::tensor(const std::string& key) const {
+  TORCH_CHECK(has(key), "reference case ", name_, " has no entry ", key);
+  return dict_.at(key).toTensor();
+}
+
+torch::Tensor ReferenceCase::tensor(const std::string& key, const torch::TensorOptions& options) const {
+  const torch::Tensor t = tensor(key);
+  return t.is_floating_point() ? t.to(options) : t.to(options.device());
+}
+
+torch::Tensor ReferenceCase::maybe(const std::string& key, const torch::TensorOptions& options) const {
+  return has(key) ? tensor(key, options) : torch::Tensor();
+}
+
+int64_t ReferenceCase::integer(const std::string& key) const { return dict_.at(key).toInt(); }
+bool ReferenceCase::boolean(const std::string& key) const { return dict_.at(key).toBool(); }
+double ReferenceCase::real(const std::string& key) const { return dict_.at(key).toDouble(); }
+std::string ReferenceCase::text(const std::string& key) const { return dict_.at(key).toStringRef(); }
+
+std::vector<std::string> reference_cases(const std::string& prefix) {
+  std::ifstream in(std::string(ATTN_REFERENCE_DIR) + "/manifest.txt");
+  std::vector<std::string> names;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line.rfind(prefix, 0) == 0) names.push_back(line);
+  }
+  return names;
+}
+
+void load_linear(torch::nn::Linear& linear, const torch::Tensor& w, const torch::Tensor& b) {
+  torch::NoGradGuard no_grad;
+  linear->weight.copy_(w);
+  if (b.defined()) linear->bias.copy_(b);
+}
+
+}  // namespace attn::test

@@ -1,0 +1,66 @@
+#pragma once
+// Shared test helpers: the {device x dtype} grid, tolerances, tensor comparison, and reference cases.
+
+#include <attn/attn.h>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+namespace attn::test {
+
+/// One point of the {device x dtype} grid.
+struct DeviceDtype {
+  torch::DeviceType device;
+  torch::Dtype dtype;
+};
+
+/// cpu x {float32, float64}, cuda x {float32, float64, float16, bfloat16}.
+std::vector<DeviceDtype> device_dtype_grid();
+std::string param_name(const DeviceDtype& p);
+
+/// Comparison tolerance for results in `dtype` against a reference: float32 1e-5 and float64 1e-10
+/// (relative to the reference's magnitude, see expect_close); float16/bfloat16 (CUDA) against float64.
+double tolerance(torch::Dtype dtype);
+
+/// Skips (visibly, with a message) when `device` is CUDA and no GPU is present. Returns true if skipped.
+bool skip_without(torch::DeviceType device);
+
+/// Elementwise |actual - expected| <= tol * (|expected| + max|expected|): relative error, with elements
+/// near zero judged against the tensor's own scale. NaNs must sit at the same places. Shapes must match.
+::testing::AssertionResult close(const torch::Tensor& actual, const torch::Tensor& expected, double tol);
+#define EXPECT_CLOSE(actual, expected, tol) EXPECT_TRUE(::attn::test::close((actual), (expected), (tol)))
+
+/// A reference case written by tests/reference/make_references.py.
+class ReferenceCase {
+ public:
+  explicit ReferenceCase(const std::string& name);
+  bool has(const std::string& key) const;
+  torch::Tensor tensor(const std::string& key) const;
+  /// tensor(key) converted to `options` (floating tensors only change dtype; bool masks keep theirs).
+  torch::Tensor tensor(const std::string& key, const torch::TensorOptions& options) const;
+  /// The optional tensor, undefined when absent.
+  torch::Tensor maybe(const std::string& key, const torch::TensorOptions& options) const;
+  int64_t integer(const std::string& key) const;
+  bool boolean(const std::string& key) const;
+  double real(const std::string& key) const;
+  std::string text(const std::string& key) const;
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
+  c10::impl::GenericDict dict_;
+};
+
+/// Names from the manifest that start with `prefix` (read at test registration).
+std::vector<std::string> reference_cases(const std::string& prefix);
+
+/// Reads a file into a byte vector (for torch::pickle_load).
+std::vector<char> read_file(const std::string& path);
+
+/// Copies `w` into `linear`'s weight (and `b` into its bias when defined), without recording autograd.
+void load_linear(torch::nn::Linear& linear, const torch::Tensor& w, const torch::Tensor& b = {});
+
+}  // namespace attn::test
