@@ -64,7 +64,8 @@ torch::Tensor weighted_values(const torch::Tensor& probs, const torch::Tensor& v
   auto hits = [&](const torch::Tensor& where_bad) { return at::matmul(reach, where_bad.to(dtype)) > 0; };
   const torch::Tensor pos = hits(value.isposinf());
   const torch::Tensor neg = hits(value.isneginf());
-  const torch::Tensor nan = hits(value.isnan()).logical_or(pos.logical_and(neg));
+  // NaN wins over Inf: an attended NaN, +Inf meeting -Inf, or a row already NaN (from a NaN score).
+  const torch::Tensor nan = hits(value.isnan()).logical_or(pos.logical_and(neg)).logical_or(out.isnan());
   out = out.masked_fill(pos, std::numeric_limits<double>::infinity());
   out = out.masked_fill(neg, -std::numeric_limits<double>::infinity());
   return out.masked_fill(nan, std::numeric_limits<double>::quiet_NaN());

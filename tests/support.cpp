@@ -113,3 +113,26 @@ void load_linear(torch::nn::Linear& linear, const torch::Tensor& w, const torch:
 }
 
 }  // namespace attn::test
+
+namespace attn::test {
+
+std::tuple<torch::Tensor, torch::Tensor> float64_attention(const torch::Tensor& q, const torch::Tensor& k,
+                                                           const torch::Tensor& v, const torch::Tensor& allowed,
+                                                           double scale) {
+  const auto cpu64 = [](const torch::Tensor& t) { return t.detach().to(torch::kCPU, torch::kFloat64); };
+  const torch::Tensor qq = cpu64(q), kk = cpu64(k), vv = cpu64(v);
+  torch::Tensor scores = qq.matmul(kk.transpose(-2, -1)) * scale;
+  const torch::Tensor ok = allowed.defined() ? allowed.to(torch::kCPU).expand_as(scores) : torch::ones_like(scores).to(torch::kBool);
+  // Sum over the allowed keys only, element by element, so that nothing at a blocked key can reach the result.
+  const torch::Tensor shifted = scores.masked_fill(ok.logical_not(), -INFINITY);
+  const torch::Tensor row_max = std::get<0>(shifted.max(-1, true)).masked_fill(ok.any(-1, true).logical_not(), 0);
+  const torch::Tensor e = (shifted - row_max).exp().masked_fill(ok.logical_not(), 0);
+  const torch::Tensor denom = e.sum(-1, true);
+  const torch::Tensor weights = torch::where(denom > 0, e / denom, torch::zeros_like(e));
+  // weights[..., i, j] * v[..., j, :] summed over allowed j only.
+  const torch::Tensor terms = weights.unsqueeze(-1) * vv.unsqueeze(-3);  // [..., Tq, Tk, dv]
+  const torch::Tensor out = terms.masked_fill(ok.unsqueeze(-1).logical_not(), 0).sum(-2);
+  return {out, weights};
+}
+
+}  // namespace attn::test

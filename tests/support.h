@@ -64,3 +64,31 @@ std::vector<char> read_file(const std::string& path);
 void load_linear(torch::nn::Linear& linear, const torch::Tensor& w, const torch::Tensor& b = {});
 
 }  // namespace attn::test
+
+namespace attn::test {
+
+/// Attention written out in float64 from its definition, for tests that need an independent reference:
+/// softmax over the `allowed` pairs (bool, broadcast to [..., Tq, Tk]) of q kᵀ·scale, rows with no allowed
+/// key give zeros. Returns (output, weights) in float64 on the CPU.
+std::tuple<torch::Tensor, torch::Tensor> float64_attention(const torch::Tensor& q, const torch::Tensor& k,
+                                                           const torch::Tensor& v, const torch::Tensor& allowed,
+                                                           double scale);
+
+/// Expects `fn` to throw a c10::Error whose message contains `needle`.
+#define EXPECT_ERROR_CONTAINS(statement, needle)                                                    \
+  do {                                                                                              \
+    try {                                                                                           \
+      statement;                                                                                    \
+      ADD_FAILURE() << "expected an error containing \"" << (needle) << "\" from: " #statement;    \
+    } catch (const c10::Error& error) {                                                             \
+      const std::string message = error.what_without_backtrace();                                   \
+      EXPECT_NE(message.find(needle), std::string::npos) << "message: " << message;                  \
+    }                                                                                               \
+  } while (false)
+
+}  // namespace attn::test
+
+namespace attn::test {
+/// Readable test parameters in gtest's output ("cpu_Float" rather than a byte dump).
+inline void PrintTo(const DeviceDtype& p, std::ostream* os) { *os << param_name(p); }
+}  // namespace attn::test

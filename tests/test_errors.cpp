@@ -1,1 +1,120 @@
+// Bad input gets a clear error naming the argument, what was expected and what was given: a table of
+// cases over the functional API, the modules' options and the modules' inputs.
+
 #include "support.h"
+
+#include <functional>
+
+namespace attn::test {
+namespace {
+
+struct BadInput {
+  std::string name;
+  std::function<void()> call;
+  std::string message;  ///< a piece of the expected error message
+};
+
+void PrintTo(const BadInput& c, std::ostream* os) { *os << c.name; }
+
+torch::Tensor r(at::IntArrayRef shape) { return torch::randn(shape); }
+torch::Tensor mask(at::IntArrayRef shape) { return torch::ones(shape, torch::kBool); }
+
+void sdpa(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const SdpaOptions& o = {}) {
+  scaled_dot_product_attention(q, k, v, o);
+}
+SdpaOptions with(const AttentionMasks& m) { return SdpaOptions().masks(m); }
+
+std::vector<BadInput> functional_cases() {
+  const torch::Tensor q = r({2, 3, 4}), k = r({2, 5, 4}), v = r({2, 5, 6});
+  return {
+      {"query_rank_1", [=] { sdpa(r({4}), k, v); }, "query must be [..., Tq, d_k] (at least 2-D), got shape [4]"},
+      {"key_rank_differs", [=] { sdpa(q, r({5, 4}), v); }, "key must have the same rank as query"},
+      {"value_rank_differs", [=] { sdpa(q, k, r({5, 6})); }, "value must have the same rank as query"},
+      {"d_k_mismatch", [=] { sdpa(q, r({2, 5, 3}), v); }, "key must be [..., Tk, d_k] with d_k = 4 (query's last dimension), got key [2, 5, 3]"},
+      {"value_length_mismatch", [=] { sdpa(q, k, r({2, 4, 6})); }, "value must be [..., Tk, d_v] with Tk = 5"},
+      {"batch_mismatch", [=] { sdpa(q, r({3, 5, 4}), r({3, 5, 6})); }, "must share their leading dimensions"},
+      {"integer_inputs", [=] { sdpa(q.to(torch::kLong), k.to(torch::kLong), v.to(torch::kLong)); }, "query must be a floating-point tensor"},
+      {"dtype_mismatch", [=] { sdpa(q, k.to(torch::kFloat64), v); }, "key is Double but query is Float; convert them to the same dtype"},
+      {"half_on_cpu", [=] { sdpa(q.to(torch::kHalf), k.to(torch::kHalf), v.to(torch::kHalf)); }, "float16 on the CPU"},
+      {"padding_mask_float", [=] { sdpa(q, k, v, with(AttentionMasks().key_padding_mask(torch::zeros({2, 5})))); }, "key_padding_mask must be a bool tensor, got Float (a float mask that is added to the scores goes in additive_mask)"},
+      {"padding_mask_shape", [=] { sdpa(q, k, v, with(AttentionMasks().key_padding_mask(mask({2, 4})))); }, "key_padding_mask must broadcast to [..., Tk] = [2, 5], got shape [2, 4]"},
+      {"attend_mask_float", [=] { sdpa(q, k, v, with(AttentionMasks().attend_mask(torch::ones({3, 5})))); }, "goes in additive_mask"},
+      {"attend_mask_shape", [=] { sdpa(q, k, v, with(AttentionMasks().attend_mask(mask({5, 3})))); }, "attend_mask must broadcast to [..., Tq, Tk] = [2, 3, 5], got shape [5, 3]"},
+      {"attend_mask_too_many_dims", [=] { sdpa(q, k, v, with(AttentionMasks().attend_mask(mask({4, 2, 3, 5})))); }, "got shape [4, 2, 3, 5]"},
+      {"additive_mask_bool", [=] { sdpa(q, k, v, with(AttentionMasks().additive_mask(mask({3, 5})))); }, "additive_mask must be floating"},
+      {"additive_mask_dtype", [=] { sdpa(q, k, v, with(AttentionMasks().additive_mask(torch::zeros({3, 5}, torch::kFloat64)))); }, "additive_mask must have the inputs' dtype Float, got Double"},
+      {"dropout_above_one", [=] { sdpa(q, k, v, SdpaOptions().dropout(1.5)); }, "dropout must be in [0, 1], got 1.5"},
+      {"scale_not_finite", [=] { sdpa(q, k, v, SdpaOptions().scale(INFINITY)); }, "scale must be finite"},
+      {"undefined_input", [=] { sdpa(torch::Tensor(), k, v); }, "query, key and value must be defined"},
+  };
+}
+
+std::vector<BadInput> option_cases() {
+  return {
+      {"heads_do_not_divide", [] { MultiHeadAttention(10, 3); }, "embed_dim (10) must be divisible by num_heads (3)"},
+      {"zero_heads", [] { MultiHeadAttention(8, 0); }, "num_heads must be positive, got 0"},
+      {"negative_embed_dim", [] { MultiHeadAttention(MultiHeadAttentionOptions(-8, 2)); }, "embed_dim must be positive, got -8"},
+      {"zero_kdim", [] { MultiHeadAttention(MultiHeadAttentionOptions(8, 2).kdim(0)); }, "kdim must be positive, got 0"},
+      {"zero_head_dim", [] { MultiHeadAttention(MultiHeadAttentionOptions(8, 2).head_dim(0)); }, "head_dim must be positive"},
+      {"mha_dropout", [] { MultiHeadAttention(MultiHeadAttentionOptions(8, 2).dropout(-0.1)); }, "dropout must be in [0, 1], got -0.1"},
+      {"head_zero_d_k", [] { AttentionHead(16, 0); }, "attn::AttentionHead: d_k must be positive, got 0"},
+      {"head_zero_d_v", [] { AttentionHead(AttentionHeadOptions(16, 4).d_v(0)); }, "d_v must be positive"},
+      {"cross_zero_context", [] { CrossAttention(8, 0, 4); }, "attn::CrossAttention: d_context_in must be positive, got 0"},
+      {"cross_zero_heads", [] { CrossAttention(CrossAttentionOptions(8, 4, 4).num_heads(0)); }, "num_heads must be positive"},
+  };
+}
+
+std::vector<BadInput> module_input_cases() {
+  auto mha = std::make_shared<MultiHeadAttention>(MultiHeadAttentionOptions(8, 2).kdim(6).vdim(5));
+  auto head = std::make_shared<AttentionHead>(8, 4);
+  auto cross = std::make_shared<CrossAttention>(8, 6, 4);
+  const torch::Tensor q = r({2, 3, 8}), k = r({2, 4, 6}), v = r({2, 4, 5});
+  return {
+      {"mha_query_width", [=] { (*mha)->forward(r({2, 3, 7}), k, v); }, "attn::MultiHeadAttention: query must have last dimension 8, got shape [2, 3, 7]"},
+      {"mha_key_width", [=] { (*mha)->forward(q, r({2, 4, 8}), v); }, "key must have last dimension 6, got shape [2, 4, 8]"},
+      {"mha_rank_4", [=] { (*mha)->forward(r({1, 2, 3, 8}), k, v); }, "query must be [B, T, 8] or unbatched [T, 8], got shape [1, 2, 3, 8]"},
+      {"mha_key_rank_differs", [=] { (*mha)->forward(q, r({4, 6}), v); }, "key must be [B, T, 6] like the query"},
+      {"mha_batch_mismatch", [=] { (*mha)->forward(q, r({3, 4, 6}), r({3, 4, 5})); }, "must have the same batch size"},
+      {"mha_key_value_length", [=] { (*mha)->forward(q, k, r({2, 5, 5})); }, "key and value must have the same length"},
+      {"mha_dtype_vs_parameters", [=] { (*mha)->forward(q.to(torch::kFloat64), k.to(torch::kFloat64), v.to(torch::kFloat64)); }, "query is Double but the module's parameters are Float; convert one with module->to(dtype)"},
+      {"mha_integer_input", [=] { (*mha)->forward(q.to(torch::kInt), k, v); }, "query must be a floating-point tensor (float32, float64, bfloat16 or float16), got Int"},
+      {"mha_padding_shape", [=] { (*mha)->forward(q, k, v, AttentionMasks().key_padding_mask(mask({2, 3}))); }, "key_padding_mask must be [B, Tk] = [2, 4] (true = padding), got shape [2, 3]"},
+      {"mha_padding_dtype", [=] { (*mha)->forward(q, k, v, AttentionMasks().key_padding_mask(torch::zeros({2, 4}))); }, "key_padding_mask must be a bool tensor"},
+      {"mha_3d_mask_is_ambiguous", [=] { (*mha)->forward(q, k, v, AttentionMasks().attend_mask(mask({4, 3, 4}))); }, "a 3-D mask is ambiguous"},
+      {"mha_mask_shape", [=] { (*mha)->forward(q, k, v, AttentionMasks().attend_mask(mask({3, 5}))); }, "attend_mask must broadcast to [B|1, H|1, Tq, Tk] = [2, 2, 3, 4], got shape [3, 5]"},
+      {"mha_4d_mask_heads", [=] { (*mha)->forward(q, k, v, AttentionMasks().additive_mask(torch::zeros({2, 3, 3, 4}))); }, "additive_mask must broadcast to [B|1, H|1, Tq, Tk] = [2, 2, 3, 4], got shape [2, 3, 3, 4]"},
+      {"mha_undefined_key", [=] { (*mha)->forward(q, torch::Tensor(), v); }, "key is undefined"},
+      {"head_width", [=] { (*head)->forward(r({2, 3, 5})); }, "attn::AttentionHead: q_in must have last dimension 8"},
+      {"cross_context_width", [=] { (*cross)->forward(q, r({2, 4, 8})); }, "attn::CrossAttention: context must have last dimension 6, got shape [2, 4, 8]"},
+      {"cross_padding_shape", [=] { (*cross)->forward(q, k, AttentionMasks().key_padding_mask(mask({2, 3}))); }, "key_padding_mask must be [B, Tk] = [2, 4]"},
+  };
+}
+
+class BadInputs : public ::testing::TestWithParam<BadInput> {};
+
+TEST_P(BadInputs, ClearError) { EXPECT_ERROR_CONTAINS(GetParam().call(), GetParam().message); }
+
+const auto case_name = [](const ::testing::TestParamInfo<BadInput>& info) { return info.param.name; };
+INSTANTIATE_TEST_SUITE_P(Functional, BadInputs, ::testing::ValuesIn(functional_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Options, BadInputs, ::testing::ValuesIn(option_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(ModuleInputs, BadInputs, ::testing::ValuesIn(module_input_cases()), case_name);
+
+TEST(BadInputs, FailedCallLeavesTheCallersTensorsUntouched) {
+  const torch::Tensor q = torch::randn({2, 3, 8}), before = q.clone();
+  MultiHeadAttention mha(8, 2);
+  EXPECT_ERROR_CONTAINS(mha->forward(q, q, q, AttentionMasks().attend_mask(torch::ones({3, 3}))), "must be a bool tensor");
+  EXPECT_TRUE(torch::equal(q, before));
+}
+
+TEST(BadInputs, MixedDevices) {
+  if (!cuda_available()) GTEST_SKIP() << "CUDA is not available: skipping the cross-device checks";
+  const torch::Tensor q = torch::randn({2, 3, 4});
+  EXPECT_ERROR_CONTAINS(sdpa(q, q.cuda(), q), "key is on cuda:0 but query is on cpu");
+  MultiHeadAttention mha(4, 2);
+  EXPECT_ERROR_CONTAINS(mha->forward(q.cuda(), q.cuda(), q.cuda()), "but the module's parameters are on cpu");
+  EXPECT_ERROR_CONTAINS(sdpa(q, q, q, with(AttentionMasks().attend_mask(torch::ones({3, 3}, torch::kBool).cuda()))),
+                        "attend_mask is on cuda:0 but the inputs are on cpu");
+}
+
+}  // namespace
+}  // namespace attn::test

@@ -1,1 +1,109 @@
+// The modules as torch::nn::Modules: printing, parameters, options, cloning, dtype/device moves, dropout
+// in train vs eval mode, and the notebook-001 form (concatenated heads, no output projection).
+
 #include "support.h"
+
+#include <sstream>
+
+namespace attn::test {
+namespace {
+
+template <typename Module>
+std::string printed(const Module& m) {
+  std::ostringstream s;
+  s << *m;
+  return s.str();
+}
+
+std::vector<std::string> names(const torch::OrderedDict<std::string, torch::Tensor>& params) {
+  return params.keys();
+}
+
+TEST(Modules, PrettyPrintShowsTheOptions) {
+  // The options come first; the submodules follow on their own lines, as torch::nn containers print them.
+  const auto first_line = [](const std::string& s) { return s.substr(0, s.find('\n')); };
+  EXPECT_EQ(first_line(printed(AttentionHead(AttentionHeadOptions(16, 24).d_v(28).causal(true)))),
+            "attn::AttentionHead(d_in=16, d_k=24, d_v=28, bias=false, causal=true, dropout=0)(");
+  const std::string mha = printed(MultiHeadAttention(MultiHeadAttentionOptions(512, 8).kdim(256).dropout(0.1)));
+  EXPECT_EQ(first_line(mha),
+            "attn::MultiHeadAttention(embed_dim=512, num_heads=8, head_dim=64, kdim=256, vdim=512, bias=true, "
+            "output_projection=true, causal=false, dropout=0.1)(");
+  EXPECT_NE(mha.find("(out_proj): torch::nn::Linear(in_features=512, out_features=512, bias=true)"), std::string::npos);
+  EXPECT_EQ(first_line(printed(CrossAttention(CrossAttentionOptions(16, 10, 8).num_heads(2)))),
+            "attn::CrossAttention(d_query_in=16, d_context_in=10, d_k=8, d_v=8, num_heads=2, bias=false, dropout=0)(");
+}
+
+TEST(Modules, ParametersAreNamedShapedAndOrderedLikePyTorch) {
+  MultiHeadAttention mha(MultiHeadAttentionOptions(12, 3).kdim(5).vdim(7));
+  EXPECT_EQ(names(mha->named_parameters()),
+            (std::vector<std::string>{"q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias", "v_proj.weight",
+                                      "v_proj.bias", "out_proj.weight", "out_proj.bias"}));
+  EXPECT_EQ(mha->k_proj->weight.sizes(), (std::vector<int64_t>{12, 5}));
+  EXPECT_EQ(mha->v_proj->weight.sizes(), (std::vector<int64_t>{12, 7}));
+  EXPECT_EQ(mha->head_dim(), 4);
+
+  AttentionHead head(AttentionHeadOptions(16, 24).d_v(28));
+  EXPECT_EQ(names(head->named_parameters()), (std::vector<std::string>{"q_proj.weight", "k_proj.weight", "v_proj.weight"}));
+  EXPECT_EQ(head->v_proj->weight.sizes(), (std::vector<int64_t>{28, 16}));
+
+  CrossAttention cross(CrossAttentionOptions(16, 10, 8).d_v(6).num_heads(3).bias(true));
+  EXPECT_EQ(cross->k_proj->weight.sizes(), (std::vector<int64_t>{24, 10}));
+  EXPECT_EQ(cross->v_proj->weight.sizes(), (std::vector<int64_t>{18, 10}));
+  EXPECT_EQ(cross->named_parameters().size(), 6u);
+}
+
+TEST(Modules, OutputShapes) {
+  const torch::Tensor x = torch::randn({2, 5, 12}), ctx = torch::randn({2, 9, 7});
+  EXPECT_EQ(MultiHeadAttention(12, 3)->forward(x, x, x).sizes(), (std::vector<int64_t>{2, 5, 12}));
+  MultiHeadAttention concat(MultiHeadAttentionOptions(12, 2).head_dim(12).output_projection(false));
+  EXPECT_TRUE(concat->out_proj.is_empty());
+  EXPECT_EQ(concat->forward(x, x, x).sizes(), (std::vector<int64_t>{2, 5, 24})) << "heads concatenated";
+  MultiHeadAttention mha(MultiHeadAttentionOptions(12, 3).kdim(7).vdim(7));
+  auto [out, per_head] = mha->forward_with_weights(x, ctx, ctx, {}, HeadWeights::PerHead);
+  EXPECT_EQ(per_head.sizes(), (std::vector<int64_t>{2, 3, 5, 9}));
+  EXPECT_EQ(std::get<1>(mha->forward_with_weights(x[0], ctx[0], ctx[0])).sizes(), (std::vector<int64_t>{5, 9}));
+  CrossAttention cross(CrossAttentionOptions(12, 7, 4).d_v(3).num_heads(2));
+  EXPECT_EQ(cross->forward(x, ctx).sizes(), (std::vector<int64_t>{2, 5, 6}));
+  EXPECT_EQ(cross->forward(x[1], ctx[1]).sizes(), (std::vector<int64_t>{5, 6}));
+  AttentionHead head(AttentionHeadOptions(12, 4).d_v(3));
+  EXPECT_EQ(head->forward(x).sizes(), (std::vector<int64_t>{2, 5, 3}));
+  EXPECT_EQ(std::get<1>(head->forward_with_weights(x, x, x)).sizes(), (std::vector<int64_t>{2, 5, 5}));
+}
+
+TEST(Modules, DropoutIsOffInEvalMode) {
+  torch::manual_seed(5);
+  MultiHeadAttention mha(MultiHeadAttentionOptions(8, 2).dropout(0.5));
+  const torch::Tensor x = torch::randn({2, 6, 8});
+  mha->eval();
+  auto [out, weights] = mha->forward_with_weights(x, x, x, {}, HeadWeights::PerHead);
+  // No dropout: every row of weights sums to 1.
+  EXPECT_CLOSE(weights.sum(-1), torch::ones({2, 2, 6}), 1e-5);
+  mha->train();
+  auto [train_out, train_weights] = mha->forward_with_weights(x, x, x, {}, HeadWeights::PerHead);
+  EXPECT_GT((train_weights == 0).sum().item<int64_t>(), 0) << "training mode drops weights";
+  EXPECT_FALSE(torch::allclose(train_out, out));
+}
+
+TEST(Modules, CloneIsADeepCopy) {
+  MultiHeadAttention mha(8, 2);
+  auto copy = std::dynamic_pointer_cast<MultiHeadAttentionImpl>(mha->clone());
+  ASSERT_TRUE(copy);
+  EXPECT_TRUE(torch::equal(copy->q_proj->weight, mha->q_proj->weight));
+  {
+    torch::NoGradGuard no_grad;
+    copy->q_proj->weight.add_(1);
+  }
+  EXPECT_FALSE(torch::equal(copy->q_proj->weight, mha->q_proj->weight));
+  EXPECT_EQ(copy->options.num_heads(), 2);
+}
+
+TEST(Modules, ConvertToFloat64) {
+  torch::manual_seed(9);
+  MultiHeadAttention mha(8, 2);
+  const torch::Tensor x = torch::randn({1, 4, 8}, torch::kFloat64);
+  mha->to(torch::kFloat64);
+  EXPECT_EQ(mha->forward(x, x, x).scalar_type(), torch::kFloat64);
+}
+
+}  // namespace
+}  // namespace attn::test

@@ -13,6 +13,7 @@ void check_input(const HeadLayout& layout, const char* arg, const torch::Tensor&
   TORCH_CHECK(x.defined(), layout.module, ": ", arg, " is undefined");
   TORCH_CHECK(x.dim() == rank, layout.module, ": ", arg, " must be ", rank == 3 ? "[B, T, " : "[T, ", width,
               "] like the query (batched [B, T, E] or unbatched [T, E]), got shape ", x.sizes());
+  check_floating(layout.module, arg, x);
   TORCH_CHECK(x.size(-1) == width, layout.module, ": ", arg, " must have last dimension ", width, ", got shape ",
               x.sizes());
   TORCH_CHECK(x.device() == weight.device(), layout.module, ": ", arg, " is on ", x.device(),
