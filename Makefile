@@ -1,0 +1,30 @@
+# The two commands a newcomer needs: `make demo` and `make test`. Each installs what is missing first.
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc)
+DEMO_ARGS ?=
+
+.PHONY: all deps configure build demo test install clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+configure: deps
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release
+
+build: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+demo: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target attn-demo
+	./$(BUILD_DIR)/apps/demo/attn-demo $(DEMO_ARGS)
+
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+install: build
+	cmake --install $(BUILD_DIR) $(if $(PREFIX),--prefix $(PREFIX))
+
+clean:
+	rm -rf $(BUILD_DIR)
