@@ -88,6 +88,7 @@ void check_attention_inputs(const char* fn, const torch::Tensor& query, const to
   TORCH_CHECK(batch_dims(key) == batch && batch_dims(value) == batch, fn,
               ": query, key and value must share their leading dimensions, got query ", query.sizes(), ", key ",
               key.sizes(), ", value ", value.sizes());
+  TORCH_CHECK(query.size(-1) > 0, fn, ": d_k (query's last dimension) must be positive, got query ", query.sizes());
   TORCH_CHECK(key.size(-1) == query.size(-1), fn, ": key must be [..., Tk, d_k] with d_k = ", query.size(-1),
               " (query's last dimension), got key ", key.sizes());
   TORCH_CHECK(value.size(-2) == key.size(-2), fn, ": value must be [..., Tk, d_v] with Tk = ", key.size(-2),
@@ -95,7 +96,14 @@ void check_attention_inputs(const char* fn, const torch::Tensor& query, const to
 
   const int64_t tq = query.size(-2), tk = key.size(-2);
   const AttentionMasks& masks = options.masks();
+  // Masks broadcast from the right, so a mask that skips a leading dimension would line up with the wrong
+  // one (a [B, Tk] padding mask against [B, H, ...] inputs pairs B with H). Only unambiguous ranks pass.
   if (masks.key_padding_mask().defined()) {
+    const torch::Tensor& pad = masks.key_padding_mask();
+    TORCH_CHECK(pad.dim() == 1 || pad.dim() == query.dim() - 1, fn,
+                ": key_padding_mask must be [Tk] or have one dimension per leading dimension of the query plus Tk (",
+                query.dim() - 1, "-D, size 1 to broadcast, e.g. [B, 1, Tk] for [B, H, Tq, d] inputs), got shape ",
+                pad.sizes());
     auto target = batch;
     target.push_back(tk);
     check_mask(fn, "key_padding_mask", masks.key_padding_mask(), /*want_bool=*/true, query, target, "[..., Tk]");
@@ -103,10 +111,17 @@ void check_attention_inputs(const char* fn, const torch::Tensor& query, const to
   auto scores_shape = batch;
   scores_shape.push_back(tq);
   scores_shape.push_back(tk);
+  const auto check_pair_rank = [&](const char* arg, const torch::Tensor& mask) {
+    TORCH_CHECK(mask.dim() == 2 || mask.dim() == query.dim(), fn, ": ", arg, " must be [Tq, Tk] or have the query's rank ",
+                query.dim(), " (size 1 to broadcast, e.g. [B, 1, Tq, Tk] for [B, H, Tq, d] inputs), got shape ",
+                mask.sizes());
+  };
   if (masks.attend_mask().defined()) {
+    check_pair_rank("attend_mask", masks.attend_mask());
     check_mask(fn, "attend_mask", masks.attend_mask(), /*want_bool=*/true, query, scores_shape, "[..., Tq, Tk]");
   }
   if (masks.additive_mask().defined()) {
+    check_pair_rank("additive_mask", masks.additive_mask());
     check_mask(fn, "additive_mask", masks.additive_mask(), /*want_bool=*/false, query, scores_shape,
                "[..., Tq, Tk]");
   }
@@ -121,7 +136,8 @@ std::tuple<torch::Tensor, torch::Tensor> attention(const torch::Tensor& query, c
                                                    const torch::Tensor& value, const SdpaOptions& options,
                                                    bool need_weights) {
   const double scale = options.scale() ? *options.scale() : 1.0 / std::sqrt(static_cast<double>(query.size(-1)));
-  torch::Tensor scores = at::matmul(query, key.transpose(-2, -1)).mul_(scale);
+  // Scale q before the product, not the scores after it: in float16 an unscaled q·k can overflow to inf.
+  torch::Tensor scores = at::matmul(query * scale, key.transpose(-2, -1));
   if (options.masks().additive_mask().defined()) scores = scores + options.masks().additive_mask();
 
   const torch::Tensor blocked = blocked_pairs(query, key, options);

@@ -11,8 +11,9 @@
 namespace attn::test {
 
 std::vector<DeviceDtype> device_dtype_grid() {
-  return {{torch::kCPU, torch::kFloat32},  {torch::kCPU, torch::kFloat64},  {torch::kCUDA, torch::kFloat32},
-          {torch::kCUDA, torch::kFloat64}, {torch::kCUDA, torch::kFloat16}, {torch::kCUDA, torch::kBFloat16}};
+  return {{torch::kCPU, torch::kFloat32},  {torch::kCPU, torch::kFloat64},  {torch::kCPU, torch::kBFloat16},
+          {torch::kCUDA, torch::kFloat32}, {torch::kCUDA, torch::kFloat64}, {torch::kCUDA, torch::kFloat16},
+          {torch::kCUDA, torch::kBFloat16}};
 }
 
 std::string param_name(const DeviceDtype& p) {

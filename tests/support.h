@@ -17,12 +17,12 @@ struct DeviceDtype {
   torch::Dtype dtype;
 };
 
-/// cpu x {float32, float64}, cuda x {float32, float64, float16, bfloat16}.
+/// cpu x {float32, float64, bfloat16}, cuda x {float32, float64, float16, bfloat16}.
 std::vector<DeviceDtype> device_dtype_grid();
 std::string param_name(const DeviceDtype& p);
 
 /// Comparison tolerance for results in `dtype` against a reference: float32 1e-5 and float64 1e-10
-/// (relative to the reference's magnitude, see expect_close); float16/bfloat16 (CUDA) against float64.
+/// (see close()); float16/bfloat16 against the float64 reference.
 double tolerance(torch::Dtype dtype);
 
 /// Skips (visibly, with a message) when `device` is CUDA and no GPU is present. Returns true if skipped.

@@ -46,6 +46,12 @@ std::vector<BadInput> functional_cases() {
       {"dropout_above_one", [=] { sdpa(q, k, v, SdpaOptions().dropout(1.5)); }, "dropout must be in [0, 1], got 1.5"},
       {"scale_not_finite", [=] { sdpa(q, k, v, SdpaOptions().scale(INFINITY)); }, "scale must be finite"},
       {"undefined_input", [=] { sdpa(torch::Tensor(), k, v); }, "query, key and value must be defined"},
+      {"d_k_zero", [=] { sdpa(r({2, 3, 0}), r({2, 5, 0}), v); }, "d_k (query's last dimension) must be positive, got query [2, 3, 0]"},
+      {"padding_mask_0d", [=] { sdpa(q, k, v, with(AttentionMasks().key_padding_mask(torch::tensor(true)))); }, "key_padding_mask must be [Tk] or have one dimension per leading dimension of the query plus Tk (2-D"},
+      // A PyTorch-style [B, Tk] padding mask against [B, H, Tq, d] would line up B with H: refused.
+      {"padding_mask_skips_heads", [=] { sdpa(r({2, 2, 3, 4}), r({2, 2, 5, 4}), r({2, 2, 5, 6}), with(AttentionMasks().key_padding_mask(mask({2, 5})))); }, "e.g. [B, 1, Tk] for [B, H, Tq, d] inputs), got shape [2, 5]"},
+      {"attend_mask_1d", [=] { sdpa(q, k, v, with(AttentionMasks().attend_mask(mask({5})))); }, "attend_mask must be [Tq, Tk] or have the query's rank 3"},
+      {"additive_mask_skips_heads", [=] { sdpa(r({2, 2, 3, 4}), r({2, 2, 5, 4}), r({2, 2, 5, 6}), with(AttentionMasks().additive_mask(torch::zeros({2, 3, 5})))); }, "additive_mask must be [Tq, Tk] or have the query's rank 4"},
   };
 }
 
@@ -55,6 +61,8 @@ std::vector<BadInput> option_cases() {
       {"zero_heads", [] { MultiHeadAttention(8, 0); }, "num_heads must be positive, got 0"},
       {"negative_embed_dim", [] { MultiHeadAttention(MultiHeadAttentionOptions(-8, 2)); }, "embed_dim must be positive, got -8"},
       {"zero_kdim", [] { MultiHeadAttention(MultiHeadAttentionOptions(8, 2).kdim(0)); }, "kdim must be positive, got 0"},
+      {"width_overflows", [] { MultiHeadAttention(MultiHeadAttentionOptions(8, int64_t{1} << 31).head_dim(int64_t{1} << 40)); }, "num_heads * head_dim = 2147483648 * 1099511627776 does not fit in 64 bits"},
+      {"cross_width_overflows", [] { CrossAttention(CrossAttentionOptions(8, 8, int64_t{1} << 62).num_heads(4)); }, "num_heads * d_k = 4 * 4611686018427387904 does not fit in 64 bits"},
       {"zero_head_dim", [] { MultiHeadAttention(MultiHeadAttentionOptions(8, 2).head_dim(0)); }, "head_dim must be positive"},
       {"mha_dropout", [] { MultiHeadAttention(MultiHeadAttentionOptions(8, 2).dropout(-0.1)); }, "dropout must be in [0, 1], got -0.1"},
       {"head_zero_d_k", [] { AttentionHead(16, 0); }, "attn::AttentionHead: d_k must be positive, got 0"},

@@ -84,6 +84,23 @@ TEST(Modules, DropoutIsOffInEvalMode) {
   EXPECT_FALSE(torch::allclose(train_out, out));
 }
 
+TEST(Modules, CausalAlignmentOption) {
+  // Two new queries against four keys: bottom-right (default) lets query i see keys j <= i + 2, top-left j <= i.
+  torch::manual_seed(4);
+  const torch::Tensor q = torch::randn({1, 2, 8}), kv = torch::randn({1, 4, 8});
+  MultiHeadAttention bottom_right(MultiHeadAttentionOptions(8, 2).causal(true));
+  MultiHeadAttention top_left(MultiHeadAttentionOptions(8, 2).causal(true).causal_alignment(CausalAlignment::TopLeft));
+  const torch::Tensor br = std::get<1>(bottom_right->forward_with_weights(q, kv, kv, {}, HeadWeights::PerHead));
+  const torch::Tensor tl = std::get<1>(top_left->forward_with_weights(q, kv, kv, {}, HeadWeights::PerHead));
+  EXPECT_TRUE(torch::equal(br.ne(0)[0][0], torch::tensor({{1, 1, 1, 0}, {1, 1, 1, 1}}).to(torch::kBool)));
+  EXPECT_TRUE(torch::equal(tl.ne(0)[0][1], torch::tensor({{1, 0, 0, 0}, {1, 1, 0, 0}}).to(torch::kBool)));
+  EXPECT_NE(printed(top_left).find("causal=true, causal_alignment=top_left"), std::string::npos);
+
+  AttentionHead head(AttentionHeadOptions(8, 4).causal(true).causal_alignment(CausalAlignment::TopLeft));
+  const torch::Tensor w = std::get<1>(head->forward_with_weights(q, kv, kv));
+  EXPECT_TRUE(torch::equal(w.ne(0)[0], torch::tensor({{1, 0, 0, 0}, {1, 1, 0, 0}}).to(torch::kBool)));
+}
+
 TEST(Modules, CloneIsADeepCopy) {
   MultiHeadAttention mha(8, 2);
   auto copy = std::dynamic_pointer_cast<MultiHeadAttentionImpl>(mha->clone());

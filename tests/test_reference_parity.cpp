@@ -37,6 +37,19 @@ class ReferenceParity : public ::testing::TestWithParam<CaseParam> {
   double tol_ = 0;
 };
 
+// The parity suites are registered from the manifest: if it went missing or short they would silently
+// shrink, so the set of cases is checked too.
+TEST(ReferenceCases, EveryKindIsGenerated) {
+  EXPECT_GE(reference_cases("sdpa_").size(), 15u);
+  EXPECT_GE(reference_cases("mha_").size(), 10u);
+  EXPECT_GE(reference_cases("head_").size(), 4u);
+  EXPECT_GE(reference_cases("cross_").size(), 3u);
+  for (const char* nb : {"nb000", "nb001_self", "nb001_masked", "nb001_mha", "nb003", "nb003_masked", "nb004_self",
+                         "nb004_mhsa"}) {
+    EXPECT_EQ(reference_cases(nb).empty(), false) << nb;
+  }
+}
+
 // ---- functional: attn::scaled_dot_product_attention vs F.scaled_dot_product_attention / explicit formula
 class SdpaParity : public ReferenceParity {};
 

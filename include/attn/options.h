@@ -83,6 +83,8 @@ struct AttentionHeadOptions {
   /// Bias in the q/k/v projections. Default false, like the notebooks' W_q/W_k/W_v.
   TORCH_ARG(bool, bias) = false;
   TORCH_ARG(bool, causal) = false;
+  /// Which keys a causal query sees when Tq != Tk (see CausalAlignment).
+  TORCH_ARG(CausalAlignment, causal_alignment) = CausalAlignment::BottomRight;
   TORCH_ARG(double, dropout) = 0.0;
 };
 
@@ -102,6 +104,9 @@ struct MultiHeadAttentionOptions {
   /// (notebook 001's MultiHeadedAttention: independent full-width heads, concatenated).
   TORCH_ARG(bool, output_projection) = true;
   TORCH_ARG(bool, causal) = false;
+  /// Which keys a causal query sees when Tq != Tk (see CausalAlignment). torch.nn.MultiheadAttention's
+  /// is_causal hint corresponds to TopLeft.
+  TORCH_ARG(CausalAlignment, causal_alignment) = CausalAlignment::BottomRight;
   TORCH_ARG(double, dropout) = 0.0;
 };
 

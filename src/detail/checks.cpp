@@ -1,5 +1,7 @@
 #include "detail/checks.h"
 
+#include <torch/version.h>
+
 namespace attn::detail {
 
 bool broadcasts_to(at::IntArrayRef mask, at::IntArrayRef target) {
@@ -12,11 +14,16 @@ bool broadcasts_to(at::IntArrayRef mask, at::IntArrayRef target) {
 }
 
 void check_floating(const char* fn, const char* arg, const torch::Tensor& t) {
-  TORCH_CHECK(at::isFloatingType(t.scalar_type()), fn, ": ", arg,
+  // An allow-list rather than isFloatingType(), which on LibTorch >= 2.1 also admits float8 types that the
+  // matrix products reject with a less helpful message.
+  const auto s = t.scalar_type();
+  TORCH_CHECK(s == at::kFloat || s == at::kDouble || s == at::kBFloat16 || s == at::kHalf, fn, ": ", arg,
               " must be a floating-point tensor (float32, float64, bfloat16 or float16), got ", dtype_name(t));
-  TORCH_CHECK(!(t.is_cpu() && t.scalar_type() == at::kHalf), fn, ": ", arg,
-              " is float16 on the CPU, which LibTorch's CPU matrix products do not support; use float32, "
+#if TORCH_VERSION_MAJOR < 2
+  TORCH_CHECK(!(t.is_cpu() && s == at::kHalf), fn, ": ", arg,
+              " is float16 on the CPU, which LibTorch 1.x's CPU matrix products do not support; use float32, "
               "float64 or bfloat16 there (float16 works on CUDA)");
+#endif
 }
 
 void check_same_device_dtype(const char* fn, const char* arg, const torch::Tensor& t, const char* ref_arg,

@@ -5,6 +5,8 @@
 
 #include <ATen/ATen.h>
 
+#include <limits>
+
 namespace attn::detail {
 namespace {
 
@@ -115,6 +117,18 @@ torch::Tensor select_head_weights(const torch::Tensor& per_head, HeadWeights hea
 
 void check_positive(const char* module, const char* option, int64_t value) {
   TORCH_CHECK(value > 0, module, ": ", option, " must be positive, got ", value);
+}
+
+int64_t checked_width(const char* module, const char* what, int64_t a, int64_t b) {
+  TORCH_CHECK(a <= std::numeric_limits<int64_t>::max() / b, module, ": ", what, " = ", a, " * ", b,
+              " does not fit in 64 bits");
+  return a * b;
+}
+
+std::string causal_description(bool causal, CausalAlignment alignment) {
+  std::string s = std::string(", causal=") + bool_name(causal);
+  if (causal && alignment == CausalAlignment::TopLeft) s += ", causal_alignment=top_left";
+  return s;
 }
 
 void check_dropout(const char* module, double p) {

@@ -7,6 +7,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/types.h>
 
+#include <string>
 #include <tuple>
 
 namespace attn::detail {
@@ -36,6 +37,12 @@ torch::Tensor select_head_weights(const torch::Tensor& per_head, HeadWeights hea
 
 /// Options validation shared by the modules' reset().
 void check_positive(const char* module, const char* option, int64_t value);
+/// a * b for a layer width, refusing int64 overflow; `what` spells the product, e.g. "num_heads * head_dim".
+int64_t checked_width(const char* module, const char* what, int64_t a, int64_t b);
+/// "true" / "false" without setting std::boolalpha on the caller's stream.
+inline const char* bool_name(bool b) { return b ? "true" : "false"; }
+/// ", causal=true[, causal_alignment=top_left]" for pretty_print.
+std::string causal_description(bool causal, CausalAlignment alignment);
 void check_dropout(const char* module, double p);
 
 }  // namespace attn::detail

@@ -24,8 +24,9 @@ void AttentionHeadImpl::reset() {
 }
 
 void AttentionHeadImpl::pretty_print(std::ostream& stream) const {
-  stream << std::boolalpha << "attn::AttentionHead(d_in=" << options.d_in() << ", d_k=" << options.d_k()
-         << ", d_v=" << options.d_v() << ", bias=" << options.bias() << ", causal=" << options.causal()
+  stream << "attn::AttentionHead(d_in=" << options.d_in() << ", d_k=" << options.d_k() << ", d_v=" << options.d_v()
+         << ", bias=" << detail::bool_name(options.bias())
+         << detail::causal_description(options.causal(), options.causal_alignment())
          << ", dropout=" << options.dropout() << ")";
 }
 
@@ -50,7 +51,10 @@ std::tuple<torch::Tensor, torch::Tensor> AttentionHeadImpl::attend(const torch::
                                                                    const AttentionMasks& masks, bool need_weights) {
   const detail::HeadLayout layout{kModule,        "q_in",         "k_in",         "v_in",
                                   options.d_in(), options.d_in(), options.d_in(), /*num_heads=*/1};
-  const auto sdpa = SdpaOptions().causal(options.causal()).dropout(is_training() ? options.dropout() : 0.0);
+  const auto sdpa = SdpaOptions()
+                        .causal(options.causal())
+                        .causal_alignment(options.causal_alignment())
+                        .dropout(is_training() ? options.dropout() : 0.0);
   return detail::project_and_attend(layout, q_in, k_in, v_in, q_proj, k_proj, v_proj, masks, sdpa, need_weights);
 }
 

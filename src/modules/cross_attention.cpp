@@ -20,15 +20,17 @@ void CrossAttentionImpl::reset() {
   const auto linear = [&](int64_t in, int64_t out) {
     return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(options.bias()));
   };
-  q_proj = register_module("q_proj", linear(options.d_query_in(), heads * options.d_k()));
-  k_proj = register_module("k_proj", linear(options.d_context_in(), heads * options.d_k()));
-  v_proj = register_module("v_proj", linear(options.d_context_in(), heads * options.d_v()));
+  const int64_t qk_width = detail::checked_width(kModule, "num_heads * d_k", heads, options.d_k());
+  const int64_t v_width = detail::checked_width(kModule, "num_heads * d_v", heads, options.d_v());
+  q_proj = register_module("q_proj", linear(options.d_query_in(), qk_width));
+  k_proj = register_module("k_proj", linear(options.d_context_in(), qk_width));
+  v_proj = register_module("v_proj", linear(options.d_context_in(), v_width));
 }
 
 void CrossAttentionImpl::pretty_print(std::ostream& stream) const {
-  stream << std::boolalpha << "attn::CrossAttention(d_query_in=" << options.d_query_in()
+  stream << "attn::CrossAttention(d_query_in=" << options.d_query_in()
          << ", d_context_in=" << options.d_context_in() << ", d_k=" << options.d_k() << ", d_v=" << options.d_v()
-         << ", num_heads=" << options.num_heads() << ", bias=" << options.bias()
+         << ", num_heads=" << options.num_heads() << ", bias=" << detail::bool_name(options.bias())
          << ", dropout=" << options.dropout() << ")";
 }
 

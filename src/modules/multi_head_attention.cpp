@@ -28,7 +28,7 @@ void MultiHeadAttentionImpl::reset() {
                 ") must be divisible by num_heads (", options.num_heads(),
                 "), or set head_dim explicitly");
   }
-  const int64_t inner = options.num_heads() * head_dim();
+  const int64_t inner = detail::checked_width(kModule, "num_heads * head_dim", options.num_heads(), head_dim());
   const auto linear = [&](int64_t in, int64_t out) {
     return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(options.bias()));
   };
@@ -44,13 +44,15 @@ void MultiHeadAttentionImpl::reset() {
 }
 
 void MultiHeadAttentionImpl::pretty_print(std::ostream& stream) const {
-  stream << std::boolalpha << "attn::MultiHeadAttention(embed_dim=" << options.embed_dim()
+  stream << "attn::MultiHeadAttention(embed_dim=" << options.embed_dim()
          << ", num_heads=" << options.num_heads() << ", head_dim=" << head_dim();
   if (options.kdim() != options.embed_dim() || options.vdim() != options.embed_dim()) {
     stream << ", kdim=" << options.kdim() << ", vdim=" << options.vdim();
   }
-  stream << ", bias=" << options.bias() << ", output_projection=" << options.output_projection()
-         << ", causal=" << options.causal() << ", dropout=" << options.dropout() << ")";
+  stream << ", bias=" << detail::bool_name(options.bias())
+         << ", output_projection=" << detail::bool_name(options.output_projection())
+         << detail::causal_description(options.causal(), options.causal_alignment())
+         << ", dropout=" << options.dropout() << ")";
 }
 
 torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& query, const torch::Tensor& key,
@@ -72,7 +74,10 @@ std::tuple<torch::Tensor, torch::Tensor> MultiHeadAttentionImpl::attend(
     bool need_weights) {
   const detail::HeadLayout layout{kModule,        "query",         "key",         "value",
                                   options.embed_dim(), options.kdim(), options.vdim(), options.num_heads()};
-  const auto sdpa = SdpaOptions().causal(options.causal()).dropout(is_training() ? options.dropout() : 0.0);
+  const auto sdpa = SdpaOptions()
+                        .causal(options.causal())
+                        .causal_alignment(options.causal_alignment())
+                        .dropout(is_training() ? options.dropout() : 0.0);
   auto [out, weights] =
       detail::project_and_attend(layout, query, key, value, q_proj, k_proj, v_proj, masks, sdpa, need_weights);
   if (out_proj) out = out_proj(out);

@@ -157,10 +157,6 @@ def sdpa_case(w, name, seed, batch, tq, tk, dk, dv, kpm=False, attend=None, addi
         case["k"] = k.masked_fill(hole, float("nan"))
         case["v"] = v.masked_fill(hole, float("nan"))
 
-    def ours(qq, kk, vv):
-        return explicit_sdpa(qq, kk, vv, masks.get("key_padding_mask"), masks.get("attend_mask"),
-                             masks.get("additive_mask"), causal, alignment, scale)
-
     # F's convention in one float mask: bool (True = may attend) folded to -inf, plus the additive part.
     f_defined = not causal or tq == tk or alignment == "top_left"
     allowed = allowed_pairs(q, k, masks.get("key_padding_mask"), masks.get("attend_mask"),
@@ -179,13 +175,15 @@ def sdpa_case(w, name, seed, batch, tq, tk, dk, dv, kpm=False, attend=None, addi
 
         (out, weights), grads = with_grads(explicit, inputs, cot)
         if f_defined:
-            float_mask = None
-            if masks or causal:
-                float_mask = torch.zeros(allowed.shape, dtype=dt).masked_fill(~allowed, float("-inf"))
-                if "additive_mask" in cast:
-                    float_mask = float_mask + cast["additive_mask"].masked_fill(
-                        torch.isneginf(cast["additive_mask"]), 0.0)
-            f_out, f_grads = with_grads(lambda a, b, c: torch_sdpa(a, b, c, float_mask, scale), inputs, cot)
+            # Without an additive part, F gets attn's bool masks as its own bool attn_mask: that pins the
+            # convention (True = may attend) directly against F. With one, everything folds into a float mask.
+            f_mask = None
+            if "additive_mask" in cast:
+                f_mask = torch.zeros(allowed.shape, dtype=dt).masked_fill(~allowed, float("-inf"))
+                f_mask = f_mask + cast["additive_mask"].masked_fill(torch.isneginf(cast["additive_mask"]), 0.0)
+            elif masks or causal:
+                f_mask = allowed
+            f_out, f_grads = with_grads(lambda a, b, c: torch_sdpa(a, b, c, f_mask, scale), inputs, cot)
             tol = 1e-5 if dt == torch.float32 else 1e-12
             assert torch.allclose(f_out, out, rtol=tol, atol=tol), (name, (f_out - out).abs().max())
             out, grads = f_out, f_grads  # F is the source of truth where it is defined
