@@ -34,6 +34,9 @@ std::vector<BadInput> functional_cases() {
       {"value_length_mismatch", [=] { sdpa(q, k, r({2, 4, 6})); }, "value must be [..., Tk, d_v] with Tk = 5"},
       {"batch_mismatch", [=] { sdpa(q, r({3, 5, 4}), r({3, 5, 6})); }, "must share their leading dimensions"},
       {"integer_inputs", [=] { sdpa(q.to(torch::kLong), k.to(torch::kLong), v.to(torch::kLong)); }, "query must be a floating-point tensor"},
+      // The meta device stands in for a second device, so these run on machines without a GPU too.
+      {"device_mismatch", [=] { sdpa(q, k.to(torch::kMeta), v); }, "key is on meta but query is on cpu; move them to the same device"},
+      {"mask_device_mismatch", [=] { sdpa(q, k, v, with(AttentionMasks().attend_mask(mask({3, 5}).to(torch::kMeta)))); }, "attend_mask is on meta but the inputs are on cpu"},
       {"dtype_mismatch", [=] { sdpa(q, k.to(torch::kFloat64), v); }, "key is Double but query is Float; convert them to the same dtype"},
       {"half_on_cpu", [=] { sdpa(q.to(torch::kHalf), k.to(torch::kHalf), v.to(torch::kHalf)); }, "float16 on the CPU"},
       {"padding_mask_float", [=] { sdpa(q, k, v, with(AttentionMasks().key_padding_mask(torch::zeros({2, 5})))); }, "key_padding_mask must be a bool tensor, got Float (a float mask that is added to the scores goes in additive_mask)"},
@@ -84,6 +87,7 @@ std::vector<BadInput> module_input_cases() {
       {"mha_key_rank_differs", [=] { (*mha)->forward(q, r({4, 6}), v); }, "key must be [B, T, 6] like the query"},
       {"mha_batch_mismatch", [=] { (*mha)->forward(q, r({3, 4, 6}), r({3, 4, 5})); }, "must have the same batch size"},
       {"mha_key_value_length", [=] { (*mha)->forward(q, k, r({2, 5, 5})); }, "key and value must have the same length"},
+      {"mha_device_vs_parameters", [=] { (*mha)->forward(q.to(torch::kMeta), k.to(torch::kMeta), v.to(torch::kMeta)); }, "query is on meta but the module's parameters are on cpu; move one with module->to(device)"},
       {"mha_dtype_vs_parameters", [=] { (*mha)->forward(q.to(torch::kFloat64), k.to(torch::kFloat64), v.to(torch::kFloat64)); }, "query is Double but the module's parameters are Float; convert one with module->to(dtype)"},
       {"mha_integer_input", [=] { (*mha)->forward(q.to(torch::kInt), k, v); }, "query must be a floating-point tensor (float32, float64, bfloat16 or float16), got Int"},
       {"mha_padding_shape", [=] { (*mha)->forward(q, k, v, AttentionMasks().key_padding_mask(mask({2, 3}))); }, "key_padding_mask must be [B, Tk] = [2, 4] (true = padding), got shape [2, 3]"},

@@ -70,6 +70,24 @@ TEST(Modules, OutputShapes) {
   EXPECT_EQ(std::get<1>(head->forward_with_weights(x, x, x)).sizes(), (std::vector<int64_t>{2, 5, 5}));
 }
 
+TEST(Modules, PaddingIsTheSameAsLeavingTheKeysOut) {
+  // Padded keys must act as if they were not there, whatever the mask's memory layout (here transposed).
+  torch::manual_seed(6);
+  MultiHeadAttention mha(MultiHeadAttentionOptions(8, 2).kdim(5).vdim(3));
+  mha->to(torch::kFloat64);
+  const torch::Tensor q = torch::randn({2, 4, 8}, torch::kFloat64), k = torch::randn({2, 6, 5}, torch::kFloat64),
+                      v = torch::randn({2, 6, 3}, torch::kFloat64);
+  torch::Tensor pad_t = torch::zeros({6, 2}, torch::kBool);
+  pad_t.slice(0, 4) = true;  // the last two keys of both sequences are padding
+  const torch::Tensor pad = pad_t.t();
+  ASSERT_FALSE(pad.is_contiguous());
+  auto [out, weights] = mha->forward_with_weights(q, k, v, AttentionMasks().key_padding_mask(pad));
+  auto [short_out, short_weights] = mha->forward_with_weights(q, k.slice(1, 0, 4), v.slice(1, 0, 4));
+  EXPECT_CLOSE(out, short_out, 1e-12);
+  EXPECT_CLOSE(weights.slice(-1, 0, 4), short_weights, 1e-12);
+  EXPECT_EQ(weights.slice(-1, 4).abs().max().item<double>(), 0.0);
+}
+
 TEST(Modules, DropoutIsOffInEvalMode) {
   torch::manual_seed(5);
   MultiHeadAttention mha(MultiHeadAttentionOptions(8, 2).dropout(0.5));

@@ -88,7 +88,7 @@ std::tuple<torch::Tensor, torch::Tensor> project_and_attend(const HeadLayout& la
                 batched ? "[B, Tk] = " : "[Tk] = ", at::IntArrayRef(expected), " (true = padding), got shape ",
                 pad.sizes());
     check_mask(layout.module, "key_padding_mask", pad, /*want_bool=*/true, query, expected, "[B, Tk]");
-    lifted.key_padding_mask(pad.view({batch, 1, tk}));
+    lifted.key_padding_mask(pad.reshape({batch, 1, tk}));  // reshape: the caller's mask may be strided
   }
   lifted.attend_mask(lift_pair_mask(layout, "attend_mask", masks.attend_mask(), true, query, batched, batch, tq, tk));
   lifted.additive_mask(
