@@ -5,9 +5,8 @@
 #include <torch/arg.h>
 #include <torch/types.h>
 
-#include <c10/util/Optional.h>
-
 #include <cstdint>
+#include <optional>
 
 namespace attn {
 
@@ -66,7 +65,7 @@ struct SdpaOptions {
   TORCH_ARG(bool, causal) = false;
   TORCH_ARG(CausalAlignment, causal_alignment) = CausalAlignment::BottomRight;
   /// Multiplies q·k. Default: 1 / sqrt(d_k).
-  TORCH_ARG(c10::optional<double>, scale) = c10::nullopt;
+  TORCH_ARG(std::optional<double>, scale) = std::nullopt;
   /// Dropout probability on the attention weights. The functional form applies it whenever it is > 0 (as
   /// torch.nn.functional does); the modules pass their dropout only in training mode.
   TORCH_ARG(double, dropout) = 0.0;
@@ -95,7 +94,7 @@ struct MultiHeadAttentionOptions {
   TORCH_ARG(int64_t, embed_dim);
   TORCH_ARG(int64_t, num_heads);
   /// Width of each head. Default: embed_dim / num_heads, which must then divide evenly.
-  TORCH_ARG(c10::optional<int64_t>, head_dim) = c10::nullopt;
+  TORCH_ARG(std::optional<int64_t>, head_dim) = std::nullopt;
   /// Width of the key and value inputs (cross-attention from another sequence). Default: embed_dim.
   TORCH_ARG(int64_t, kdim);
   TORCH_ARG(int64_t, vdim);
