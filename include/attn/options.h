@@ -10,12 +10,6 @@
 
 namespace attn {
 
-/// Which implementation computes attention. More backends (fused kernels) plug in here.
-enum class Backend {
-  Auto,  ///< the fastest implementation that is correct for the request
-  Math,  ///< reference composition of ATen ops; materialises the [Tq, Tk] scores
-};
-
 /// How a causal mask lines up queries with keys when Tq != Tk.
 enum class CausalAlignment {
   /// Query i sees keys j <= i + (Tk - Tq): the last query sees every key. This is what incremental decoding
@@ -69,7 +63,6 @@ struct SdpaOptions {
   /// Dropout probability on the attention weights. The functional form applies it whenever it is > 0 (as
   /// torch.nn.functional does); the modules pass their dropout only in training mode.
   TORCH_ARG(double, dropout) = 0.0;
-  TORCH_ARG(Backend, backend) = Backend::Auto;
 };
 
 /// attn::AttentionHead: one head, x [.., d_in] -> q, k [.., d_k] and v [.., d_v].
