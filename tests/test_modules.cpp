@@ -88,6 +88,21 @@ TEST(Modules, PaddingIsTheSameAsLeavingTheKeysOut) {
   EXPECT_EQ(weights.slice(-1, 4).abs().max().item<double>(), 0.0);
 }
 
+TEST(Modules, EmptyBatchesAndSequences) {
+  MultiHeadAttention mha(MultiHeadAttentionOptions(12, 3).bias(false));
+  const torch::Tensor x = torch::randn({2, 5, 12});
+  EXPECT_EQ(mha->forward(torch::randn({0, 5, 12}), torch::randn({0, 5, 12}), torch::randn({0, 5, 12})).sizes(),
+            (std::vector<int64_t>{0, 5, 12}));
+  EXPECT_EQ(mha->forward(torch::randn({2, 0, 12}), x, x).sizes(), (std::vector<int64_t>{2, 0, 12}));
+  // No keys at all: every query attends to nothing, so the output is exactly zero (no bias here).
+  const torch::Tensor none = torch::randn({2, 0, 12});
+  const torch::Tensor out = mha->forward(x, none, none);
+  EXPECT_EQ(out.sizes(), (std::vector<int64_t>{2, 5, 12}));
+  EXPECT_EQ(out.abs().max().item<double>(), 0.0);
+  CrossAttention cross(6, 4, 3);
+  EXPECT_EQ(cross->forward(torch::randn({0, 2, 6}), torch::randn({0, 3, 4})).sizes(), (std::vector<int64_t>{0, 2, 3}));
+}
+
 TEST(Modules, DropoutIsOffInEvalMode) {
   torch::manual_seed(5);
   MultiHeadAttention mha(MultiHeadAttentionOptions(8, 2).dropout(0.5));
