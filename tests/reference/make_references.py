@@ -11,12 +11,14 @@ in float64, and for each of float32 and float64 the outputs and input gradients 
 those inputs cast to that dtype. Nothing here comes from attn's own code.
 
 Sources of truth, by kind:
-  sdpa   torch.nn.functional.scaled_dot_product_attention (F._scaled_dot_product_attention on 1.13) where it
-         is defined; for what it leaves undefined or gets wrong (rows with no allowed key: NaN; causal with
-         Tq != Tk; NaN at masked keys) an explicit formula in PyTorch ops states the documented semantics,
-         and is itself checked against F wherever both are defined.
+  sdpa   torch.nn.functional.scaled_dot_product_attention (F._scaled_dot_product_attention on 1.13) wherever
+         every query keeps a key, with the masks (causal included) passed as F's own bool attn_mask. Where F
+         gives NaN (rows with no allowed key) an explicit formula in PyTorch ops states the documented
+         semantics (zeros); it is itself checked against F wherever both are defined. NaN at masked keys:
+         F on the same inputs with those entries zeroed (PyTorch would let the NaN through).
   mha    torch.nn.MultiheadAttention(batch_first=True), masks in PyTorch's own conventions.
-  head, cross   explicit PyTorch formulas for one head / cross-attention with given weights.
+  head, cross   F.linear projections and F's attention (the explicit formula where a row keeps no key)
+         for one head / cross-attention with given weights.
   nb001, nb003, nb004   the notebooks' own classes, built from the notebooks' seeds.
 """
 import argparse
@@ -157,11 +159,11 @@ def sdpa_case(w, name, seed, batch, tq, tk, dk, dv, kpm=False, attend=None, addi
         case["k"] = k.masked_fill(hole, float("nan"))
         case["v"] = v.masked_fill(hole, float("nan"))
 
-    # F's convention in one float mask: bool (True = may attend) folded to -inf, plus the additive part.
-    f_defined = not causal or tq == tk or alignment == "top_left"
+    # Causal (either alignment) is folded into the mask F receives, so F is defined wherever every query
+    # keeps at least one key.
     allowed = allowed_pairs(q, k, masks.get("key_padding_mask"), masks.get("attend_mask"),
                             masks.get("additive_mask"), causal, alignment)
-    f_defined = f_defined and bool(allowed.any(-1).all())
+    f_defined = bool(allowed.any(-1).all())
 
     gen_ct = torch.Generator().manual_seed(seed + 1)
     cot = torch.randn(batch + [tq, dv], generator=gen_ct, dtype=torch.float64)
@@ -334,6 +336,8 @@ def projected_case(w, kind, name, seed, d_q_in, d_kv_in, dk, dv, heads, batch, t
             pad[-1] = True
         case["key_padding_mask"] = pad
 
+    sources = set()
+
     def run(xx, cc, dt):
         def lin(t, wt, bb):
             return F.linear(t, wt.to(dt), None if bb is None else bb.to(dt))
@@ -344,6 +348,17 @@ def projected_case(w, kind, name, seed, d_q_in, d_kv_in, dk, dv, heads, batch, t
         q, k, v = split(lin(xx, wq, bq), dk), split(lin(cc, wk, bk), dk), split(lin(cc, wv, bv), dv)
         p = None if pad is None else pad.unsqueeze(-2)  # [.., 1, Tk] broadcasts over heads
         out, weights = explicit_sdpa(q, k, v, kpm=p, causal=causal)
+        # PyTorch's F is the source of truth wherever it is defined: every query has a key to attend to (the
+        # bottom-right causal mask goes to F as its bool mask).
+        allowed = allowed_pairs(q, k, p, None, None, causal, "bottom_right")
+        if bool(allowed.any(-1).all()):
+            f_out = torch_sdpa(q, k, v, allowed if (causal or p is not None) else None, None)
+            tol = 1e-5 if dt == torch.float32 else 1e-12
+            assert torch.allclose(f_out, out, rtol=tol, atol=tol), (name, (f_out - out).abs().max())
+            out = f_out
+            sources.add("F.scaled_dot_product_attention")
+        else:
+            sources.add("explicit formula")
         out = out.transpose(-3, -2)
         return out.reshape(out.shape[:-2] + (heads * dv,)), weights
 
@@ -355,6 +370,7 @@ def projected_case(w, kind, name, seed, d_q_in, d_kv_in, dk, dv, heads, batch, t
         case["weights_per_head_" + dname] = weights.detach()
         case["grad_x_" + dname] = grads[0]
         case["grad_context_" + dname] = grads[1]
+    case["source"] = " + ".join(sorted(sources))
     w.save(name, case)
 
 
