@@ -106,7 +106,7 @@ void check_attention_inputs(const char* fn, const torch::Tensor& query, const to
                 pad.sizes());
     auto target = batch;
     target.push_back(tk);
-    check_mask(fn, "key_padding_mask", masks.key_padding_mask(), /*want_bool=*/true, query, target, "[..., Tk]");
+    check_mask(fn, "key_padding_mask", pad, /*want_bool=*/true, query, target, "[..., Tk]");
   }
   auto scores_shape = batch;
   scores_shape.push_back(tq);

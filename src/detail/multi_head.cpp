@@ -111,6 +111,10 @@ std::tuple<torch::Tensor, torch::Tensor> project_and_attend(const HeadLayout& la
   return {out, weights};
 }
 
+SdpaOptions module_sdpa_options(bool causal, CausalAlignment alignment, double dropout, bool training) {
+  return SdpaOptions().causal(causal).causal_alignment(alignment).dropout(training ? dropout : 0.0);
+}
+
 torch::Tensor select_head_weights(const torch::Tensor& per_head, HeadWeights head_weights) {
   return head_weights == HeadWeights::Averaged ? per_head.mean(-3) : per_head;
 }

@@ -51,10 +51,8 @@ std::tuple<torch::Tensor, torch::Tensor> AttentionHeadImpl::attend(const torch::
                                                                    const AttentionMasks& masks, bool need_weights) {
   const detail::HeadLayout layout{kModule,        "q_in",         "k_in",         "v_in",
                                   options.d_in(), options.d_in(), options.d_in(), /*num_heads=*/1};
-  const auto sdpa = SdpaOptions()
-                        .causal(options.causal())
-                        .causal_alignment(options.causal_alignment())
-                        .dropout(is_training() ? options.dropout() : 0.0);
+  const auto sdpa = detail::module_sdpa_options(options.causal(), options.causal_alignment(), options.dropout(),
+                                                is_training());
   return detail::project_and_attend(layout, q_in, k_in, v_in, q_proj, k_proj, v_proj, masks, sdpa, need_weights);
 }
 

@@ -52,7 +52,8 @@ std::tuple<torch::Tensor, torch::Tensor> CrossAttentionImpl::attend(const torch:
                                                                     const AttentionMasks& masks, bool need_weights) {
   const detail::HeadLayout layout{kModule, "x", "context", "context", options.d_query_in(), options.d_context_in(),
                                   options.d_context_in(), options.num_heads()};
-  const auto sdpa = SdpaOptions().dropout(is_training() ? options.dropout() : 0.0);
+  const auto sdpa = detail::module_sdpa_options(/*causal=*/false, CausalAlignment::BottomRight, options.dropout(),
+                                                is_training());
   return detail::project_and_attend(layout, x, context, context, q_proj, k_proj, v_proj, masks, sdpa, need_weights);
 }
 

@@ -74,10 +74,8 @@ std::tuple<torch::Tensor, torch::Tensor> MultiHeadAttentionImpl::attend(
     bool need_weights) {
   const detail::HeadLayout layout{kModule,        "query",         "key",         "value",
                                   options.embed_dim(), options.kdim(), options.vdim(), options.num_heads()};
-  const auto sdpa = SdpaOptions()
-                        .causal(options.causal())
-                        .causal_alignment(options.causal_alignment())
-                        .dropout(is_training() ? options.dropout() : 0.0);
+  const auto sdpa = detail::module_sdpa_options(options.causal(), options.causal_alignment(), options.dropout(),
+                                                is_training());
   auto [out, weights] =
       detail::project_and_attend(layout, query, key, value, q_proj, k_proj, v_proj, masks, sdpa, need_weights);
   if (out_proj) out = out_proj(out);
