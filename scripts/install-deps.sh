@@ -7,6 +7,7 @@ packages=(
   cmake ninja-build g++ make  # build tools
   libtorch-dev                # LibTorch (1.13 on Debian 12)
   libopenblas0-openmp         # without it libtorch runs on reference BLAS, ~45x slower matrix products
+  libsleef-dev                # sleef.h: the AVX2/AVX-512 variants of the fused kernel call SLEEF's exp
   libfmt-dev libgtest-dev     # apps, tests
   python3-torch               # /usr/bin/python3 computes the tests' reference outputs
 )

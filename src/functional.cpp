@@ -132,9 +132,9 @@ void check_attention_inputs(const char* fn, const torch::Tensor& query, const to
               options.dropout());
 }
 
-std::tuple<torch::Tensor, torch::Tensor> attention(const torch::Tensor& query, const torch::Tensor& key,
-                                                   const torch::Tensor& value, const SdpaOptions& options,
-                                                   bool need_weights) {
+std::tuple<torch::Tensor, torch::Tensor> math_attention(const torch::Tensor& query, const torch::Tensor& key,
+                                                        const torch::Tensor& value, const SdpaOptions& options,
+                                                        bool need_weights) {
   const double scale = options.scale() ? *options.scale() : 1.0 / std::sqrt(static_cast<double>(query.size(-1)));
   // Scale q before the product, not the scores after it: in float16 an unscaled q·k can overflow to inf.
   torch::Tensor scores = at::matmul(query * scale, key.transpose(-2, -1));
@@ -162,15 +162,22 @@ std::tuple<torch::Tensor, torch::Tensor> attention(const torch::Tensor& query, c
 torch::Tensor scaled_dot_product_attention(const torch::Tensor& query, const torch::Tensor& key,
                                            const torch::Tensor& value, const SdpaOptions& options) {
   detail::check_attention_inputs(detail::kSdpa, query, key, value, options);
-  return std::get<0>(detail::attention(query, key, value, options, /*need_weights=*/false));
+  return std::get<0>(detail::attention(detail::kSdpa, query, key, value, options, /*need_weights=*/false));
 }
 
 std::tuple<torch::Tensor, torch::Tensor> scaled_dot_product_attention_with_weights(const torch::Tensor& query,
                                                                                    const torch::Tensor& key,
                                                                                    const torch::Tensor& value,
                                                                                    const SdpaOptions& options) {
-  detail::check_attention_inputs("attn::scaled_dot_product_attention_with_weights", query, key, value, options);
-  return detail::attention(query, key, value, options, /*need_weights=*/true);
+  constexpr const char* fn = "attn::scaled_dot_product_attention_with_weights";
+  detail::check_attention_inputs(fn, query, key, value, options);
+  return detail::attention(fn, query, key, value, options, /*need_weights=*/true);
+}
+
+Backend resolved_backend(const torch::Tensor& query, const SdpaOptions& options, bool need_weights) {
+  TORCH_CHECK(query.defined(), "attn::resolved_backend: query is undefined");
+  return detail::resolve_backend(need_weights ? "attn::scaled_dot_product_attention_with_weights" : detail::kSdpa,
+                                 query, options, need_weights);
 }
 
 }  // namespace attn

@@ -26,4 +26,9 @@ std::tuple<torch::Tensor, torch::Tensor> scaled_dot_product_attention_with_weigh
     const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
     const SdpaOptions& options = {});
 
+/// The backend that scaled_dot_product_attention (or `_with_weights`, when `need_weights`) would run for
+/// this query and these options: options.backend(), or what Backend::Auto picks. Throws, as the call would,
+/// when the requested backend cannot serve the request (e.g. Backend::Fused with weights or dropout).
+Backend resolved_backend(const torch::Tensor& query, const SdpaOptions& options = {}, bool need_weights = false);
+
 }  // namespace attn

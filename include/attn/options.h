@@ -20,6 +20,24 @@ enum class CausalAlignment {
   TopLeft,
 };
 
+/// Which implementation computes the attention. Math and Fused give the same results within floating-point
+/// rounding, masks and edge cases included; the backends differ in speed, memory and what they support.
+enum class Backend {
+  /// The fastest correct choice: the fused kernel on the CPU unless the weights are asked for, dropout is on,
+  /// or the additive mask needs a gradient; LibTorch's own SDPA on CUDA with LibTorch >= 2; else Math.
+  Auto,
+  /// Materialises the [Tq, Tk] scores. Supports everything, including returning the weights.
+  Math,
+  /// attn's fused CPU kernel (the `attn::flash_attention` op): tiles with an online softmax, O(T) memory,
+  /// forward and backward. CPU only; no weights, no dropout, and no gradient for the additive mask.
+  Fused,
+  /// LibTorch's scaled_dot_product_attention (at::_scaled_dot_product_attention on 1.13). attn's masks are
+  /// combined into its one mask and fully masked rows are zeroed afterwards; otherwise LibTorch's semantics
+  /// hold (a NaN or Inf at a masked key may reach the output, fully masked rows may get NaN gradients).
+  /// No weights.
+  Torch,
+};
+
 /// Which attention weights `forward_with_weights` returns.
 enum class HeadWeights {
   Averaged,  ///< mean over heads: [B, Tq, Tk] (what torch.nn.MultiheadAttention returns by default)
@@ -63,6 +81,7 @@ struct SdpaOptions {
   /// Dropout probability on the attention weights. The functional form applies it whenever it is > 0 (as
   /// torch.nn.functional does); the modules pass their dropout only in training mode.
   TORCH_ARG(double, dropout) = 0.0;
+  TORCH_ARG(Backend, backend) = Backend::Auto;
 };
 
 /// attn::AttentionHead: one head, x [.., d_in] -> q, k [.., d_k] and v [.., d_v].
@@ -78,6 +97,8 @@ struct AttentionHeadOptions {
   /// Which keys a causal query sees when Tq != Tk (see CausalAlignment).
   TORCH_ARG(CausalAlignment, causal_alignment) = CausalAlignment::BottomRight;
   TORCH_ARG(double, dropout) = 0.0;
+  /// Which implementation computes the attention (see Backend).
+  TORCH_ARG(Backend, backend) = Backend::Auto;
 };
 
 /// attn::MultiHeadAttention: q/k/v projections to num_heads heads of head_dim, attention, then out_proj.
@@ -100,6 +121,8 @@ struct MultiHeadAttentionOptions {
   /// is_causal hint corresponds to TopLeft.
   TORCH_ARG(CausalAlignment, causal_alignment) = CausalAlignment::BottomRight;
   TORCH_ARG(double, dropout) = 0.0;
+  /// Which implementation computes the attention (see Backend).
+  TORCH_ARG(Backend, backend) = Backend::Auto;
 };
 
 /// attn::CrossAttention: queries from x [.., d_query_in], keys and values from context [.., d_context_in].
@@ -115,6 +138,8 @@ struct CrossAttentionOptions {
   TORCH_ARG(int64_t, num_heads) = 1;
   TORCH_ARG(bool, bias) = false;
   TORCH_ARG(double, dropout) = 0.0;
+  /// Which implementation computes the attention (see Backend).
+  TORCH_ARG(Backend, backend) = Backend::Auto;
 };
 
 }  // namespace attn

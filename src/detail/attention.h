@@ -14,9 +14,23 @@ namespace attn::detail {
 void check_attention_inputs(const char* fn, const torch::Tensor& query, const torch::Tensor& key,
                             const torch::Tensor& value, const SdpaOptions& options);
 
-/// Attention on validated inputs. The weights are computed only when `need_weights` (else undefined).
-std::tuple<torch::Tensor, torch::Tensor> attention(const torch::Tensor& query, const torch::Tensor& key,
+/// Attention on validated inputs, by the backend that options.backend() resolves to (resolve_backend).
+/// The weights are computed only when `need_weights` (else undefined). `fn` names the caller in errors.
+std::tuple<torch::Tensor, torch::Tensor> attention(const char* fn, const torch::Tensor& query, const torch::Tensor& key,
                                                    const torch::Tensor& value, const SdpaOptions& options,
                                                    bool need_weights);
+
+/// The backend that will run: options.backend(), or Auto's choice; refuses a backend that cannot do what is
+/// asked (weights, dropout, device, dtype), naming what to use instead. `fn` names the caller.
+Backend resolve_backend(const char* fn, const torch::Tensor& query, const SdpaOptions& options, bool need_weights);
+
+/// The three backends, on validated inputs.
+std::tuple<torch::Tensor, torch::Tensor> math_attention(const torch::Tensor& query, const torch::Tensor& key,
+                                                        const torch::Tensor& value, const SdpaOptions& options,
+                                                        bool need_weights);
+torch::Tensor fused_attention(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
+                              const SdpaOptions& options);
+torch::Tensor torch_attention(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
+                              const SdpaOptions& options);
 
 }  // namespace attn::detail

@@ -102,7 +102,7 @@ std::tuple<torch::Tensor, torch::Tensor> project_and_attend(const HeadLayout& la
 
   SdpaOptions options = base;
   options.masks(lifted);
-  auto [out, weights] = attention(q, k, v, options, need_weights);
+  auto [out, weights] = attention(layout.module, q, k, v, options, need_weights);
   out = merge_heads(out);
   if (!batched) {
     out = out.squeeze(0);
@@ -111,8 +111,9 @@ std::tuple<torch::Tensor, torch::Tensor> project_and_attend(const HeadLayout& la
   return {out, weights};
 }
 
-SdpaOptions module_sdpa_options(bool causal, CausalAlignment alignment, double dropout, bool training) {
-  return SdpaOptions().causal(causal).causal_alignment(alignment).dropout(training ? dropout : 0.0);
+SdpaOptions module_sdpa_options(bool causal, CausalAlignment alignment, double dropout, Backend backend,
+                                bool training) {
+  return SdpaOptions().causal(causal).causal_alignment(alignment).dropout(training ? dropout : 0.0).backend(backend);
 }
 
 torch::Tensor select_head_weights(const torch::Tensor& per_head, HeadWeights head_weights) {

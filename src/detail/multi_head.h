@@ -33,7 +33,8 @@ std::tuple<torch::Tensor, torch::Tensor> project_and_attend(const HeadLayout& la
                                                             const SdpaOptions& base, bool need_weights);
 
 /// The SdpaOptions a module passes down: its causal settings, and its dropout only in training mode.
-SdpaOptions module_sdpa_options(bool causal, CausalAlignment alignment, double dropout, bool training);
+SdpaOptions module_sdpa_options(bool causal, CausalAlignment alignment, double dropout, Backend backend,
+                                bool training);
 
 /// [B, H, Tq, Tk] (or [H, Tq, Tk]) per-head weights in the form the caller asked for.
 torch::Tensor select_head_weights(const torch::Tensor& per_head, HeadWeights head_weights);

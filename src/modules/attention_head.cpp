@@ -52,7 +52,7 @@ std::tuple<torch::Tensor, torch::Tensor> AttentionHeadImpl::attend(const torch::
   const detail::HeadLayout layout{kModule,        "q_in",         "k_in",         "v_in",
                                   options.d_in(), options.d_in(), options.d_in(), /*num_heads=*/1};
   const auto sdpa = detail::module_sdpa_options(options.causal(), options.causal_alignment(), options.dropout(),
-                                                is_training());
+                                                options.backend(), is_training());
   return detail::project_and_attend(layout, q_in, k_in, v_in, q_proj, k_proj, v_proj, masks, sdpa, need_weights);
 }
 

@@ -53,7 +53,7 @@ std::tuple<torch::Tensor, torch::Tensor> CrossAttentionImpl::attend(const torch:
   const detail::HeadLayout layout{kModule, "x", "context", "context", options.d_query_in(), options.d_context_in(),
                                   options.d_context_in(), options.num_heads()};
   const auto sdpa = detail::module_sdpa_options(/*causal=*/false, CausalAlignment::BottomRight, options.dropout(),
-                                                is_training());
+                                                options.backend(), is_training());
   return detail::project_and_attend(layout, x, context, context, q_proj, k_proj, v_proj, masks, sdpa, need_weights);
 }
 

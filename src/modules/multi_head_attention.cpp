@@ -75,7 +75,7 @@ std::tuple<torch::Tensor, torch::Tensor> MultiHeadAttentionImpl::attend(
   const detail::HeadLayout layout{kModule,        "query",         "key",         "value",
                                   options.embed_dim(), options.kdim(), options.vdim(), options.num_heads()};
   const auto sdpa = detail::module_sdpa_options(options.causal(), options.causal_alignment(), options.dropout(),
-                                                is_training());
+                                                options.backend(), is_training());
   auto [out, weights] =
       detail::project_and_attend(layout, query, key, value, q_proj, k_proj, v_proj, masks, sdpa, need_weights);
   if (out_proj) out = out_proj(out);

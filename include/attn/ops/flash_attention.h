@@ -1,0 +1,44 @@
+#pragma once
+// The fused CPU attention operator, `attn::flash_attention`, called through the PyTorch dispatcher. From
+// Python or TorchScript: torch.ops.load_library("libattn.so"); torch.ops.attn.flash_attention(...).
+//
+// Most code wants attn::scaled_dot_product_attention (which picks this op on the CPU); call the op directly
+// to control every argument or to get the log-sum-exp.
+
+#include <torch/types.h>
+
+#include <tuple>
+
+namespace attn::ops {
+
+/// Fused attention: softmax(q kᵀ · scale + masks) v, computed tile by tile with an online softmax, so the
+/// [Tq, Tk] scores never exist in memory. Differentiable with respect to q, k and v (the backward pass
+/// recomputes the tiles from the log-sum-exp).
+///
+///   query [B, H, Tq, d_k], key [B, H, Tk, d_k], value [B, H, Tk, d_v]: float32, float64 or bfloat16, CPU.
+///   key_padding_mask  bool, broadcastable to [B, H, Tk]; true = padding (no query attends to that key)
+///   attend_mask       bool, broadcastable to [B, H, Tq, Tk]; true = may attend
+///   additive_mask     floating, broadcastable to [B, H, Tq, Tk]; added to the scaled scores, -inf blocks
+///   is_causal         key j is allowed for query i only if j <= i + causal_offset
+///                     (causal_offset = Tk - Tq aligns bottom-right, 0 top-left)
+///   scale             multiplies q·k; default 1 / sqrt(d_k)
+///
+/// bfloat16 inputs are computed in float32 and the output rounded back.
+/// Returns (output [B, H, Tq, d_v], logsumexp [B, H, Tq]) where logsumexp is float32 (float64 for float64
+/// inputs). A query with no allowed key gets a zero output row and logsumexp = -inf.
+std::tuple<torch::Tensor, torch::Tensor> flash_attention(
+    const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
+    const c10::optional<torch::Tensor>& key_padding_mask = c10::nullopt,
+    const c10::optional<torch::Tensor>& attend_mask = c10::nullopt,
+    const c10::optional<torch::Tensor>& additive_mask = c10::nullopt, bool is_causal = false,
+    int64_t causal_offset = 0, c10::optional<double> scale = c10::nullopt);
+
+/// The gradients (d query, d key, d value) of flash_attention, given its output and logsumexp.
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> flash_attention_backward(
+    const torch::Tensor& grad_output, const torch::Tensor& query, const torch::Tensor& key,
+    const torch::Tensor& value, const torch::Tensor& output, const torch::Tensor& logsumexp,
+    const c10::optional<torch::Tensor>& key_padding_mask, const c10::optional<torch::Tensor>& attend_mask,
+    const c10::optional<torch::Tensor>& additive_mask, bool is_causal, int64_t causal_offset,
+    c10::optional<double> scale);
+
+}  // namespace attn::ops

@@ -1,0 +1,77 @@
+// Backend::Fused: brings [..., T, d] inputs and their masks to the [B, H, T, d] layout of the
+// attn::flash_attention op, without copying (views only, except for inputs of rank 5 and more).
+
+#include "detail/attention.h"
+
+#include <attn/ops/flash_attention.h>
+
+#include <ATen/ATen.h>
+
+#include <vector>
+
+namespace attn::detail {
+namespace {
+
+/// Leading dimensions folded into the op's two: rank 2 -> [1, 1], rank 3 [N] -> [N, 1], rank 4 as is, and
+/// rank > 4 [A, ..., Z] -> [A*...*Y, Z].
+std::vector<int64_t> folded_lead(at::IntArrayRef lead) {
+  switch (lead.size()) {
+    case 0: return {1, 1};
+    case 1: return {lead[0], 1};
+    case 2: return {lead[0], lead[1]};
+    default: {
+      int64_t outer = 1;
+      for (size_t i = 0; i + 1 < lead.size(); ++i) outer *= lead[i];
+      return {outer, lead.back()};
+    }
+  }
+}
+
+/// An input or mask [lead..., trailing...] as [B, H, trailing...] on the folded leading dimensions. A mask
+/// with only its trailing dimensions ([Tk], [Tq, Tk]) broadcasts from the right as it is.
+torch::Tensor fold(const torch::Tensor& x, at::IntArrayRef lead, const std::vector<int64_t>& folded,
+                   int64_t trailing) {
+  if (x.dim() == trailing) return lead.empty() && trailing == 2 ? x.view({1, 1, x.size(0), x.size(1)}) : x;
+  switch (lead.size()) {
+    case 1: return x.unsqueeze(1);  // [N|1, ...] -> [N|1, 1, ...]
+    case 2: return x;
+    default: {
+      // Rank > 4: broadcast to the full leading shape, then merge; reshape copies only when it must.
+      std::vector<int64_t> shape(lead.begin(), lead.end());
+      std::vector<int64_t> target = folded;
+      for (int64_t i = x.dim() - trailing; i < x.dim(); ++i) {
+        shape.push_back(x.size(i));
+        target.push_back(x.size(i));
+      }
+      return x.expand(shape).reshape(target);
+    }
+  }
+}
+
+}  // namespace
+
+torch::Tensor fused_attention(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
+                              const SdpaOptions& options) {
+  const at::IntArrayRef lead = query.sizes().slice(0, query.dim() - 2);
+  const std::vector<int64_t> folded = folded_lead(lead);
+  const auto fold_input = [&](const torch::Tensor& x) { return fold(x, lead, folded, 2); };
+
+  const AttentionMasks& masks = options.masks();
+  const auto optional_mask = [&](const torch::Tensor& m, int64_t trailing) -> c10::optional<torch::Tensor> {
+    if (!m.defined()) return c10::nullopt;
+    return fold(m, lead, folded, trailing);
+  };
+  const int64_t tq = query.size(-2), tk = key.size(-2);
+  const int64_t offset = options.causal_alignment() == CausalAlignment::BottomRight ? tk - tq : 0;
+  auto [out, lse] = ops::flash_attention(fold_input(query), fold_input(key), fold_input(value),
+                                         optional_mask(masks.key_padding_mask(), 1),
+                                         optional_mask(masks.attend_mask(), 2),
+                                         optional_mask(masks.additive_mask(), 2), options.causal(), offset,
+                                         options.scale() ? c10::optional<double>(*options.scale()) : c10::nullopt);
+  std::vector<int64_t> shape(lead.begin(), lead.end());
+  shape.push_back(tq);
+  shape.push_back(value.size(-1));
+  return out.reshape(shape);
+}
+
+}  // namespace attn::detail

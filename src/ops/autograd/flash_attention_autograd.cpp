@@ -1,0 +1,79 @@
+// The Autograd kernel of attn::flash_attention. The forward pass saves q, k, v, the output and the per-row
+// log-sum-exp (O(T) memory, no probabilities); the backward pass is the attn::flash_attention_backward op,
+// which recomputes the probabilities tile by tile (FlashAttention-2).
+
+#include <attn/ops/flash_attention.h>
+
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+namespace attn::ops {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+constexpr const char* kOp = "attn::flash_attention";
+
+class FlashAttentionFunction : public torch::autograd::Function<FlashAttentionFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& query, const torch::Tensor& key,
+                               const torch::Tensor& value, const c10::optional<torch::Tensor>& key_padding_mask,
+                               const c10::optional<torch::Tensor>& attend_mask,
+                               const c10::optional<torch::Tensor>& additive_mask, bool is_causal,
+                               int64_t causal_offset, c10::optional<double> scale) {
+    // The kernel treats the additive mask as a constant; silently dropping its gradient would be wrong.
+    TORCH_CHECK(!(additive_mask && additive_mask->defined() && additive_mask->requires_grad()), kOp,
+                ": additive_mask requires grad, but this op does not differentiate with respect to it; use "
+                "attn::Backend::Math for a learned bias");
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    auto [out, lse] = flash_attention(query, key, value, key_padding_mask, attend_mask, additive_mask, is_causal,
+                                      causal_offset, scale);
+    ctx->save_for_backward({query, key, value, out, lse});
+    ctx->saved_data["key_padding_mask"] = key_padding_mask;
+    ctx->saved_data["attend_mask"] = attend_mask;
+    ctx->saved_data["additive_mask"] = additive_mask;
+    ctx->saved_data["is_causal"] = is_causal;
+    ctx->saved_data["causal_offset"] = causal_offset;
+    ctx->saved_data["scale"] = scale;
+    ctx->mark_non_differentiable({lse});
+    return {out, lse};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    // The backward op has no derivative of its own: refuse create_graph=True rather than return gradients
+    // that silently lack their second-order part.
+    TORCH_CHECK(!torch::GradMode::is_enabled(), kOp,
+                ": double backward (create_graph=True) is not supported; use attn::Backend::Math");
+    const variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor& grad_out = grads[0];
+    variable_list result(9);
+    if (!grad_out.defined()) return result;  // only the (non-differentiable) logsumexp was used
+    auto [dq, dk, dv] = flash_attention_backward(
+        grad_out, saved[0], saved[1], saved[2], saved[3], saved[4],
+        ctx->saved_data["key_padding_mask"].toOptional<torch::Tensor>(),
+        ctx->saved_data["attend_mask"].toOptional<torch::Tensor>(),
+        ctx->saved_data["additive_mask"].toOptional<torch::Tensor>(), ctx->saved_data["is_causal"].toBool(),
+        ctx->saved_data["causal_offset"].toInt(), ctx->saved_data["scale"].toOptional<double>());
+    result[0] = dq;
+    result[1] = dk;
+    result[2] = dv;
+    return result;
+  }
+};
+
+std::tuple<torch::Tensor, torch::Tensor> flash_attention_autograd(
+    const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
+    const c10::optional<torch::Tensor>& key_padding_mask, const c10::optional<torch::Tensor>& attend_mask,
+    const c10::optional<torch::Tensor>& additive_mask, bool is_causal, int64_t causal_offset,
+    c10::optional<double> scale) {
+  variable_list out = FlashAttentionFunction::apply(query, key, value, key_padding_mask, attend_mask, additive_mask,
+                                                    is_causal, causal_offset, scale);
+  return {out[0], out[1]};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(attn, Autograd, m) { m.impl("flash_attention", TORCH_FN(flash_attention_autograd)); }
+
+}  // namespace attn::ops

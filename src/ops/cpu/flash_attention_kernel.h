@@ -1,0 +1,86 @@
+#pragma once
+// The fused CPU attention kernels on raw pointers. They are compiled once per instruction set
+// (flash_attention_kernel_{default,avx2,avx512}.cpp include flash_attention_kernel_impl.h) and chosen at run
+// time, the way ATen's own CPU kernels are. Everything here is validated by the caller
+// (flash_attention_cpu.cpp): shapes agree, the last dimension of every tensor is contiguous.
+
+#include <cstdint>
+
+namespace attn::ops::cpu {
+
+/// A strided [B, H, rows, cols] view: element (b, h, i, j) is at data[b*sb + h*sh + i*si + j]. Masks use
+/// stride 0 to broadcast, and their innermost stride `sj` may be anything.
+template <typename T>
+struct View4 {
+  T* data = nullptr;
+  int64_t sb = 0, sh = 0, si = 0, sj = 1;
+  T* row(int64_t b, int64_t h, int64_t i) const { return data + b * sb + h * sh + i * si; }
+};
+
+/// What the forward and backward kernels share: sizes, inputs, masks and options.
+template <typename T>
+struct FlashProblem {
+  int64_t batch = 0, heads = 0, tq = 0, tk = 0, dk = 0, dv = 0;
+  View4<const T> q, k, v;
+  View4<const bool> key_padding;  // [B, H, 1, Tk] (si unused); data == nullptr when absent; true = padding
+  View4<const bool> attend;       // [B, H, Tq, Tk]; true = may attend
+  View4<const T> additive;        // [B, H, Tq, Tk]
+  bool causal = false;
+  int64_t causal_offset = 0;  // key j allowed for query i iff j <= i + causal_offset
+  T scale = 1;
+};
+
+template <typename T>
+struct FlashForward {
+  FlashProblem<T> problem;
+  View4<T> out;  // [B, H, Tq, dv]
+  T* lse = nullptr;  // [B, H, Tq] contiguous
+};
+
+template <typename T>
+struct FlashBackward {
+  FlashProblem<T> problem;
+  View4<const T> grad_out;     // [B, H, Tq, dv]
+  const T* lse = nullptr;      // [B, H, Tq] contiguous, from the forward pass
+  const T* delta = nullptr;    // [B, H, Tq] contiguous: rowsum(grad_out * out)
+  View4<T> grad_q;             // [splits * B, H, Tq, dk], zeroed: split s writes batch s*B + b
+  int64_t splits = 1;          // key blocks are divided among this many tasks per (b, h)
+  View4<T> grad_k, grad_v;     // [B, H, Tk, dk], [B, H, Tk, dv]
+};
+
+/// The instruction sets the kernels are compiled for.
+enum class Capability { Default, Avx2, Avx512 };
+
+/// The best one this CPU and build support. ATTN_CPU_CAPABILITY=default|avx2|avx512 lowers it (for tests).
+Capability active_capability();
+/// Forces a lower capability than detected (tests run every variant); `reset_capability()` undoes it.
+void force_capability(Capability capability);
+void reset_capability();
+const char* capability_name(Capability capability);
+
+void flash_forward(const FlashForward<float>& args);
+void flash_forward(const FlashForward<double>& args);
+void flash_backward(const FlashBackward<float>& args);
+void flash_backward(const FlashBackward<double>& args);
+
+/// The per-instruction-set definitions, declared once per variant namespace.
+#define ATTN_DECLARE_FLASH_KERNELS(ns)                     \
+  namespace ns {                                            \
+  void flash_forward(const FlashForward<float>& args);      \
+  void flash_forward(const FlashForward<double>& args);     \
+  void flash_backward(const FlashBackward<float>& args);    \
+  void flash_backward(const FlashBackward<double>& args);   \
+  }
+ATTN_DECLARE_FLASH_KERNELS(kernel_default)
+ATTN_DECLARE_FLASH_KERNELS(kernel_avx2)
+ATTN_DECLARE_FLASH_KERNELS(kernel_avx512)
+#undef ATTN_DECLARE_FLASH_KERNELS
+
+/// Tile sizes: query rows and key rows per tile. A [kQueryBlock, kKeyBlock] score tile plus the output
+/// accumulator stay in L2; the key tile is wide enough that P·V runs as an efficient GEMM.
+inline constexpr int64_t kQueryBlock = 64;
+inline constexpr int64_t kKeyBlock = 256;
+inline constexpr int64_t kBackwardQueryBlock = 64;
+inline constexpr int64_t kBackwardKeyBlock = 128;
+
+}  // namespace attn::ops::cpu

@@ -1,0 +1,4 @@
+// The fused attention kernels for the default instruction set (CMake sets CPU_CAPABILITY and the compiler
+// flags for this file alone; see CMakeLists.txt).
+#define ATTN_KERNEL_NAMESPACE kernel_default
+#include "ops/cpu/flash_attention_kernel_impl.h"

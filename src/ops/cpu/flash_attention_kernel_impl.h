@@ -1,0 +1,361 @@
+// The fused CPU attention kernels (FlashAttention-2 scheme), written once and compiled once per instruction
+// set: the including file defines ATTN_KERNEL_NAMESPACE (and CPU_CAPABILITY, which selects at::vec's
+// implementation). No include guard on purpose.
+//
+// Forward: each task takes one block of query rows of one (batch, head) and walks the key blocks. Per tile,
+// S = scale·Q·Kᵀ runs through BLAS, the masks overwrite S, an online softmax rescales the running output, and
+// O += P·V runs through BLAS again. Only the tile, the output accumulator and two numbers per row live in
+// memory, never [Tq, Tk]. The log-sum-exp per row is returned for the backward pass.
+//
+// Backward: each task takes a range of key blocks of one (batch, head), recomputes P = exp(S - lse) tile by
+// tile, and accumulates dK and dV in place; dQ goes to a per-split slice so tasks never write the same row.
+
+#ifndef ATTN_KERNEL_NAMESPACE
+#error "define ATTN_KERNEL_NAMESPACE before including flash_attention_kernel_impl.h"
+#endif
+
+#include "ops/cpu/blas.h"
+#include "ops/cpu/flash_attention_kernel.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/cpu/vec/functional.h>
+#include <ATen/cpu/vec/vec.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <vector>
+
+namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE {
+namespace {
+
+using at::vec::Vectorized;
+
+template <typename T>
+constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+
+/// Row-major C[m, n] = alpha · op(A) · op(B) + beta · C through the BLAS that LibTorch uses. BLAS is
+/// column-major, and a row-major matrix is its transpose in column-major, so the operands swap.
+template <typename T>
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+          const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // an empty sum: BLAS implementations disagree on whether they touch C here
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
+    }
+    return;
+  }
+  // BLAS rejects a leading dimension smaller than the row length, which a single-row view may carry.
+  lda = std::max(lda, trans_a ? m : k);
+  ldb = std::max(ldb, trans_b ? k : n);
+  blas_gemm(trans_b, trans_a, n, m, k, alpha, b, ldb, a, lda, beta, c, ldc);
+}
+
+/// max(x[0..n)), NaN if any element is NaN.
+template <typename T>
+T row_max(const T* x, int64_t n) {
+  using Vec = Vectorized<T>;
+  T result = kNegInf<T>;
+  int64_t j = 0;
+  if (n >= Vec::size()) {
+    Vec acc(kNegInf<T>);
+    for (; j + Vec::size() <= n; j += Vec::size()) acc = at::vec::maximum(acc, Vec::loadu(x + j));
+    result = at::vec::vec_reduce_all<T>([](Vec a, Vec b) { return at::vec::maximum(a, b); }, acc);
+  }
+  for (; j < n; ++j) {
+    if (std::isnan(x[j])) return x[j];
+    result = std::max(result, x[j]);
+  }
+  return result;
+}
+
+/// x = exp(x - shift) in place; returns the sum.
+template <typename T>
+T exp_shifted_sum(T* x, int64_t n, T shift) {
+  using Vec = Vectorized<T>;
+  const Vec vshift(shift);
+  Vec acc(T(0));
+  int64_t j = 0;
+  for (; j + Vec::size() <= n; j += Vec::size()) {
+    const Vec e = (Vec::loadu(x + j) - vshift).exp();
+    e.store(x + j);
+    acc = acc + e;
+  }
+  T sum = at::vec::vec_reduce_all<T>(std::plus<Vec>(), acc);
+  for (; j < n; ++j) {
+    x[j] = std::exp(x[j] - shift);
+    sum += x[j];
+  }
+  return sum;
+}
+
+/// x = exp(x - shift) in place.
+template <typename T>
+void exp_shifted(T* x, int64_t n, T shift) {
+  using Vec = Vectorized<T>;
+  const Vec vshift(shift);
+  int64_t j = 0;
+  for (; j + Vec::size() <= n; j += Vec::size()) (Vec::loadu(x + j) - vshift).exp().store(x + j);
+  for (; j < n; ++j) x[j] = std::exp(x[j] - shift);
+}
+
+/// ds = p · (dp - delta), and exactly 0 where p is 0: a blocked key contributes no gradient even where dp is
+/// NaN or Inf (a non-finite value at a masked key).
+template <typename T>
+void softmax_backward_row(const T* p, T* dp, int64_t n, T delta) {
+  using Vec = Vectorized<T>;
+  const Vec vdelta(delta), zero(T(0));
+  int64_t j = 0;
+  for (; j + Vec::size() <= n; j += Vec::size()) {
+    const Vec pv = Vec::loadu(p + j);
+    const Vec ds = pv * (Vec::loadu(dp + j) - vdelta);
+    Vec::blendv(ds, zero, pv == zero).store(dp + j);
+  }
+  for (; j < n; ++j) dp[j] = p[j] == T(0) ? T(0) : p[j] * (dp[j] - delta);
+}
+
+template <typename T>
+bool all_finite(const T* x, int64_t rows, int64_t cols, int64_t ld) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* row = x + r * ld;
+    T probe = 0;
+    for (int64_t c = 0; c < cols; ++c) probe += row[c] * T(0);  // 0 unless some element is NaN or Inf
+    if (probe != T(0) || std::isnan(probe)) return false;
+  }
+  return true;
+}
+
+template <typename T>
+bool has_masks(const FlashProblem<T>& p) {
+  return p.key_padding.data != nullptr || p.attend.data != nullptr || p.additive.data != nullptr;
+}
+
+/// True when some key of the tile lies after the causal limit of the tile's first query row.
+template <typename T>
+bool tile_crosses_diagonal(const FlashProblem<T>& p, int64_t i0, int64_t j0, int64_t cols) {
+  return p.causal && j0 + cols - 1 > i0 + p.causal_offset;
+}
+
+/// Applies the masks to a [rows, cols] tile of scaled scores at (i0, j0): adds the additive mask, then sets
+/// every blocked pair to -inf (replacing, not adding, so that a NaN score at a blocked pair disappears).
+template <typename T>
+void mask_tile(const FlashProblem<T>& p, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+               T* s, int64_t lds) {
+  if (p.additive.data) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* add = p.additive.row(b, h, i0 + r) + j0 * p.additive.sj;
+      T* row = s + r * lds;
+      for (int64_t c = 0; c < cols; ++c) {
+        const T a = add[c * p.additive.sj];
+        row[c] = a == kNegInf<T> ? kNegInf<T> : row[c] + a;
+      }
+    }
+  }
+  if (p.key_padding.data) {
+    const bool* pad = p.key_padding.row(b, h, 0) + j0 * p.key_padding.sj;
+    for (int64_t c = 0; c < cols; ++c) {
+      if (!pad[c * p.key_padding.sj]) continue;
+      for (int64_t r = 0; r < rows; ++r) s[r * lds + c] = kNegInf<T>;
+    }
+  }
+  if (p.attend.data) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const bool* allowed = p.attend.row(b, h, i0 + r) + j0 * p.attend.sj;
+      T* row = s + r * lds;
+      for (int64_t c = 0; c < cols; ++c) {
+        if (!allowed[c * p.attend.sj]) row[c] = kNegInf<T>;
+      }
+    }
+  }
+  if (tile_crosses_diagonal(p, i0, j0, cols)) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t first_blocked = std::max<int64_t>(i0 + r + p.causal_offset + 1 - j0, 0);
+      if (first_blocked < cols) std::fill(s + r * lds + first_blocked, s + r * lds + cols, kNegInf<T>);
+    }
+  }
+}
+
+/// Runs `task(t, thread_state)` for t in [0, count) on LibTorch's intra-op threads, handing tasks out one at
+/// a time: under a causal mask the tasks differ in cost, and a static split would leave a thread idle.
+template <typename State, typename Task>
+void run_tasks(int64_t count, const Task& task) {
+  if (count <= 0) return;
+  std::atomic<int64_t> next{0};
+  const int64_t workers = std::min<int64_t>(at::get_num_threads(), count);
+  at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
+    State state;
+    for (int64_t t = next.fetch_add(1); t < count; t = next.fetch_add(1)) task(t, state);
+  });
+}
+
+template <typename T>
+struct ForwardState {
+  std::vector<T> scores, acc, row_max, row_sum;
+};
+
+template <typename T>
+void forward(const FlashForward<T>& args) {
+  const FlashProblem<T>& p = args.problem;
+  const int64_t q_blocks = (p.tq + kQueryBlock - 1) / kQueryBlock;
+  const int64_t heads_total = p.batch * p.heads;
+  const bool masked = has_masks(p);
+
+  run_tasks<ForwardState<T>>(heads_total * q_blocks, [&](int64_t t, ForwardState<T>& st) {
+    // Last query blocks first: under a causal mask they see the most keys, so the run ends on short tasks.
+    const int64_t qb = q_blocks - 1 - t / heads_total;
+    const int64_t b = (t % heads_total) / p.heads, h = t % p.heads;
+    const int64_t i0 = qb * kQueryBlock, rows = std::min(kQueryBlock, p.tq - i0);
+    st.scores.resize(kQueryBlock * kKeyBlock);
+    st.acc.assign(rows * p.dv, T(0));
+    st.row_max.assign(rows, kNegInf<T>);
+    st.row_sum.assign(rows, T(0));
+    T* s = st.scores.data();
+    T* acc = st.acc.data();
+
+    // Keys after the last row's causal limit are blocked for the whole block: skip those tiles entirely.
+    const int64_t key_end =
+        p.causal ? std::clamp<int64_t>(i0 + rows + p.causal_offset, 0, p.tk) : p.tk;
+    const T* q = p.q.row(b, h, i0);
+    for (int64_t j0 = 0; j0 < key_end; j0 += kKeyBlock) {
+      const int64_t cols = std::min(kKeyBlock, key_end - j0);
+      const T* k = p.k.row(b, h, j0);
+      gemm<T>(false, true, rows, cols, p.dk, p.scale, q, p.q.si, k, p.k.si, T(0), s, kKeyBlock);
+      if (masked || tile_crosses_diagonal(p, i0, j0, cols)) mask_tile(p, b, h, i0, rows, j0, cols, s, kKeyBlock);
+
+      for (int64_t r = 0; r < rows; ++r) {
+        T* row = s + r * kKeyBlock;
+        const T tile_max = row_max(row, cols);
+        const T old_max = st.row_max[r];
+        const T new_max = (std::isnan(tile_max) || tile_max > old_max) ? tile_max : old_max;
+        if (new_max == kNegInf<T>) {  // no key allowed for this row yet
+          std::fill(row, row + cols, T(0));
+          continue;
+        }
+        const T rescale = std::exp(old_max - new_max);  // 0 on the first allowed tile
+        st.row_sum[r] = st.row_sum[r] * rescale + exp_shifted_sum(row, cols, new_max);
+        if (rescale != T(1)) {
+          T* out = acc + r * p.dv;
+          for (int64_t c = 0; c < p.dv; ++c) out[c] *= rescale;
+        }
+        st.row_max[r] = new_max;
+      }
+
+      const T* v = p.v.row(b, h, j0);
+      if (all_finite(v, cols, p.dv, p.v.si)) {
+        gemm<T>(false, false, rows, p.dv, cols, T(1), s, kKeyBlock, v, p.v.si, T(1), acc, p.dv);
+      } else {
+        // 0 · Inf is NaN in a matrix product: add up only the keys with a nonzero weight.
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c < cols; ++c) {
+            const T w = s[r * kKeyBlock + c];
+            if (w == T(0)) continue;
+            const T* vrow = v + c * p.v.si;
+            for (int64_t e = 0; e < p.dv; ++e) acc[r * p.dv + e] += w * vrow[e];
+          }
+        }
+      }
+    }
+
+    for (int64_t r = 0; r < rows; ++r) {
+      T* out = args.out.row(b, h, i0 + r);
+      T& lse = args.lse[(b * p.heads + h) * p.tq + i0 + r];
+      const T sum = st.row_sum[r];
+      if (sum == T(0)) {  // every key blocked: zeros, as FlashAttention and SDPA give
+        std::fill(out, out + p.dv, T(0));
+        lse = kNegInf<T>;
+        continue;
+      }
+      const T inv = T(1) / sum;
+      for (int64_t c = 0; c < p.dv; ++c) out[c] = acc[r * p.dv + c] * inv;
+      lse = st.row_max[r] + std::log(sum);
+    }
+  });
+}
+
+template <typename T>
+struct BackwardState {
+  std::vector<T> probs, grad_probs, grad_k, grad_v;
+};
+
+template <typename T>
+void backward(const FlashBackward<T>& args) {
+  const FlashProblem<T>& p = args.problem;
+  const int64_t k_blocks = (p.tk + kBackwardKeyBlock - 1) / kBackwardKeyBlock;
+  const int64_t heads_total = p.batch * p.heads;
+  const bool masked = has_masks(p);
+  const int64_t ld = kBackwardKeyBlock;
+
+  run_tasks<BackwardState<T>>(heads_total * args.splits, [&](int64_t t, BackwardState<T>& st) {
+    const int64_t split = t % args.splits;
+    const int64_t b = (t / args.splits) / p.heads, h = (t / args.splits) % p.heads;
+    const int64_t kb_begin = split * k_blocks / args.splits, kb_end = (split + 1) * k_blocks / args.splits;
+    st.probs.resize(kBackwardQueryBlock * ld);
+    st.grad_probs.resize(kBackwardQueryBlock * ld);
+    T* prob = st.probs.data();
+    T* dprob = st.grad_probs.data();
+    const T* lse = args.lse + (b * p.heads + h) * p.tq;
+    const T* delta = args.delta + (b * p.heads + h) * p.tq;
+
+    for (int64_t kb = kb_begin; kb < kb_end; ++kb) {
+      const int64_t j0 = kb * kBackwardKeyBlock, cols = std::min(kBackwardKeyBlock, p.tk - j0);
+      st.grad_k.assign(cols * p.dk, T(0));
+      st.grad_v.assign(cols * p.dv, T(0));
+      const T* k = p.k.row(b, h, j0);
+      const T* v = p.v.row(b, h, j0);
+      const bool keys_finite = all_finite(k, cols, p.dk, p.k.si);
+      // Queries before the causal limit of the tile's first key see none of its keys.
+      const int64_t q_begin = p.causal ? std::clamp<int64_t>(j0 - p.causal_offset, 0, p.tq) : 0;
+      for (int64_t i0 = q_begin; i0 < p.tq; i0 += kBackwardQueryBlock) {
+        const int64_t rows = std::min(kBackwardQueryBlock, p.tq - i0);
+        const T* q = p.q.row(b, h, i0);
+        const T* dout = args.grad_out.row(b, h, i0);
+        gemm<T>(false, true, rows, cols, p.dk, p.scale, q, p.q.si, k, p.k.si, T(0), prob, ld);
+        if (masked || tile_crosses_diagonal(p, i0, j0, cols)) mask_tile(p, b, h, i0, rows, j0, cols, prob, ld);
+        for (int64_t r = 0; r < rows; ++r) {
+          T* row = prob + r * ld;
+          if (lse[i0 + r] == kNegInf<T>) {
+            std::fill(row, row + cols, T(0));
+          } else {
+            exp_shifted(row, cols, lse[i0 + r]);
+          }
+        }
+        // dV += Pᵀ dO;  dP = dO Vᵀ;  dS = P (dP - delta);  dK += scale dSᵀ Q;  dQ += scale dS K
+        gemm<T>(true, false, cols, p.dv, rows, T(1), prob, ld, dout, args.grad_out.si, T(1), st.grad_v.data(),
+                p.dv);
+        gemm<T>(false, true, rows, cols, p.dv, T(1), dout, args.grad_out.si, v, p.v.si, T(0), dprob, ld);
+        for (int64_t r = 0; r < rows; ++r) softmax_backward_row(prob + r * ld, dprob + r * ld, cols, delta[i0 + r]);
+        gemm<T>(true, false, cols, p.dk, rows, p.scale, dprob, ld, q, p.q.si, T(1), st.grad_k.data(), p.dk);
+        T* dq = args.grad_q.row(split * p.batch + b, h, i0);
+        if (keys_finite) {
+          gemm<T>(false, false, rows, p.dk, cols, p.scale, dprob, ld, k, p.k.si, T(1), dq, args.grad_q.si);
+        } else {
+          // A NaN or Inf key at a blocked pair has dS = 0 there, and 0 · NaN would still poison dQ.
+          for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t c = 0; c < cols; ++c) {
+              const T w = dprob[r * ld + c] * p.scale;
+              if (w == T(0)) continue;
+              const T* krow = k + c * p.k.si;
+              for (int64_t e = 0; e < p.dk; ++e) dq[r * args.grad_q.si + e] += w * krow[e];
+            }
+          }
+        }
+      }
+      for (int64_t c = 0; c < cols; ++c) {
+        std::copy_n(st.grad_k.data() + c * p.dk, p.dk, args.grad_k.row(b, h, j0 + c));
+        std::copy_n(st.grad_v.data() + c * p.dv, p.dv, args.grad_v.row(b, h, j0 + c));
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void flash_forward(const FlashForward<float>& args) { forward(args); }
+void flash_forward(const FlashForward<double>& args) { forward(args); }
+void flash_backward(const FlashBackward<float>& args) { backward(args); }
+void flash_backward(const FlashBackward<double>& args) { backward(args); }
+
+}  // namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE

@@ -1,0 +1,43 @@
+// The C++ entry points of the attn::flash_attention ops: one dispatcher call each, so C++, Python and
+// TorchScript callers all reach the same Autograd and CPU kernels.
+
+#include <attn/ops/flash_attention.h>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+namespace attn::ops {
+
+std::tuple<torch::Tensor, torch::Tensor> flash_attention(
+    const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
+    const c10::optional<torch::Tensor>& key_padding_mask, const c10::optional<torch::Tensor>& attend_mask,
+    const c10::optional<torch::Tensor>& additive_mask, bool is_causal, int64_t causal_offset,
+    c10::optional<double> scale) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("attn::flash_attention", "")
+          .typed<std::tuple<torch::Tensor, torch::Tensor>(
+              const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const c10::optional<torch::Tensor>&,
+              const c10::optional<torch::Tensor>&, const c10::optional<torch::Tensor>&, bool, int64_t,
+              c10::optional<double>)>();
+  return op.call(query, key, value, key_padding_mask, attend_mask, additive_mask, is_causal, causal_offset, scale);
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> flash_attention_backward(
+    const torch::Tensor& grad_output, const torch::Tensor& query, const torch::Tensor& key,
+    const torch::Tensor& value, const torch::Tensor& output, const torch::Tensor& logsumexp,
+    const c10::optional<torch::Tensor>& key_padding_mask, const c10::optional<torch::Tensor>& attend_mask,
+    const c10::optional<torch::Tensor>& additive_mask, bool is_causal, int64_t causal_offset,
+    c10::optional<double> scale) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("attn::flash_attention_backward", "")
+          .typed<std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>(
+              const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+              const torch::Tensor&, const torch::Tensor&, const c10::optional<torch::Tensor>&,
+              const c10::optional<torch::Tensor>&, const c10::optional<torch::Tensor>&, bool, int64_t,
+              c10::optional<double>)>();
+  return op.call(grad_output, query, key, value, output, logsumexp, key_padding_mask, attend_mask, additive_mask,
+                 is_causal, causal_offset, scale);
+}
+
+}  // namespace attn::ops

@@ -1,0 +1,15 @@
+// Every operator schema of the `attn` namespace, in one place. The kernels register themselves per dispatch
+// key next to their code (ops/cpu/, ops/autograd/).
+
+#include <torch/library.h>
+
+TORCH_LIBRARY(attn, m) {
+  m.def(
+      "flash_attention(Tensor query, Tensor key, Tensor value, Tensor? key_padding_mask=None, "
+      "Tensor? attend_mask=None, Tensor? additive_mask=None, bool is_causal=False, int causal_offset=0, "
+      "float? scale=None) -> (Tensor output, Tensor logsumexp)");
+  m.def(
+      "flash_attention_backward(Tensor grad_output, Tensor query, Tensor key, Tensor value, Tensor output, "
+      "Tensor logsumexp, Tensor? key_padding_mask, Tensor? attend_mask, Tensor? additive_mask, bool is_causal, "
+      "int causal_offset, float? scale) -> (Tensor grad_query, Tensor grad_key, Tensor grad_value)");
+}

@@ -1,0 +1,328 @@
+// The fused CPU kernel (Backend::Fused, the attn::flash_attention op) against float64 references, on shapes
+// chosen to hit every edge of the tiling: T = 1, odd T, T not a multiple of the block sizes, Tq != Tk both
+// ways, d_k != d_v, every mask kind, causal in both alignments. Each instruction-set variant of the kernel
+// runs the whole grid.
+
+#include "support.h"
+
+#include <attn/ops/flash_attention.h>
+
+#include "ops/cpu/flash_attention_kernel.h"
+
+#include <cmath>
+#include <limits>
+
+namespace attn::test {
+namespace {
+
+using ops::cpu::Capability;
+
+struct Shape {
+  int64_t batch, heads, tq, tk, dk, dv;
+};
+
+// Block sizes are 64 query rows by 256 keys (forward) and 64 by 128 (backward).
+const std::vector<Shape> kShapes = {
+    {1, 1, 1, 1, 8, 8},       // T = 1
+    {2, 3, 67, 67, 16, 16},   // odd, one partial query block
+    {1, 2, 65, 300, 32, 32},  // Tq < Tk, partial blocks on both axes
+    {2, 1, 257, 40, 8, 8},    // Tq > Tk: with bottom-right causal the first rows see no key
+    {2, 2, 129, 130, 24, 40}, // d_k != d_v
+    {1, 2, 300, 513, 64, 64}, // several key blocks, the last one partial
+};
+
+enum MaskKind { kNoMask, kPadding, kAttend, kAdditive, kAllMasks };
+const std::vector<MaskKind> kMaskKinds = {kNoMask, kPadding, kAttend, kAdditive, kAllMasks};
+const char* mask_name(MaskKind m) {
+  switch (m) {
+    case kNoMask: return "none";
+    case kPadding: return "key_padding";
+    case kAttend: return "attend";
+    case kAdditive: return "additive";
+    case kAllMasks: return "all";
+  }
+  return "?";
+}
+
+struct CausalKind {
+  bool causal;
+  CausalAlignment alignment;
+  const char* name;
+};
+const std::vector<CausalKind> kCausalKinds = {{false, CausalAlignment::BottomRight, "not causal"},
+                                              {true, CausalAlignment::BottomRight, "causal bottom-right"},
+                                              {true, CausalAlignment::TopLeft, "causal top-left"}};
+
+struct Problem {
+  torch::Tensor q, k, v;
+  AttentionMasks masks;
+};
+
+/// Random inputs in float64 (converted by the caller) and masks of the given kind. Masks broadcast in the
+/// different ways the API allows: padding [B, 1, Tk], attend [Tq, Tk], additive [B, H, Tq, Tk] with -inf.
+Problem make_problem(const Shape& s, MaskKind kind, uint64_t seed) {
+  torch::manual_seed(seed);
+  Problem p;
+  const auto f64 = torch::kFloat64;
+  p.q = torch::randn({s.batch, s.heads, s.tq, s.dk}, f64);
+  p.k = torch::randn({s.batch, s.heads, s.tk, s.dk}, f64);
+  p.v = torch::randn({s.batch, s.heads, s.tk, s.dv}, f64);
+  if (kind == kPadding || kind == kAllMasks) p.masks.key_padding_mask(torch::rand({s.batch, 1, s.tk}) < 0.3);
+  if (kind == kAttend || kind == kAllMasks) p.masks.attend_mask(torch::rand({s.tq, s.tk}) < 0.7);
+  if (kind == kAdditive || kind == kAllMasks) {
+    torch::Tensor add = torch::randn({s.batch, s.heads, s.tq, s.tk}, f64);
+    p.masks.additive_mask(add.masked_fill(torch::rand(add.sizes()) < 0.2, -INFINITY));
+  }
+  return p;
+}
+
+AttentionMasks masks_as(const AttentionMasks& m, torch::Dtype dtype) {
+  AttentionMasks out = m;
+  if (m.additive_mask().defined()) out.additive_mask(m.additive_mask().to(dtype));
+  return out;
+}
+
+SdpaOptions options_for(const CausalKind& c, const AttentionMasks& masks, Backend backend) {
+  return SdpaOptions().masks(masks).causal(c.causal).causal_alignment(c.alignment).backend(backend);
+}
+
+/// Runs the test with the kernel variant forced, and restores the detected one afterwards.
+class CapabilityScope {
+ public:
+  explicit CapabilityScope(Capability c) { ops::cpu::force_capability(c); }
+  ~CapabilityScope() { ops::cpu::reset_capability(); }
+};
+
+struct FusedParam {
+  Capability capability;
+  torch::Dtype dtype;
+};
+
+std::string fused_param_name(const ::testing::TestParamInfo<FusedParam>& info) {
+  return std::string(ops::cpu::capability_name(info.param.capability)) + "_" +
+         c10::toString(info.param.dtype);
+}
+
+std::vector<FusedParam> fused_grid() {
+  std::vector<FusedParam> grid;
+  for (Capability c : {Capability::Default, Capability::Avx2, Capability::Avx512}) {
+    for (torch::Dtype d : {torch::kFloat32, torch::kFloat64, torch::kBFloat16}) grid.push_back({c, d});
+  }
+  return grid;
+}
+
+class FusedKernel : public ::testing::TestWithParam<FusedParam> {
+ protected:
+  void SetUp() override {
+    scope_ = std::make_unique<CapabilityScope>(GetParam().capability);
+    // A variant this CPU lacks runs as the best one it has; say which one actually ran.
+    RecordProperty("kernel_variant", ops::cpu::capability_name(ops::cpu::active_capability()));
+  }
+  void TearDown() override { scope_.reset(); }
+
+ private:
+  std::unique_ptr<CapabilityScope> scope_;
+};
+
+// Forward: fused output against the float64 math path, which the PyTorch reference tests pin.
+TEST_P(FusedKernel, ForwardMatchesFloat64Reference) {
+  const torch::Dtype dtype = GetParam().dtype;
+  const double tol = tolerance(dtype);
+  uint64_t seed = 100;
+  for (const Shape& s : kShapes) {
+    for (MaskKind mk : kMaskKinds) {
+      for (const CausalKind& ck : kCausalKinds) {
+        SCOPED_TRACE(::testing::Message() << "B=" << s.batch << " H=" << s.heads << " Tq=" << s.tq << " Tk=" << s.tk
+                                          << " dk=" << s.dk << " dv=" << s.dv << " masks=" << mask_name(mk) << ", "
+                                          << ck.name);
+        const Problem p = make_problem(s, mk, ++seed);
+        const torch::Tensor expected =
+            scaled_dot_product_attention(p.q, p.k, p.v, options_for(ck, p.masks, Backend::Math));
+        const torch::Tensor actual =
+            scaled_dot_product_attention(p.q.to(dtype), p.k.to(dtype), p.v.to(dtype),
+                                         options_for(ck, masks_as(p.masks, dtype), Backend::Fused));
+        ASSERT_EQ(actual.scalar_type(), dtype);
+        EXPECT_CLOSE(actual.to(torch::kFloat64), expected, tol);
+      }
+    }
+  }
+}
+
+// Backward: fused gradients against the float64 math path's autograd (in the input dtype's tolerance).
+TEST_P(FusedKernel, BackwardMatchesFloat64Reference) {
+  const torch::Dtype dtype = GetParam().dtype;
+  // bfloat16 gradients are computed in float32 and rounded; the products of rounded inputs drift further.
+  const double tol = dtype == torch::kBFloat16 ? 1e-1 : tolerance(dtype) * 10;
+  uint64_t seed = 500;
+  for (const Shape& s : kShapes) {
+    for (MaskKind mk : {kNoMask, kAllMasks}) {
+      for (const CausalKind& ck : kCausalKinds) {
+        SCOPED_TRACE(::testing::Message() << "Tq=" << s.tq << " Tk=" << s.tk << " dk=" << s.dk << " dv=" << s.dv
+                                          << " masks=" << mask_name(mk) << ", " << ck.name);
+        const Problem p = make_problem(s, mk, ++seed);
+        const torch::Tensor cotangent = torch::randn({s.batch, s.heads, s.tq, s.dv}, torch::kFloat64);
+        const auto grads = [&](torch::Dtype dt, Backend backend) {
+          // Fresh leaves each time (to() of the same dtype would return p's own tensors).
+          const auto leaf = [&](const torch::Tensor& t) { return t.to(dt).clone().requires_grad_(); };
+          torch::Tensor q = leaf(p.q), k = leaf(p.k), v = leaf(p.v);
+          const torch::Tensor out =
+              scaled_dot_product_attention(q, k, v, options_for(ck, masks_as(p.masks, dt), backend));
+          (out * cotangent.to(dt)).sum().backward();
+          return std::vector<torch::Tensor>{q.grad().to(torch::kFloat64), k.grad().to(torch::kFloat64),
+                                            v.grad().to(torch::kFloat64)};
+        };
+        const auto expected = grads(torch::kFloat64, Backend::Math);
+        const auto actual = grads(dtype, Backend::Fused);
+        const char* names[] = {"d query", "d key", "d value"};
+        for (int i = 0; i < 3; ++i) {
+          SCOPED_TRACE(names[i]);
+          EXPECT_TRUE(torch::isfinite(actual[i]).all().item<bool>());
+          // Absolute as well as relative: with one key the exact d query and d key are 0, and any rounding
+          // would fail a purely relative bound.
+          EXPECT_TRUE(torch::allclose(actual[i], expected[i], tol, tol))
+              << "max |fused - math| = " << (actual[i] - expected[i]).abs().max().item<double>();
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, FusedKernel, ::testing::ValuesIn(fused_grid()), fused_param_name);
+
+// An independent reference for the bool masks: attention written out element by element in float64.
+TEST(FusedKernelReference, BoolMasksAgainstElementwiseFloat64) {
+  const Shape s{2, 2, 70, 90, 16, 12};
+  const Problem p = make_problem(s, kAllMasks, 7);
+  AttentionMasks bool_only = p.masks;
+  bool_only.additive_mask({});
+  torch::Tensor allowed = bool_only.attend_mask().logical_and(bool_only.key_padding_mask().logical_not().unsqueeze(-2));
+  allowed = allowed.logical_and(torch::arange(90).unsqueeze(0) <= torch::arange(70).unsqueeze(1) + 20);
+  const double scale = 0.3;
+  const auto [expected, weights] = float64_attention(p.q, p.k, p.v, allowed, scale);
+  const torch::Tensor actual = scaled_dot_product_attention(
+      p.q.to(torch::kFloat32), p.k.to(torch::kFloat32), p.v.to(torch::kFloat32),
+      SdpaOptions().masks(bool_only).causal(true).scale(scale).backend(Backend::Fused));
+  EXPECT_CLOSE(actual.to(torch::kFloat64), expected, tolerance(torch::kFloat32));
+}
+
+// Finite differences, float64, every mask kind and a fully masked query row.
+TEST(FusedKernelReference, GradientsMatchFiniteDifferences) {
+  torch::manual_seed(21);
+  const auto leaf = [](at::IntArrayRef shape) { return torch::randn(shape, torch::kFloat64).requires_grad_(true); };
+  const torch::Tensor q = leaf({1, 2, 5, 3}), k = leaf({1, 2, 6, 3}), v = leaf({1, 2, 6, 4});
+  torch::Tensor attend = torch::rand({5, 6}) < 0.8;
+  attend.index_put_({2}, false);  // query 2 may attend to nothing
+  torch::Tensor padding = torch::zeros({1, 1, 6}, torch::kBool);
+  padding.index_put_({0, 0, 5}, true);
+  const torch::Tensor additive = torch::randn({1, 2, 5, 6}, torch::kFloat64);
+  const SdpaOptions opts = SdpaOptions()
+                               .masks(AttentionMasks().attend_mask(attend).key_padding_mask(padding).additive_mask(additive))
+                               .causal(true)
+                               .backend(Backend::Fused);
+  const torch::Tensor cotangent = torch::randn({1, 2, 5, 4}, torch::kFloat64);
+  const auto loss = [&] { return (scaled_dot_product_attention(q, k, v, opts) * cotangent).sum(); };
+  loss().backward();
+  constexpr double eps = 1e-6;
+  for (const torch::Tensor& t : {q, k, v}) {
+    const torch::Tensor analytic = t.grad().clone();
+    torch::NoGradGuard no_grad;
+    torch::Tensor flat = t.view(-1);
+    torch::Tensor numeric = torch::zeros_like(flat);
+    for (int64_t j = 0; j < flat.numel(); ++j) {
+      const double saved = flat[j].item<double>();
+      flat[j] = saved + eps;
+      const double plus = loss().item<double>();
+      flat[j] = saved - eps;
+      const double minus = loss().item<double>();
+      flat[j] = saved;
+      numeric[j] = (plus - minus) / (2 * eps);
+    }
+    EXPECT_TRUE(torch::allclose(analytic.view(-1), numeric, 1e-6, 1e-8))
+        << "max |autograd - finite difference| = " << (analytic.view(-1) - numeric).abs().max().item<double>();
+  }
+  // The fully masked row gives a zero output and contributes no gradient to q.
+  EXPECT_EQ(q.grad().select(2, 2).abs().max().item<double>(), 0.0);
+}
+
+// A NaN or Inf at a key or value that is masked out never reaches the output or the gradients.
+TEST(FusedKernelReference, NonFiniteValuesAtMaskedKeysStayOut) {
+  torch::manual_seed(4);
+  torch::Tensor q = torch::randn({1, 1, 70, 8}), k = torch::randn({1, 1, 300, 8}), v = torch::randn({1, 1, 300, 8});
+  torch::Tensor padding = torch::zeros({1, 1, 300}, torch::kBool);
+  for (int64_t j : {3, 150, 299}) padding.index_put_({0, 0, j}, true);
+  k.index_put_({0, 0, 3}, NAN);
+  v.index_put_({0, 0, 150}, INFINITY);
+  v.index_put_({0, 0, 299}, NAN);
+  q.requires_grad_(), k.requires_grad_(), v.requires_grad_();
+  const AttentionMasks masks = AttentionMasks().key_padding_mask(padding);
+  const torch::Tensor out = scaled_dot_product_attention(q, k, v, SdpaOptions().masks(masks).backend(Backend::Fused));
+  EXPECT_TRUE(torch::isfinite(out).all().item<bool>());
+  out.sum().backward();
+  EXPECT_TRUE(torch::isfinite(v.grad()).all().item<bool>());
+  EXPECT_TRUE(torch::isfinite(k.grad()).all().item<bool>());
+  // Stricter than the math path, whose q gradient is (d scores)·k: 0 · NaN there is NaN.
+  EXPECT_TRUE(torch::isfinite(q.grad()).all().item<bool>());
+  const torch::Tensor expected =
+      scaled_dot_product_attention(q.detach(), k.detach(), v.detach(), SdpaOptions().masks(masks).backend(Backend::Math));
+  EXPECT_CLOSE(out.detach(), expected, tolerance(torch::kFloat32));
+}
+
+// Empty and degenerate sizes give the defined empty or zero results.
+TEST(FusedKernelReference, EmptyAndFullyMaskedInputs) {
+  const auto fused = SdpaOptions().backend(Backend::Fused);
+  EXPECT_EQ(scaled_dot_product_attention(torch::randn({0, 2, 5, 4}), torch::randn({0, 2, 5, 4}),
+                                         torch::randn({0, 2, 5, 3}), fused)
+                .sizes(),
+            at::IntArrayRef({0, 2, 5, 3}));
+  EXPECT_EQ(scaled_dot_product_attention(torch::randn({1, 2, 0, 4}), torch::randn({1, 2, 5, 4}),
+                                         torch::randn({1, 2, 5, 3}), fused)
+                .sizes(),
+            at::IntArrayRef({1, 2, 0, 3}));
+  // No keys at all: every query gets zeros.
+  const torch::Tensor no_keys = scaled_dot_product_attention(torch::randn({1, 2, 5, 4}), torch::randn({1, 2, 0, 4}),
+                                                             torch::randn({1, 2, 0, 3}), fused);
+  EXPECT_EQ(no_keys.sizes(), at::IntArrayRef({1, 2, 5, 3}));
+  EXPECT_EQ(no_keys.abs().max().item<double>(), 0.0);
+  // Every key padded: zeros, and logsumexp -inf from the op itself.
+  const torch::Tensor padding = torch::ones({1, 1, 7}, torch::kBool);
+  auto [out, lse] = ops::flash_attention(torch::randn({1, 2, 5, 4}), torch::randn({1, 2, 7, 4}),
+                                         torch::randn({1, 2, 7, 3}), padding);
+  EXPECT_EQ(out.abs().max().item<double>(), 0.0);
+  EXPECT_TRUE(torch::isneginf(lse).all().item<bool>());
+}
+
+// Strided inputs (transposed heads, stride-0 expanded keys) read correctly without the caller copying.
+TEST(FusedKernelReference, StridedAndExpandedInputs) {
+  torch::manual_seed(8);
+  const torch::Tensor q = torch::randn({2, 33, 3, 16}).transpose(1, 2);     // [B, H, T, d] view of [B, T, H, d]
+  const torch::Tensor k = torch::randn({2, 3, 1, 16}).expand({2, 3, 40, 16});  // stride 0 along T
+  const torch::Tensor v = torch::randn({2, 3, 16, 40}).transpose(2, 3);       // d not contiguous
+  const torch::Tensor expected = scaled_dot_product_attention(q.contiguous(), k.contiguous(), v.contiguous(),
+                                                              SdpaOptions().backend(Backend::Math));
+  const torch::Tensor actual = scaled_dot_product_attention(q, k, v, SdpaOptions().backend(Backend::Fused));
+  EXPECT_CLOSE(actual, expected, tolerance(torch::kFloat32));
+}
+
+// Inputs of every rank the functional API takes: [T, d], [N, T, d], [B, H, T, d] and [A, B, H, T, d].
+TEST(FusedKernelReference, EveryInputRank) {
+  torch::manual_seed(9);
+  for (const std::vector<int64_t>& lead : std::vector<std::vector<int64_t>>{{}, {3}, {2, 3}, {2, 2, 3}}) {
+    std::vector<int64_t> qs = lead, ks = lead, pad = lead;
+    qs.insert(qs.end(), {9, 8});
+    ks.insert(ks.end(), {11, 8});
+    pad.push_back(11);
+    if (!lead.empty()) pad[lead.size() - 1] = 1;  // broadcast along the last leading dimension
+    const torch::Tensor q = torch::randn(qs), k = torch::randn(ks), v = torch::randn(ks);
+    const AttentionMasks masks = AttentionMasks()
+                                     .key_padding_mask(torch::rand(pad) < 0.3)
+                                     .attend_mask(torch::rand({9, 11}) < 0.8);
+    const auto opts = SdpaOptions().masks(masks).causal(true);
+    SCOPED_TRACE(::testing::Message() << "query " << q.sizes());
+    EXPECT_CLOSE(scaled_dot_product_attention(q, k, v, SdpaOptions(opts).backend(Backend::Fused)),
+                 scaled_dot_product_attention(q, k, v, SdpaOptions(opts).backend(Backend::Math)),
+                 tolerance(torch::kFloat32));
+  }
+}
+
+}  // namespace
+}  // namespace attn::test
