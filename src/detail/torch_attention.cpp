@@ -25,16 +25,17 @@ torch::Tensor torch_attention(const torch::Tensor& query, const torch::Tensor& k
                               const SdpaOptions& options) {
   const int64_t tq = query.size(-2), tk = key.size(-2);
   const AttentionMasks& masks = options.masks();
-  // LibTorch's is_causal is top-left; bottom-right with Tq != Tk goes into the mask instead.
-  const bool native_causal =
-      options.causal() && (options.causal_alignment() == CausalAlignment::TopLeft || tq == tk);
+  // LibTorch's is_causal is top-left and excludes a mask: otherwise causality goes into the mask.
+  const bool native_causal = options.causal() && masks.empty() &&
+                             (options.causal_alignment() == CausalAlignment::TopLeft || tq == tk);
 
   torch::Tensor allowed;  // bool, true = may attend; undefined when every pair is allowed
   if (masks.key_padding_mask().defined()) allowed = masks.key_padding_mask().logical_not().unsqueeze(-2);
   if (masks.attend_mask().defined()) allowed = both(allowed, masks.attend_mask());
   if (options.causal() && !native_causal) {
     auto opts = torch::TensorOptions().dtype(torch::kLong).device(query.device());
-    allowed = both(allowed, torch::arange(tk, opts).unsqueeze(0) <= torch::arange(tq, opts).unsqueeze(1) + (tk - tq));
+    const int64_t offset = options.causal_alignment() == CausalAlignment::BottomRight ? tk - tq : 0;
+    allowed = both(allowed, torch::arange(tk, opts).unsqueeze(0) <= torch::arange(tq, opts).unsqueeze(1) + offset);
   }
   torch::Tensor mask = allowed;
   if (masks.additive_mask().defined()) {
@@ -47,10 +48,12 @@ torch::Tensor torch_attention(const torch::Tensor& query, const torch::Tensor& k
   torch::Tensor q = query;
   if (options.scale()) q = query * (*options.scale() * std::sqrt(static_cast<double>(query.size(-1))));
 
+  // An undefined tensor would convert to an optional that holds it, which LibTorch then trips over.
+  const c10::optional<torch::Tensor> attn_mask = mask.defined() ? c10::optional<torch::Tensor>(mask) : c10::nullopt;
 #if TORCH_VERSION_MAJOR >= 2
-  torch::Tensor out = at::scaled_dot_product_attention(q, key, value, mask, options.dropout(), native_causal);
+  torch::Tensor out = at::scaled_dot_product_attention(q, key, value, attn_mask, options.dropout(), native_causal);
 #else
-  torch::Tensor out = std::get<0>(at::_scaled_dot_product_attention(q, key, value, mask, options.dropout(),
+  torch::Tensor out = std::get<0>(at::_scaled_dot_product_attention(q, key, value, attn_mask, options.dropout(),
                                                                      /*need_attn_weights=*/false, native_causal));
 #endif
   if (!mask.defined()) return out;

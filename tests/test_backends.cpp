@@ -1,0 +1,97 @@
+// Backend choice: what Auto picks, what an explicit backend refuses (with a message that says what to use),
+// and Backend::Torch (LibTorch's own SDPA) against the math path under attn's mask conventions.
+
+#include "support.h"
+
+#include <cmath>
+
+namespace attn::test {
+namespace {
+
+TEST(Backends, AutoPicksFusedOnTheCpuUnlessItCannot) {
+  const torch::Tensor q = torch::randn({1, 2, 4, 8});
+  EXPECT_EQ(resolved_backend(q), Backend::Fused);
+  EXPECT_EQ(resolved_backend(q.to(torch::kFloat64)), Backend::Fused);
+  EXPECT_EQ(resolved_backend(q.to(torch::kBFloat16)), Backend::Fused);
+  EXPECT_EQ(resolved_backend(q, {}, /*need_weights=*/true), Backend::Math);
+  EXPECT_EQ(resolved_backend(q, SdpaOptions().dropout(0.1)), Backend::Math);
+  const torch::Tensor learned_bias = torch::zeros({4, 4}).requires_grad_();
+  EXPECT_EQ(resolved_backend(q, SdpaOptions().masks(AttentionMasks().additive_mask(learned_bias))), Backend::Math);
+  {
+    torch::NoGradGuard no_grad;  // no gradient will be taken, so the fused kernel is fine
+    EXPECT_EQ(resolved_backend(q, SdpaOptions().masks(AttentionMasks().additive_mask(learned_bias))),
+              Backend::Fused);
+  }
+  EXPECT_EQ(resolved_backend(q, SdpaOptions().backend(Backend::Math)), Backend::Math);
+  EXPECT_EQ(resolved_backend(q, SdpaOptions().backend(Backend::Torch)), Backend::Torch);
+}
+
+TEST(Backends, ExplicitFusedRefusesWhatItCannotDo) {
+  const torch::Tensor q = torch::randn({1, 2, 4, 8});
+  const auto fused = SdpaOptions().backend(Backend::Fused);
+  EXPECT_ERROR_CONTAINS(scaled_dot_product_attention_with_weights(q, q, q, fused),
+                        "Backend::Fused does not return attention weights; use Backend::Math");
+  EXPECT_ERROR_CONTAINS(scaled_dot_product_attention(q, q, q, SdpaOptions(fused).dropout(0.5)),
+                        "Backend::Fused does not apply dropout");
+  const torch::Tensor bias = torch::zeros({4, 4}).requires_grad_();
+  EXPECT_ERROR_CONTAINS(
+      scaled_dot_product_attention(q, q, q, SdpaOptions(fused).masks(AttentionMasks().additive_mask(bias))),
+      "does not differentiate with respect to additive_mask");
+  const torch::Tensor meta = torch::empty({1, 2, 4, 8}, torch::TensorOptions().device(torch::kMeta));
+  EXPECT_ERROR_CONTAINS(scaled_dot_product_attention(meta, meta, meta, fused), "Backend::Fused runs on the CPU");
+  EXPECT_ERROR_CONTAINS(scaled_dot_product_attention_with_weights(q, q, q, SdpaOptions().backend(Backend::Torch)),
+                        "Backend::Torch does not return attention weights");
+}
+
+// A module's backend option reaches its attention: Math and Fused agree, and Fused refuses weights.
+TEST(Backends, ModulesHonourTheirBackendOption) {
+  torch::manual_seed(2);  // the same seed draws the same parameters
+  auto fused = MultiHeadAttention(MultiHeadAttentionOptions(32, 4).causal(true).backend(Backend::Fused));
+  torch::manual_seed(2);
+  auto math = MultiHeadAttention(MultiHeadAttentionOptions(32, 4).causal(true).backend(Backend::Math));
+  const torch::Tensor x = torch::randn({2, 70, 32});
+  const torch::Tensor padding = torch::rand({2, 70}) < 0.2;
+  EXPECT_CLOSE(fused(x, x, x, AttentionMasks().key_padding_mask(padding)),
+               math(x, x, x, AttentionMasks().key_padding_mask(padding)), tolerance(torch::kFloat32));
+  EXPECT_ERROR_CONTAINS(fused->forward_with_weights(x, x, x), "attn::MultiHeadAttention: Backend::Fused does not "
+                                                              "return attention weights");
+}
+
+struct TorchCase {
+  const char* name;
+  bool padding, attend, additive, causal;
+  CausalAlignment alignment;
+  int64_t tq, tk;
+};
+
+// Backend::Torch must keep attn's conventions: bool meanings, bottom-right causal, zero rows.
+TEST(Backends, TorchBackendMatchesMath) {
+  const std::vector<TorchCase> cases = {
+      {"no masks", false, false, false, false, CausalAlignment::BottomRight, 9, 9},
+      {"causal top-left Tq<Tk", false, false, false, true, CausalAlignment::TopLeft, 5, 9},
+      {"causal bottom-right Tq>Tk (empty rows)", false, false, false, true, CausalAlignment::BottomRight, 9, 5},
+      {"padding + attend", true, true, false, false, CausalAlignment::BottomRight, 7, 8},
+      {"additive + padding + causal", true, false, true, true, CausalAlignment::BottomRight, 8, 8},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    torch::manual_seed(5);
+    const torch::Tensor q = torch::randn({2, 2, c.tq, 8}), k = torch::randn({2, 2, c.tk, 8}),
+                        v = torch::randn({2, 2, c.tk, 8});
+    AttentionMasks masks;
+    if (c.padding) {
+      torch::Tensor pad = torch::rand({2, 1, c.tk}) < 0.3;
+      pad.index_put_({0}, true);  // batch 0: every key padded, so every row is empty
+      masks.key_padding_mask(pad);
+    }
+    if (c.attend) masks.attend_mask(torch::rand({c.tq, c.tk}) < 0.7);
+    if (c.additive) masks.additive_mask(torch::randn({c.tq, c.tk}).masked_fill(torch::rand({c.tq, c.tk}) < 0.2, -INFINITY));
+    const auto opts = SdpaOptions().masks(masks).causal(c.causal).causal_alignment(c.alignment).scale(0.4);
+    const torch::Tensor expected = scaled_dot_product_attention(q, k, v, SdpaOptions(opts).backend(Backend::Math));
+    const torch::Tensor actual = scaled_dot_product_attention(q, k, v, SdpaOptions(opts).backend(Backend::Torch));
+    EXPECT_CLOSE(actual, expected, tolerance(torch::kFloat32));
+  }
+}
+
+}  // namespace
+}  // namespace attn::test
