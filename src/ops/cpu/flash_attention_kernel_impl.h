@@ -119,13 +119,34 @@ void softmax_backward_row(const T* p, T* dp, int64_t n, T delta) {
 
 template <typename T>
 bool all_finite(const T* x, int64_t rows, int64_t cols, int64_t ld) {
+  using Vec = Vectorized<T>;
+  const Vec zero(T(0));
+  Vec acc(T(0));
+  T tail = 0;
   for (int64_t r = 0; r < rows; ++r) {
     const T* row = x + r * ld;
-    T probe = 0;
-    for (int64_t c = 0; c < cols; ++c) probe += row[c] * T(0);  // 0 unless some element is NaN or Inf
-    if (probe != T(0) || std::isnan(probe)) return false;
+    int64_t c = 0;
+    for (; c + Vec::size() <= cols; c += Vec::size()) acc = acc + Vec::loadu(row + c) * zero;
+    for (; c < cols; ++c) tail += row[c] * T(0);
   }
-  return true;
+  // x · 0 is 0 for finite x and NaN for NaN or ±Inf.
+  return !std::isnan(at::vec::vec_reduce_all<T>(std::plus<Vec>(), acc) + tail);
+}
+
+/// For each (b, h, block of `block` rows) of x [B, H, Tk, width]: whether all its elements are finite. One
+/// pass over x per call, so the tiles can choose the plain GEMM without scanning their block again.
+template <typename T>
+std::vector<uint8_t> finite_blocks(const FlashProblem<T>& p, const View4<const T>& x, int64_t width,
+                                   int64_t block) {
+  const int64_t blocks = (p.tk + block - 1) / block;
+  std::vector<uint8_t> flags(p.batch * p.heads * blocks);
+  at::parallel_for(0, static_cast<int64_t>(flags.size()), 8, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t bh = i / blocks, j0 = (i % blocks) * block;
+      flags[i] = all_finite(x.row(bh / p.heads, bh % p.heads, j0), std::min(block, p.tk - j0), width, x.si);
+    }
+  });
+  return flags;
 }
 
 template <typename T>
@@ -202,6 +223,8 @@ void forward(const FlashForward<T>& args) {
   const int64_t q_blocks = (p.tq + kQueryBlock - 1) / kQueryBlock;
   const int64_t heads_total = p.batch * p.heads;
   const bool masked = has_masks(p);
+  const int64_t k_blocks = (p.tk + kKeyBlock - 1) / kKeyBlock;
+  const std::vector<uint8_t> values_finite = finite_blocks(p, p.v, p.dv, kKeyBlock);
 
   run_tasks<ForwardState<T>>(heads_total * q_blocks, [&](int64_t t, ForwardState<T>& st) {
     // Last query blocks first: under a causal mask they see the most keys, so the run ends on short tasks.
@@ -244,7 +267,7 @@ void forward(const FlashForward<T>& args) {
       }
 
       const T* v = p.v.row(b, h, j0);
-      if (all_finite(v, cols, p.dv, p.v.si)) {
+      if (values_finite[(b * p.heads + h) * k_blocks + j0 / kKeyBlock]) {
         gemm<T>(false, false, rows, p.dv, cols, T(1), s, kKeyBlock, v, p.v.si, T(1), acc, p.dv);
       } else {
         // 0 · Inf is NaN in a matrix product: add up only the keys with a nonzero weight.
@@ -287,6 +310,7 @@ void backward(const FlashBackward<T>& args) {
   const int64_t heads_total = p.batch * p.heads;
   const bool masked = has_masks(p);
   const int64_t ld = kBackwardKeyBlock;
+  const std::vector<uint8_t> keys_finite_blocks = finite_blocks(p, p.k, p.dk, kBackwardKeyBlock);
 
   run_tasks<BackwardState<T>>(heads_total * args.splits, [&](int64_t t, BackwardState<T>& st) {
     const int64_t split = t % args.splits;
@@ -305,7 +329,7 @@ void backward(const FlashBackward<T>& args) {
       st.grad_v.assign(cols * p.dv, T(0));
       const T* k = p.k.row(b, h, j0);
       const T* v = p.v.row(b, h, j0);
-      const bool keys_finite = all_finite(k, cols, p.dk, p.k.si);
+      const bool keys_finite = keys_finite_blocks[(b * p.heads + h) * k_blocks + kb];
       // Queries before the causal limit of the tile's first key see none of its keys.
       const int64_t q_begin = p.causal ? std::clamp<int64_t>(j0 - p.causal_offset, 0, p.tq) : 0;
       for (int64_t i0 = q_begin; i0 < p.tq; i0 += kBackwardQueryBlock) {
