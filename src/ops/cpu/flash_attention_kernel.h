@@ -79,7 +79,7 @@ ATTN_DECLARE_FLASH_KERNELS(kernel_avx512)
 /// Tile sizes: query rows and key rows per tile. A [kQueryBlock, kKeyBlock] score tile plus the output
 /// accumulator stay in L2; the key tile is wide enough that P·V runs as an efficient GEMM.
 inline constexpr int64_t kQueryBlock = 256;
-inline constexpr int64_t kKeyBlock = 256;
+inline constexpr int64_t kKeyBlock = 512;
 inline constexpr int64_t kBackwardQueryBlock = 64;
 inline constexpr int64_t kBackwardKeyBlock = 128;
 

@@ -16,6 +16,7 @@
 
 #include "ops/cpu/blas.h"
 #include "ops/cpu/flash_attention_kernel.h"
+#include "ops/cpu/vec_exp.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/functional.h>
@@ -80,7 +81,7 @@ T exp_shifted_sum(T* x, int64_t n, T shift) {
   Vec acc(T(0));
   int64_t j = 0;
   for (; j + Vec::size() <= n; j += Vec::size()) {
-    const Vec e = (Vec::loadu(x + j) - vshift).exp();
+    const Vec e = fast_exp(Vec::loadu(x + j) - vshift);
     e.store(x + j);
     acc = acc + e;
   }
@@ -98,7 +99,7 @@ void exp_shifted(T* x, int64_t n, T shift) {
   using Vec = Vectorized<T>;
   const Vec vshift(shift);
   int64_t j = 0;
-  for (; j + Vec::size() <= n; j += Vec::size()) (Vec::loadu(x + j) - vshift).exp().store(x + j);
+  for (; j + Vec::size() <= n; j += Vec::size()) fast_exp(Vec::loadu(x + j) - vshift).store(x + j);
   for (; j < n; ++j) x[j] = std::exp(x[j] - shift);
 }
 
