@@ -1,0 +1,121 @@
+#pragma once
+// attn-bench's pieces, shared by its source files. Only run_one.cpp includes <torch/torch.h>; the rest (suite table,
+// child processes, report) is plain C++, so the app builds quickly.
+//
+//   configs.cpp  the suites: every configuration in one table, its FLOPs, and when it is skipped
+//   run_one.cpp  the child's side: build the inputs, warm up, time the reps, read the peak RSS
+//   child.cpp    the parent's side: fork + exec one child per configuration, read its result line
+//   report.cpp   the table, the ratio lines and the JSON file
+//   main.cpp     arguments and orchestration
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace bench {
+
+// ---------------------------------------------------------------------------------------------------------
+// Configurations (configs.cpp).
+
+enum class Kind {
+  Gemm,         // the fp32 GEMM ceiling
+  Core,         // the functional core on q, k, v [B, H, T, d], inference
+  Module,       // multi-head attention modules on x [B, T, E] (torch_mha: [T, B, E]), inference
+  Training,     // the functional core, forward + backward of out.sum()
+  LongContext,  // the fused core at long T, forward only: the point is peak RSS
+};
+
+struct Config {
+  std::string name;  // unique; what --filter matches and --run-one names, e.g. "core/fused/T=4096/causal"
+  Kind kind = Kind::Core;
+  std::string impl;  // gemm | fused | math | torch_sdpa | attn_mha | attn_mha_math | torch_mha
+  // Attention: batch, heads, query and key lengths, head width. Gemm: a [Tq, d] x [d, Tk] product.
+  int64_t B = 1, H = 1, Tq = 0, Tk = 0, d = 0;
+  bool causal = false;
+  // Caps on the suite's warm-up runs and reps, for the configurations that take many seconds (-1: none).
+  int max_warmup = -1, max_reps = -1;
+};
+
+struct Suite {
+  std::string name;
+  int warmup = 0, reps = 0;  // defaults; --warmup and --reps override them
+  std::vector<Config> configs;  // in the order they run; the GEMM ceiling first
+};
+
+extern const char* const kDtype;  // every configuration runs in float32
+extern const double kMaxScoreBytes;  // larger [B, H, Tq, Tk] scores are skipped (~6 GiB)
+
+/// The named suite ("quick" or "full"); std::nullopt for another name.
+std::optional<Suite> make_suite(const std::string& name);
+/// The suite names, for --help and error messages.
+std::vector<std::string> suite_names();
+/// The configuration of that name in any suite (the child looks its configuration up by name).
+std::optional<Config> find_config(const std::string& name);
+
+/// FLOPs of one call, by design.md's "Measuring" conventions.
+double flops(const Config& config);
+/// Why the configuration is not run (its scores would not fit), or std::nullopt.
+std::optional<std::string> skip_reason(const Config& config);
+
+// ---------------------------------------------------------------------------------------------------------
+// One configuration, measured in the child process (run_one.cpp).
+
+struct RunSettings {
+  int warmup = 0, reps = 1;
+  int threads = 0;  // 0: LibTorch's default
+  std::string device = "cpu";
+};
+
+struct Measurement {
+  double ms_median = 0;
+  double peak_rss_mib = 0;  // VmHWM at the end: the process's peak, libtorch included
+  double base_rss_mib = 0;  // VmHWM before any input exists: what loading libtorch costs
+  int threads = 0;          // at::get_num_threads() in the child
+};
+
+/// Runs `config` warmup + reps times and measures it. Throws std::exception on failure.
+Measurement run_config(const Config& config, const RunSettings& settings);
+/// Checks that `spec` names a usable device; returns its canonical name ("cpu", "cuda:0"). Throws if not.
+std::string check_device(const std::string& spec);
+
+// ---------------------------------------------------------------------------------------------------------
+// Child processes (child.cpp).
+
+/// The one line a child prints on stdout; parse_result_line reads it back (std::nullopt if malformed).
+std::string format_result_line(const Measurement& m);
+std::optional<Measurement> parse_result_line(const std::string& stdout_text);
+
+struct ChildOutcome {
+  std::optional<Measurement> measurement;  // set when the child succeeded
+  std::string error;                       // otherwise: why, with the tail of its stderr
+};
+
+/// Runs this executable again (/proc/self/exe, never a bare fork: LibTorch's OpenMP pool does not survive
+/// fork) with `args`, and collects its result line.
+ChildOutcome run_child(const std::string& argv0, const std::vector<std::string>& args);
+
+// ---------------------------------------------------------------------------------------------------------
+// Results (report.cpp).
+
+struct Record {
+  Config config;
+  std::optional<Measurement> measurement;
+  std::string error;    // the configuration failed
+  std::string skipped;  // the configuration was not run, and why
+  double gflops() const;
+  double pct_of(double ceiling_gflops) const;  // NaN when unknown
+};
+
+/// GFLOP/s of the GEMM ceiling record, NaN if it did not run.
+double ceiling_gflops(const std::vector<Record>& records);
+/// The results table, on stdout.
+void print_table(const std::vector<Record>& records, double ceiling);
+/// The comparisons within this run: fused vs its peers, attn_mha vs torch_mha, causal vs not, training memory.
+void print_ratios(const std::vector<Record>& records, double ceiling);
+/// A JSON list with one object per record that ran or failed (skipped ones are left out).
+std::string to_json(const std::vector<Record>& records, double ceiling, const std::string& device);
+/// Writes FILE.tmp.PID and renames it over FILE, so a reader never sees a half-written file.
+void write_file_atomically(const std::string& path, const std::string& contents);
+
+}  // namespace bench

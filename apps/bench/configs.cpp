@@ -1,0 +1,130 @@
+// The suites: every configuration attn-bench can run, in one table, and the FLOPs it is credited with.
+
+#include "bench.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+
+namespace bench {
+
+const char* const kDtype = "float32";
+const double kMaxScoreBytes = 6.0 * (1 << 30);
+
+namespace {
+
+// Shapes shared by the suites: one sequence, 8 heads of 64 (E = 512), the shape design.md's peer numbers use.
+constexpr int64_t kB = 1, kH = 8, kD = 64;
+constexpr int64_t kGemmN = 2048;  // the ceiling: a 2048³ fp32 torch::mm
+
+// THE SUITE TABLE. Everything a suite runs is derived from one row here. "quick" must finish in under
+// 3 minutes on the 2-core reference machine: measured 2m05s at LibTorch's default of 1 thread there, of which
+// long/fused/T=32768 is 40 s. "full" adds longer sequences and more reps.
+struct SuiteSpec {
+  const char* name;
+  int warmup, reps;                 // defaults, for every configuration without a cap
+  std::vector<int64_t> core_T;      // fused / math / torch_sdpa, causal and not
+  std::vector<int64_t> module_T;    // attn_mha / attn_mha_math / torch_mha
+  std::vector<int64_t> training_T;  // fused / math, forward + backward
+  std::vector<int64_t> long_T;      // fused forward only, no warm-up
+  int long_reps;                    // at most this many reps at long T (each takes many seconds)
+};
+
+const SuiteSpec kSuites[] = {
+    {"quick", 1, 3, {1024, 2048, 4096}, {1024, 4096}, {1024, 2048, 4096}, {16384, 32768}, 1},
+    {"full", 2, 5, {1024, 2048, 4096, 8192}, {1024, 2048, 4096, 8192}, {1024, 2048, 4096}, {16384, 32768}, 2},
+};
+
+Config attention(Kind kind, const std::string& prefix, const std::string& impl, int64_t T, bool causal,
+                 bool name_causal) {
+  Config c;
+  c.name = fmt::format("{}/{}/T={}{}", prefix, impl, T, name_causal ? (causal ? "/causal" : "/noncausal") : "");
+  c.kind = kind;
+  c.impl = impl;
+  c.B = kB, c.H = kH, c.Tq = T, c.Tk = T, c.d = kD;
+  c.causal = causal;
+  return c;
+}
+
+Suite build(const SuiteSpec& spec) {
+  Suite suite{spec.name, spec.warmup, spec.reps, {}};
+  auto& out = suite.configs;
+
+  Config gemm;  // first: every other record is reported as a percentage of it
+  gemm.name = fmt::format("gemm/{}", kGemmN);
+  gemm.kind = Kind::Gemm;
+  gemm.impl = "gemm";
+  gemm.Tq = gemm.Tk = gemm.d = kGemmN;
+  out.push_back(gemm);
+
+  for (int64_t T : spec.core_T)
+    for (bool causal : {false, true})
+      for (const char* impl : {"fused", "math", "torch_sdpa"})
+        out.push_back(attention(Kind::Core, "core", impl, T, causal, true));
+  for (int64_t T : spec.module_T)
+    for (const char* impl : {"attn_mha", "attn_mha_math", "torch_mha"})
+      out.push_back(attention(Kind::Module, "mha", impl, T, false, false));
+  for (int64_t T : spec.training_T)
+    for (const char* impl : {"fused", "math"}) out.push_back(attention(Kind::Training, "train", impl, T, false, false));
+  for (int64_t T : spec.long_T) {
+    Config c = attention(Kind::LongContext, "long", "fused", T, false, false);
+    c.max_warmup = 0;
+    c.max_reps = spec.long_reps;
+    out.push_back(c);
+  }
+  return suite;
+}
+
+// Implementations that hold the whole [B, H, Tq, Tk] score matrix in memory.
+bool materialises_scores(const Config& c) {
+  return c.kind != Kind::Gemm && c.impl != "fused" && c.impl != "attn_mha";
+}
+
+}  // namespace
+
+std::optional<Suite> make_suite(const std::string& name) {
+  for (const auto& spec : kSuites)
+    if (name == spec.name) return build(spec);
+  return std::nullopt;
+}
+
+std::vector<std::string> suite_names() {
+  std::vector<std::string> names;
+  for (const auto& spec : kSuites) names.emplace_back(spec.name);
+  return names;
+}
+
+std::optional<Config> find_config(const std::string& name) {
+  for (const auto& spec : kSuites)
+    for (const Config& c : build(spec).configs)
+      if (c.name == name) return c;
+  return std::nullopt;
+}
+
+double flops(const Config& c) {
+  const double B = c.B, H = c.H, Tq = c.Tq, Tk = c.Tk, d = c.d;
+  if (c.kind == Kind::Gemm) return 2 * Tq * Tk * d;
+  // Forward attention: QKᵀ and PV, 2·Tq·Tk·d each (4·B·H·Tq·Tk·d; 2·B·H·Tq·Tk·(d_k+d_v) if they differed).
+  // Causal does half the pairs.
+  const double attention = 4 * B * H * Tq * Tk * d * (c.causal ? 0.5 : 1.0);
+  switch (c.kind) {
+    case Kind::Module: {
+      const double E = H * d;  // q, k, v and out projections, 2·T·E·E each
+      return attention + 4 * 2 * B * Tq * E * E;
+    }
+    case Kind::Training:
+      return attention * 3.5;  // backward counted as 2.5× forward
+    default:
+      return attention;
+  }
+}
+
+std::optional<std::string> skip_reason(const Config& c) {
+  const double bytes = 4.0 * c.B * c.H * c.Tq * c.Tk;  // float32 scores
+  if (materialises_scores(c) && bytes > kMaxScoreBytes)
+    return fmt::format("its [B,H,Tq,Tk] scores would take {:.1f} GiB (> {:.0f})", bytes / (1 << 30),
+                       kMaxScoreBytes / (1 << 30));
+  return std::nullopt;
+}
+
+}  // namespace bench

@@ -1,0 +1,272 @@
+// attn-bench: times attn's attention (fused and math backends, MultiHeadAttention) against LibTorch's own
+// (SDPA, torch::nn::MultiheadAttention) in one run, relative to a GEMM ceiling measured in the same run,
+// and measures each configuration's peak memory by running it in a child process of its own.
+//
+// This file parses the arguments and runs the suite; bench.h says where the rest lives.
+
+#include "bench.h"
+
+#include <fmt/core.h>
+#include <fmt/format.h>
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr int kExitError = 1;
+constexpr int kExitUsage = 2;
+constexpr int kMaxCount = 1000000;
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct BenchOptions {
+  std::string suite = "quick";
+  std::string filter;
+  std::string json_path;  // empty: no JSON
+  std::string device = "cpu";
+  int reps = -1, warmup = -1;  // -1: the suite's default
+  // Every core by default: LibTorch's own default can be lower (1 on the 2-vCPU reference VM), and every
+  // implementation in a run gets the same count either way.
+  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  bool list = false;
+  bool help = false;
+  std::string run_one;  // hidden: measure this one configuration and print its result line (the child)
+};
+
+std::string usage() {
+  std::string suites;
+  for (const std::string& name : bench::suite_names()) {
+    const bench::Suite suite = *bench::make_suite(name);
+    suites += fmt::format("                    {:<6} {} configurations, warm-up {}, reps {}\n", name,
+                          suite.configs.size(), suite.warmup, suite.reps);
+  }
+  return fmt::format(R"(Usage: attn-bench [OPTIONS]
+
+Times attn's attention (fused and math backends, MultiHeadAttention) against LibTorch's own (SDPA,
+torch::nn::MultiheadAttention) in one run. Each configuration runs in a child process of its own, which
+reports the median of its timed runs and its peak RSS. Progress goes to stderr; the table and the in-run
+ratios to stdout.
+
+FLOPs follow FlashAttention's benchmarks: attention 4·B·H·Tq·Tk·d forward, half if causal, backward 2.5×
+forward, plus 2·T·d_in·d_out per projection. "% GEMM" is relative to a 2048³ fp32 torch::mm measured first
+in the same run.
+
+Options:
+  --suite NAME      which configurations to run (default: quick):
+{}  --filter SUBSTR   run only the configurations whose name contains SUBSTR; the GEMM ceiling always runs
+  --list            print the names of the configurations that would run, and exit
+  --reps N          timed runs per configuration, of which the median is reported (default: the suite's)
+  --warmup N        untimed runs before them (default: the suite's)
+  --threads N       at::set_num_threads(N) in every configuration (default: every core)
+  --device DEV      cpu | cuda | cuda:N (default: cpu)
+  --json FILE       also write the records to FILE as a JSON list (written to a temporary file, then renamed)
+  -h, --help        show this help and exit
+
+Values may also be given as --option=VALUE. Long-context configurations run without warm-up and with at
+most 1 (quick) or 2 (full) reps. Implementations that hold the [B,H,Tq,Tk] scores are skipped where those
+would exceed {:.0f} GiB.
+
+Names: gemm/2048, core/IMPL/T=N/causal, core/IMPL/T=N/noncausal, mha/IMPL/T=N, train/IMPL/T=N,
+long/fused/T=N. Examples:
+  attn-bench --json bench.json
+  attn-bench --suite full --filter core/fused/ --reps 5
+  attn-bench --filter /causal              # only the causal configurations
+
+Exit status: 0 when the run completed (a configuration that failed is a row with an error, not a failed
+run), 1 when it could not run or write --json, 2 for bad usage.
+)",
+                     suites, bench::kMaxScoreBytes / (1 << 30));
+}
+
+int parse_int(const std::string& option, const std::string& text, int min, int max) {
+  int value = 0;
+  const char* end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, value);
+  if (text.empty() || error != std::errc() || stop != end || value < min || value > max)
+    throw UsageError(fmt::format("{} expects an integer in {}..{}, got '{}'", option, min, max, text));
+  return value;
+}
+
+BenchOptions parse_args(int argc, char** argv) {
+  BenchOptions options;
+  for (int i = 1; i < argc; ++i) {
+    std::string name = argv[i];
+    std::string inline_value;
+    bool has_inline_value = false;
+    if (name.rfind("--", 0) == 0 && name.find('=') != std::string::npos) {
+      inline_value = name.substr(name.find('=') + 1);
+      name.resize(name.find('='));
+      has_inline_value = true;
+    }
+    // A following "--option" is taken as a forgotten value, not as the value itself.
+    const auto value = [&]() -> std::string {
+      if (has_inline_value) return inline_value;
+      if (i + 1 >= argc || std::strncmp(argv[i + 1], "--", 2) == 0)
+        throw UsageError(fmt::format("option '{}' needs a value", name));
+      return argv[++i];
+    };
+    const auto flag = [&]() {
+      if (has_inline_value) throw UsageError(fmt::format("option '{}' takes no value", name));
+      return true;
+    };
+
+    if (name == "-h" || name == "--help") {
+      options.help = flag();
+      return options;  // help wins over anything else on the line
+    } else if (name == "--suite") {
+      options.suite = value();
+      if (!bench::make_suite(options.suite))
+        throw UsageError(fmt::format("unknown suite '{}'; choose one of: {}", options.suite,
+                                     fmt::join(bench::suite_names(), ", ")));
+    } else if (name == "--filter") {
+      options.filter = value();
+    } else if (name == "--reps") {
+      options.reps = parse_int(name, value(), 1, kMaxCount);
+    } else if (name == "--warmup") {
+      options.warmup = parse_int(name, value(), 0, kMaxCount);
+    } else if (name == "--threads") {
+      options.threads = parse_int(name, value(), 1, 4096);
+    } else if (name == "--device") {
+      options.device = value();
+      // Whether it exists is checked before the run; here only the spelling.
+      if (options.device != "cpu" && options.device.rfind("cuda", 0) != 0)
+        throw UsageError(fmt::format("--device expects cpu, cuda or cuda:N, got '{}'", options.device));
+    } else if (name == "--json") {
+      options.json_path = value();
+      if (options.json_path.empty()) throw UsageError("--json needs a file name");
+    } else if (name == "--list") {
+      options.list = flag();
+    } else if (name == "--run-one") {
+      options.run_one = value();
+    } else if (!name.empty() && name[0] == '-') {
+      throw UsageError(fmt::format("unknown option '{}'", name));
+    } else {
+      throw UsageError(fmt::format("unexpected argument '{}'", name));
+    }
+  }
+  return options;
+}
+
+// The child: one configuration, whose result line goes to stdout for the parent to read.
+int run_one(const BenchOptions& options) {
+  const auto config = bench::find_config(options.run_one);
+  if (!config) throw UsageError(fmt::format("no configuration named '{}'", options.run_one));
+  bench::RunSettings settings;
+  settings.warmup = std::max(options.warmup, 0);
+  settings.reps = std::max(options.reps, 1);
+  settings.threads = options.threads;
+  settings.device = options.device;
+  fmt::print("{}", bench::format_result_line(bench::run_config(*config, settings)));
+  return 0;
+}
+
+// What to do with the suite's warm-up and rep counts for one configuration: the caps of long runs win.
+int capped(int value, int cap) { return cap >= 0 ? std::min(value, cap) : value; }
+
+std::string progress_result(const bench::Record& r, double ceiling) {
+  if (!r.skipped.empty()) return "skipped: " + r.skipped;
+  if (!r.measurement) return "ERROR: " + r.error;
+  std::string text = fmt::format("{:.1f} ms  {:.1f} GFLOP/s", r.measurement->ms_median, r.gflops());
+  if (r.config.kind != bench::Kind::Gemm && std::isfinite(r.pct_of(ceiling)))
+    text += fmt::format(" ({:.1f}% of GEMM)", r.pct_of(ceiling));
+  return text + fmt::format("  peak {:.0f} MiB", r.measurement->peak_rss_mib);
+}
+
+// The parent: every selected configuration in a child process, then the report.
+int run_suite(const BenchOptions& options, const char* argv0) {
+  const bench::Suite suite = *bench::make_suite(options.suite);
+  std::vector<bench::Config> selected;
+  bool matched = false;
+  for (const bench::Config& c : suite.configs) {
+    const bool match = c.name.find(options.filter) != std::string::npos;
+    matched |= match;
+    // The GEMM ceiling always runs: every other record's pct_gemm_ceiling is relative to it.
+    if (match || c.kind == bench::Kind::Gemm) selected.push_back(c);
+  }
+  if (!matched)
+    throw UsageError(fmt::format("--filter '{}' matches no configuration of suite {} (see --list)", options.filter,
+                                 suite.name));
+  if (options.list) {
+    for (const bench::Config& c : selected) fmt::print("{}\n", c.name);
+    return 0;
+  }
+
+  const std::string device = bench::check_device(options.device);  // fail now, not in every child
+  const int warmup = options.warmup >= 0 ? options.warmup : suite.warmup;
+  const int reps = options.reps >= 0 ? options.reps : suite.reps;
+  fmt::print(stderr, "attn-bench: suite {}, {} configurations, warm-up {}, reps {}, device {}, threads {}\n",
+             suite.name, selected.size(), warmup, reps, device,
+             options.threads > 0 ? std::to_string(options.threads) : "default");
+
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<bench::Record> records;
+  double ceiling = std::numeric_limits<double>::quiet_NaN();
+  for (size_t i = 0; i < selected.size(); ++i) {
+    bench::Record record{selected[i], std::nullopt, "", ""};
+    const bench::Config& c = record.config;
+    fmt::print(stderr, "[{}/{}] {} ... ", i + 1, selected.size(), c.name);
+    if (const auto reason = bench::skip_reason(c)) {
+      record.skipped = *reason;
+    } else {
+      std::vector<std::string> args{"--run-one", c.name, "--warmup", std::to_string(capped(warmup, c.max_warmup)),
+                                    "--reps", std::to_string(capped(reps, c.max_reps)), "--device", device};
+      if (options.threads > 0) args.insert(args.end(), {"--threads", std::to_string(options.threads)});
+      bench::ChildOutcome outcome = bench::run_child(argv0, args);
+      record.measurement = outcome.measurement;
+      record.error = outcome.error;
+    }
+    if (c.kind == bench::Kind::Gemm) ceiling = record.gflops();
+    fmt::print(stderr, "{}\n", progress_result(record, ceiling));
+    records.push_back(std::move(record));
+  }
+
+  bench::print_table(records, ceiling);
+  bench::print_ratios(records, ceiling);
+
+  int failed = 0, skipped = 0;
+  for (const auto& r : records) failed += !r.error.empty(), skipped += !r.skipped.empty();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  fmt::print(stderr, "attn-bench: {} configurations in {:.0f} s: {} failed, {} skipped\n", records.size(), seconds,
+             failed, skipped);
+  if (!options.json_path.empty()) {
+    bench::write_file_atomically(options.json_path, bench::to_json(records, ceiling, device));
+    fmt::print(stderr, "attn-bench: wrote {}\n", options.json_path);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  BenchOptions options;
+  try {
+    options = parse_args(argc, argv);
+    if (options.help) {
+      fmt::print("{}", usage());
+      return 0;
+    }
+    return options.run_one.empty() ? run_suite(options, argv[0]) : run_one(options);
+  } catch (const UsageError& error) {
+    fmt::print(stderr, "attn-bench: error: {}\nTry 'attn-bench --help' for more information.\n", error.what());
+    return kExitUsage;
+  } catch (const c10::Error& error) {
+    fmt::print(stderr, "attn-bench: error: {}\n", error.what_without_backtrace());
+  } catch (const std::exception& error) {
+    fmt::print(stderr, "attn-bench: error: {}\n", error.what());
+  }
+  return kExitError;
+}

@@ -1,0 +1,192 @@
+// The results: a table and the in-run ratios on stdout, and the JSON file.
+
+#include "bench.h"
+
+#include <fmt/core.h>
+#include <fmt/format.h>
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+namespace bench {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr size_t kNoteWidth = 100;  // a longer error is cut in the table (the JSON keeps all of it)
+
+// The record that measured (kind, impl, T, causal), or nullptr if it did not run or failed.
+const Record* find(const std::vector<Record>& records, Kind kind, const std::string& impl, int64_t T,
+                   bool causal = false) {
+  for (const Record& r : records)
+    if (r.config.kind == kind && r.config.impl == impl && r.config.Tq == T && r.config.causal == causal)
+      return r.measurement ? &r : nullptr;
+  return nullptr;
+}
+
+// "2.31x" faster (peer time / our time), or "n/a" when either side has no time.
+std::string speedup(const Record* ours, const Record* peer) {
+  if (!ours || !peer) return "n/a";
+  return fmt::format("{:.2f}x", peer->measurement->ms_median / ours->measurement->ms_median);
+}
+
+std::string number_or_dash(double value, const char* spec) {
+  return std::isfinite(value) ? fmt::format(fmt::runtime(spec), value) : "-";
+}
+
+// JSON: a finite number, or null.
+std::string json_number(double value) { return std::isfinite(value) ? fmt::format("{:.6g}", value) : "null"; }
+
+std::string json_string(const std::string& text) {
+  std::string out = "\"";
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) out += fmt::format("\\u{:04x}", c);  // other control characters
+        else out += ch;                                      // UTF-8 passes through unchanged
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+double Record::gflops() const {
+  if (!measurement || measurement->ms_median <= 0) return kNaN;
+  return flops(config) / (measurement->ms_median * 1e-3) / 1e9;
+}
+
+double Record::pct_of(double ceiling) const { return gflops() / ceiling * 100; }
+
+double ceiling_gflops(const std::vector<Record>& records) {
+  for (const Record& r : records)
+    if (r.config.kind == Kind::Gemm) return r.gflops();
+  return kNaN;
+}
+
+void print_table(const std::vector<Record>& records, double ceiling) {
+  size_t width = 4;
+  for (const Record& r : records) width = std::max(width, r.config.name.size());
+  fmt::print("{:<{}}  {:>10}  {:>8}  {:>7}  {:>9}  {}\n", "name", width, "ms", "GFLOP/s", "% GEMM", "peak MiB",
+             "note");
+  for (const Record& r : records) {
+    std::string note = !r.error.empty() ? "error: " + r.error : !r.skipped.empty() ? "skipped: " + r.skipped : "";
+    if (note.size() > kNoteWidth) note = note.substr(0, kNoteWidth - 3) + "...";
+    const double ms = r.measurement ? r.measurement->ms_median : kNaN;
+    const double rss = r.measurement ? r.measurement->peak_rss_mib : kNaN;
+    fmt::print("{:<{}}  {:>10}  {:>8}  {:>7}  {:>9}  {}\n", r.config.name, width, number_or_dash(ms, "{:.2f}"),
+               number_or_dash(r.gflops(), "{:.1f}"), number_or_dash(r.pct_of(ceiling), "{:.1f}"),
+               number_or_dash(rss, "{:.0f}"), note);
+  }
+}
+
+void print_ratios(const std::vector<Record>& records, double ceiling) {
+  fmt::print("\nIn this run (speedup = peer ms / ours ms; > 1 means ours is faster):\n");
+  fmt::print("  GEMM ceiling (2048³ fp32 torch::mm): {} GFLOP/s\n", number_or_dash(ceiling, "{:.1f}"));
+
+  for (const Record& r : records) {
+    const Config& c = r.config;
+    if (c.kind != Kind::Core || c.impl != "fused") continue;
+    const Record* fused = find(records, Kind::Core, "fused", c.Tq, c.causal);
+    fmt::print("  core T={} {}: fused vs math {}, vs torch_sdpa {}\n", c.Tq, c.causal ? "causal" : "noncausal",
+               speedup(fused, find(records, Kind::Core, "math", c.Tq, c.causal)),
+               speedup(fused, find(records, Kind::Core, "torch_sdpa", c.Tq, c.causal)));
+  }
+  for (const Record& r : records) {
+    const Config& c = r.config;
+    if (c.kind != Kind::Core || c.impl != "fused" || c.causal) continue;
+    const Record* dense = find(records, Kind::Core, "fused", c.Tq, false);
+    const Record* causal = find(records, Kind::Core, "fused", c.Tq, true);
+    fmt::print("  core T={} fused causal/noncausal time: {} (about 0.5 if masked tiles are skipped)\n", c.Tq,
+               dense && causal
+                   ? fmt::format("{:.2f}", causal->measurement->ms_median / dense->measurement->ms_median)
+                   : "n/a");
+  }
+  for (const Record& r : records) {
+    const Config& c = r.config;
+    if (c.kind != Kind::Module || c.impl != "attn_mha") continue;
+    const Record* torch_mha = find(records, Kind::Module, "torch_mha", c.Tq);
+    fmt::print("  mha T={}: attn_mha vs torch_mha {}, attn_mha_math vs torch_mha {}\n", c.Tq,
+               speedup(find(records, Kind::Module, "attn_mha", c.Tq), torch_mha),
+               speedup(find(records, Kind::Module, "attn_mha_math", c.Tq), torch_mha));
+  }
+  for (const Record& r : records) {
+    const Config& c = r.config;
+    if (c.kind != Kind::Training || c.impl != "fused") continue;
+    const Record* fused = find(records, Kind::Training, "fused", c.Tq);
+    const Record* math = find(records, Kind::Training, "math", c.Tq);
+    // Above the process's own baseline, so that the growth with T is visible (linear vs quadratic).
+    const auto rss = [](const Record* x) {
+      return x ? fmt::format("{:.0f} MiB (+{:.0f})", x->measurement->peak_rss_mib,
+                             x->measurement->peak_rss_mib - x->measurement->base_rss_mib)
+               : "n/a";
+    };
+    fmt::print("  train T={}: fused vs math {}; peak RSS fused {}, math {}\n", c.Tq, speedup(fused, math), rss(fused),
+               rss(math));
+  }
+  for (const Record& r : records)
+    if (r.config.kind == Kind::LongContext && r.measurement)
+      fmt::print("  long T={}: fused forward {:.0f} ms, peak RSS {:.0f} MiB\n", r.config.Tq, r.measurement->ms_median,
+                 r.measurement->peak_rss_mib);
+
+  for (const Record& r : records)
+    if (r.measurement) {
+      fmt::print("  threads: {} (at::get_num_threads in each configuration's process; see --threads)\n",
+                 r.measurement->threads);
+      fmt::print("  peak RSS includes the process's own {:.0f} MiB (libtorch loaded, no inputs yet)\n",
+                 r.measurement->base_rss_mib);
+      break;
+    }
+}
+
+std::string to_json(const std::vector<Record>& records, double ceiling, const std::string& device) {
+  std::vector<std::string> objects;
+  for (const Record& r : records) {
+    if (!r.skipped.empty()) continue;
+    const Config& c = r.config;
+    std::string o = fmt::format(
+        "  {{\"name\": {}, \"impl\": {}, \"B\": {}, \"H\": {}, \"Tq\": {}, \"Tk\": {}, \"d\": {}, \"causal\": {}, "
+        "\"dtype\": {}, \"device\": {}, \"ms_median\": {}, \"gflops\": {}, \"pct_gemm_ceiling\": {}, "
+        "\"peak_rss_mib\": {}",
+        json_string(c.name), json_string(c.impl), c.B, c.H, c.Tq, c.Tk, c.d, c.causal ? "true" : "false",
+        json_string(kDtype), json_string(device), json_number(r.measurement ? r.measurement->ms_median : kNaN),
+        json_number(r.gflops()), json_number(r.pct_of(ceiling)),
+        json_number(r.measurement ? r.measurement->peak_rss_mib : kNaN));
+    if (!r.error.empty()) o += ", \"error\": " + json_string(r.error);
+    objects.push_back(o + "}");
+  }
+  return objects.empty() ? "[]\n" : fmt::format("[\n{}\n]\n", fmt::join(objects, ",\n"));
+}
+
+void write_file_atomically(const std::string& path, const std::string& contents) {
+  // The temporary file sits next to the target, so rename() stays within one file system and is atomic.
+  const std::string tmp = fmt::format("{}.tmp.{}", path, getpid());
+  std::FILE* file = std::fopen(tmp.c_str(), "wb");
+  if (!file) throw std::runtime_error(fmt::format("cannot open '{}' for writing: {}", tmp, std::strerror(errno)));
+  const bool written = std::fwrite(contents.data(), 1, contents.size(), file) == contents.size();
+  const int write_errno = errno;
+  const bool closed = std::fclose(file) == 0;  // fclose flushes: a full disk may only show up here
+  if (!written || !closed) {
+    const int error = written ? errno : write_errno;
+    std::remove(tmp.c_str());
+    throw std::runtime_error(fmt::format("write failed for '{}': {}", tmp, std::strerror(error)));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    std::remove(tmp.c_str());
+    throw std::runtime_error(fmt::format("cannot rename '{}' to '{}': {}", tmp, path, std::strerror(error)));
+  }
+}
+
+}  // namespace bench

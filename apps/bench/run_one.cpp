@@ -1,0 +1,143 @@
+// The child's side: one configuration, in a process of its own, so that VmHWM is that configuration's peak.
+
+#include "bench.h"
+
+#include <attn/attn.h>
+
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace bench {
+namespace {
+
+// A line of /proc/self/status such as "VmHWM:   123456 kB", in MiB.
+double proc_status_mib(const std::string& key) {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind(key + ":", 0) == 0) return std::stod(line.substr(key.size() + 1)) / 1024.0;
+  throw std::runtime_error("no " + key + " in /proc/self/status");
+}
+
+torch::Tensor torch_sdpa(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool causal) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, causal);
+#else
+  return std::get<0>(at::_scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                                       /*need_attn_weights=*/false, causal));
+#endif
+}
+
+attn::Backend backend_of(const std::string& impl) {
+  if (impl == "fused") return attn::Backend::Fused;
+  if (impl == "math") return attn::Backend::Math;
+  throw std::invalid_argument("no attn backend for impl '" + impl + "'");
+}
+
+// The functional core on q, k, v [B, H, T, d], by impl.
+std::function<torch::Tensor()> core_call(const Config& c, torch::Tensor q, torch::Tensor k, torch::Tensor v) {
+  if (c.impl == "torch_sdpa") return [=] { return torch_sdpa(q, k, v, c.causal); };
+  const auto options = attn::SdpaOptions().backend(backend_of(c.impl)).causal(c.causal);
+  return [=] { return attn::scaled_dot_product_attention(q, k, v, options); };
+}
+
+// What one timed call does. The returned callable owns its inputs (and module), built here, untimed.
+std::function<void()> make_workload(const Config& c, const torch::Device& device) {
+  torch::manual_seed(0);
+  const auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  switch (c.kind) {
+    case Kind::Gemm: {
+      const torch::Tensor a = torch::randn({c.Tq, c.d}, opts), b = torch::randn({c.d, c.Tk}, opts);
+      return [=] { torch::mm(a, b); };
+    }
+    case Kind::Core:
+    case Kind::LongContext: {
+      auto call = core_call(c, torch::randn({c.B, c.H, c.Tq, c.d}, opts), torch::randn({c.B, c.H, c.Tk, c.d}, opts),
+                            torch::randn({c.B, c.H, c.Tk, c.d}, opts));
+      return [=] { call(); };
+    }
+    case Kind::Training: {
+      torch::Tensor q = torch::randn({c.B, c.H, c.Tq, c.d}, opts).requires_grad_();
+      torch::Tensor k = torch::randn({c.B, c.H, c.Tk, c.d}, opts).requires_grad_();
+      torch::Tensor v = torch::randn({c.B, c.H, c.Tk, c.d}, opts).requires_grad_();
+      auto call = core_call(c, q, k, v);
+      return [=]() mutable {
+        for (torch::Tensor* t : {&q, &k, &v}) t->mutable_grad().reset();  // fresh gradients, not accumulation
+        call().sum().backward();
+      };
+    }
+    case Kind::Module: {
+      const int64_t E = c.H * c.d;
+      if (c.impl == "torch_mha") {
+        torch::nn::MultiheadAttention mha(torch::nn::MultiheadAttentionOptions(E, c.H));
+        mha->to(device);
+        mha->eval();
+        const torch::Tensor x = torch::randn({c.Tq, c.B, E}, opts);  // sequence-first, as 1.13's C++ module wants
+        return [=]() mutable { mha->forward(x, x, x, /*key_padding_mask=*/{}, /*need_weights=*/false); };
+      }
+      auto options = attn::MultiHeadAttentionOptions(E, c.H);
+      if (c.impl == "attn_mha_math") options.backend(attn::Backend::Math);
+      else if (c.impl != "attn_mha") throw std::invalid_argument("unknown module impl '" + c.impl + "'");
+      attn::MultiHeadAttention mha(options);
+      mha->to(device);
+      mha->eval();
+      const torch::Tensor x = torch::randn({c.B, c.Tq, E}, opts);
+      return [=]() mutable { mha->forward(x, x, x); };
+    }
+  }
+  throw std::logic_error("unhandled configuration kind");
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+}  // namespace
+
+std::string check_device(const std::string& spec) { return attn::resolve_device(spec).str(); }
+
+Measurement run_config(const Config& config, const RunSettings& settings) {
+  try {
+    if (settings.threads > 0) at::set_num_threads(settings.threads);
+    const torch::Device device = attn::resolve_device(settings.device);
+    // Kernels on CUDA are asynchronous: wait for them before reading the clock.
+    const auto sync = [&] {
+      if (device.is_cuda()) torch::cuda::synchronize();
+    };
+
+    Measurement m;
+    m.threads = at::get_num_threads();
+    m.base_rss_mib = proc_status_mib("VmHWM");
+
+    std::optional<torch::NoGradGuard> no_grad;  // inference configurations record no autograd graph
+    if (config.kind != Kind::Training) no_grad.emplace();
+    const std::function<void()> workload = make_workload(config, device);
+
+    for (int i = 0; i < settings.warmup; ++i) workload();
+    std::vector<double> times_ms;
+    for (int i = 0; i < settings.reps; ++i) {
+      sync();
+      const auto start = std::chrono::steady_clock::now();
+      workload();
+      sync();
+      times_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    }
+    m.ms_median = median(times_ms);
+    m.peak_rss_mib = proc_status_mib("VmHWM");
+    return m;
+  } catch (const c10::Error& error) {
+    // c10::Error's what() carries a C++ backtrace; the report wants the message.
+    throw std::runtime_error(error.what_without_backtrace());
+  }
+}
+
+}  // namespace bench
