@@ -3,7 +3,9 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 DEMO_ARGS ?=
 
-.PHONY: all deps configure build demo test install clean
+BENCH_ARGS ?= --suite quick
+
+.PHONY: all deps configure build demo test bench install clean
 
 all: build
 
@@ -22,6 +24,11 @@ demo: configure
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+# Not one of the two newcomer commands: benchmarks take minutes and want an otherwise idle machine.
+bench: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target attn-bench
+	./$(BUILD_DIR)/apps/bench/attn-bench $(BENCH_ARGS)
 
 install: build
 	cmake --install $(BUILD_DIR) $(if $(PREFIX),--prefix $(PREFIX))
