@@ -4,6 +4,7 @@
 #include "support.h"
 
 #include <cmath>
+#include <sstream>
 
 namespace attn::test {
 namespace {
@@ -53,6 +54,11 @@ TEST(Backends, ModulesHonourTheirBackendOption) {
   const torch::Tensor padding = torch::rand({2, 70}) < 0.2;
   EXPECT_CLOSE(fused(x, x, x, AttentionMasks().key_padding_mask(padding)),
                math(x, x, x, AttentionMasks().key_padding_mask(padding)), tolerance(torch::kFloat32));
+  std::ostringstream printed;
+  fused->pretty_print(printed);
+  EXPECT_EQ(printed.str(),
+            "attn::MultiHeadAttention(embed_dim=32, num_heads=4, head_dim=8, bias=true, output_projection=true, "
+            "causal=true, dropout=0, backend=fused)");
   EXPECT_ERROR_CONTAINS(fused->forward_with_weights(x, x, x), "attn::MultiHeadAttention: Backend::Fused does not "
                                                               "return attention weights");
 }

@@ -151,6 +151,16 @@ std::string causal_description(bool causal, CausalAlignment alignment) {
   return s;
 }
 
+std::string backend_description(Backend backend) {
+  switch (backend) {
+    case Backend::Auto: return "";
+    case Backend::Math: return ", backend=math";
+    case Backend::Fused: return ", backend=fused";
+    case Backend::Torch: return ", backend=torch";
+  }
+  return "";
+}
+
 void check_dropout(const char* module, double p) {
   TORCH_CHECK(p >= 0.0 && p <= 1.0, module, ": dropout must be in [0, 1], got ", p);
 }

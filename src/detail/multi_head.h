@@ -48,5 +48,7 @@ inline const char* bool_name(bool b) { return b ? "true" : "false"; }
 /// ", causal=true[, causal_alignment=top_left]" for pretty_print.
 std::string causal_description(bool causal, CausalAlignment alignment);
 void check_dropout(const char* module, double p);
+/// ", backend=fused" (math, torch) for pretty_print; empty for the default, Auto.
+std::string backend_description(Backend backend);
 
 }  // namespace attn::detail

@@ -27,7 +27,7 @@ void AttentionHeadImpl::pretty_print(std::ostream& stream) const {
   stream << "attn::AttentionHead(d_in=" << options.d_in() << ", d_k=" << options.d_k() << ", d_v=" << options.d_v()
          << ", bias=" << detail::bool_name(options.bias())
          << detail::causal_description(options.causal(), options.causal_alignment())
-         << ", dropout=" << options.dropout() << ")";
+         << ", dropout=" << options.dropout() << detail::backend_description(options.backend()) << ")";
 }
 
 torch::Tensor AttentionHeadImpl::forward(const torch::Tensor& x) { return forward(x, x, x); }

@@ -31,7 +31,7 @@ void CrossAttentionImpl::pretty_print(std::ostream& stream) const {
   stream << "attn::CrossAttention(d_query_in=" << options.d_query_in()
          << ", d_context_in=" << options.d_context_in() << ", d_k=" << options.d_k() << ", d_v=" << options.d_v()
          << ", num_heads=" << options.num_heads() << ", bias=" << detail::bool_name(options.bias())
-         << ", dropout=" << options.dropout() << ")";
+         << ", dropout=" << options.dropout() << detail::backend_description(options.backend()) << ")";
 }
 
 torch::Tensor CrossAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& context,

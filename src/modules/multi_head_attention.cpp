@@ -52,7 +52,7 @@ void MultiHeadAttentionImpl::pretty_print(std::ostream& stream) const {
   stream << ", bias=" << detail::bool_name(options.bias())
          << ", output_projection=" << detail::bool_name(options.output_projection())
          << detail::causal_description(options.causal(), options.causal_alignment())
-         << ", dropout=" << options.dropout() << ")";
+         << ", dropout=" << options.dropout() << detail::backend_description(options.backend()) << ")";
 }
 
 torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& query, const torch::Tensor& key,
