@@ -115,7 +115,5 @@ void print_table(const std::vector<Record>& records, double ceiling);
 void print_ratios(const std::vector<Record>& records, double ceiling);
 /// A JSON list with one object per record that ran or failed (skipped ones are left out).
 std::string to_json(const std::vector<Record>& records, double ceiling, const std::string& device);
-/// Writes FILE.tmp.PID and renames it over FILE, so a reader never sees a half-written file.
-void write_file_atomically(const std::string& path, const std::string& contents);
 
 }  // namespace bench

@@ -6,6 +6,9 @@
 
 #include "bench.h"
 
+#include "atomic_file.h"
+#include "command_line.h"
+
 #include <fmt/core.h>
 #include <fmt/format.h>
 
@@ -25,13 +28,13 @@
 
 namespace {
 
+using attn_apps::CommandLine;
+using attn_apps::parse_integer;
+using attn_apps::UsageError;
+
 constexpr int kExitError = 1;
 constexpr int kExitUsage = 2;
 constexpr int kMaxCount = 1000000;
-
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 struct BenchOptions {
   std::string suite = "quick";
@@ -93,37 +96,15 @@ run), 1 when it could not run or write --json, 2 for bad usage.
 }
 
 int parse_int(const std::string& option, const std::string& text, int min, int max) {
-  int value = 0;
-  const char* end = text.data() + text.size();
-  const auto [stop, error] = std::from_chars(text.data(), end, value);
-  if (text.empty() || error != std::errc() || stop != end || value < min || value > max)
-    throw UsageError(fmt::format("{} expects an integer in {}..{}, got '{}'", option, min, max, text));
-  return value;
+  return parse_integer<int>(option, text, min, max, fmt::format("an integer in {}..{}", min, max));
 }
 
 BenchOptions parse_args(int argc, char** argv) {
   BenchOptions options;
-  for (int i = 1; i < argc; ++i) {
-    std::string name = argv[i];
-    std::string inline_value;
-    bool has_inline_value = false;
-    if (name.rfind("--", 0) == 0 && name.find('=') != std::string::npos) {
-      inline_value = name.substr(name.find('=') + 1);
-      name.resize(name.find('='));
-      has_inline_value = true;
-    }
-    // A following "--option" is taken as a forgotten value, not as the value itself.
-    const auto value = [&]() -> std::string {
-      if (has_inline_value) return inline_value;
-      if (i + 1 >= argc || std::strncmp(argv[i + 1], "--", 2) == 0)
-        throw UsageError(fmt::format("option '{}' needs a value", name));
-      return argv[++i];
-    };
-    const auto flag = [&]() {
-      if (has_inline_value) throw UsageError(fmt::format("option '{}' takes no value", name));
-      return true;
-    };
-
+  for (CommandLine args(argc, argv); args.next();) {
+    const std::string& name = args.name();
+    const auto value = [&] { return args.value(); };
+    const auto flag = [&] { return args.flag(); };
     if (name == "-h" || name == "--help") {
       options.help = flag();
       return options;  // help wins over anything else on the line
@@ -152,10 +133,8 @@ BenchOptions parse_args(int argc, char** argv) {
       options.list = flag();
     } else if (name == "--run-one") {
       options.run_one = value();
-    } else if (!name.empty() && name[0] == '-') {
-      throw UsageError(fmt::format("unknown option '{}'", name));
     } else {
-      throw UsageError(fmt::format("unexpected argument '{}'", name));
+      throw args.unknown();
     }
   }
   return options;
@@ -243,7 +222,7 @@ int run_suite(const BenchOptions& options, const char* argv0) {
   fmt::print(stderr, "attn-bench: {} configurations in {:.0f} s: {} failed, {} skipped\n", records.size(), seconds,
              failed, skipped);
   if (!options.json_path.empty()) {
-    bench::write_file_atomically(options.json_path, bench::to_json(records, ceiling, device));
+    attn_apps::write_file_atomically(options.json_path, bench::to_json(records, ceiling, device));
     fmt::print(stderr, "attn-bench: wrote {}\n", options.json_path);
   }
   return 0;

@@ -5,6 +5,9 @@
 
 #include <attn/attn.h>
 
+#include "atomic_file.h"
+#include "command_line.h"
+
 #include <fmt/color.h>
 #include <fmt/core.h>
 #include <fmt/format.h>
@@ -28,6 +31,11 @@
 #include <vector>
 
 namespace {
+
+using attn_apps::CommandLine;
+using attn_apps::parse_integer;
+using attn_apps::UsageError;
+using attn_apps::write_file_atomically;
 
 constexpr const char* kDefaultSentence = "Life is short, eat dessert first";
 constexpr uint64_t kDefaultSeed = 123;
@@ -66,10 +74,6 @@ Example:
   attn-demo --sentence "Time flies like an arrow" --heads 2 --causal --svg heads.svg
 )";
 
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 struct DemoOptions {
   std::string sentence = kDefaultSentence;
   int64_t heads = kDefaultHeads;
@@ -107,39 +111,13 @@ std::map<std::string, int64_t> build_vocabulary(std::vector<std::string> words) 
 // ---------------------------------------------------------------------------------------------------------
 // Argument parsing.
 
-template <typename Int>
-Int parse_integer(const std::string& option, const std::string& text, Int min, Int max, const std::string& expected) {
-  Int value{};
-  const char* end = text.data() + text.size();
-  const auto [stop, error] = std::from_chars(text.data(), end, value);
-  if (text.empty() || error != std::errc() || stop != end || value < min || value > max)
-    throw UsageError(fmt::format("{} expects {}, got '{}'", option, expected, text));
-  return value;
-}
 
 DemoOptions parse_args(int argc, char** argv) {
   DemoOptions options;
-  for (int i = 1; i < argc; ++i) {
-    std::string name = argv[i];
-    std::string inline_value;
-    bool has_inline_value = false;
-    if (name.rfind("--", 0) == 0 && name.find('=') != std::string::npos) {
-      inline_value = name.substr(name.find('=') + 1);
-      name.resize(name.find('='));
-      has_inline_value = true;
-    }
-    // A following "--option" is taken as a forgotten value, not as the value itself.
-    const auto value = [&]() -> std::string {
-      if (has_inline_value) return inline_value;
-      if (i + 1 >= argc || std::strncmp(argv[i + 1], "--", 2) == 0)
-        throw UsageError(fmt::format("option '{}' needs a value", name));
-      return argv[++i];
-    };
-    const auto flag = [&]() {
-      if (has_inline_value) throw UsageError(fmt::format("option '{}' takes no value", name));
-      return true;
-    };
-
+  for (CommandLine args(argc, argv); args.next();) {
+    const std::string& name = args.name();
+    const auto value = [&] { return args.value(); };
+    const auto flag = [&] { return args.flag(); };
     if (name == "-h" || name == "--help") {
       options.help = flag();
       return options;  // help wins over anything else on the line
@@ -159,10 +137,8 @@ DemoOptions parse_args(int argc, char** argv) {
       options.causal = flag();
     } else if (name == "--no-color") {
       options.no_color = flag();
-    } else if (!name.empty() && name[0] == '-') {
-      throw UsageError(fmt::format("unknown option '{}'", name));
     } else {
-      throw UsageError(fmt::format("unexpected argument '{}'", name));
+      throw args.unknown();
     }
   }
   if (tokenize(options.sentence).empty()) throw UsageError("--sentence has no words");
@@ -405,25 +381,6 @@ std::string render_svg(const torch::Tensor& weights, const std::vector<std::stri
   return svg;
 }
 
-// Writes FILE.tmp and renames it over FILE, so a failed write never leaves FILE half-written.
-void write_file_atomically(const std::string& path, const std::string& contents) {
-  const std::string tmp = path + ".tmp";
-  std::FILE* file = std::fopen(tmp.c_str(), "wb");
-  if (!file) throw std::runtime_error(fmt::format("cannot open '{}' for writing: {}", tmp, std::strerror(errno)));
-  const bool written = std::fwrite(contents.data(), 1, contents.size(), file) == contents.size();
-  const int write_errno = errno;
-  const bool closed = std::fclose(file) == 0;  // fclose flushes: a full disk may only show up here
-  if (!written || !closed) {
-    const int error = written ? errno : write_errno;
-    std::remove(tmp.c_str());
-    throw std::runtime_error(fmt::format("write failed for '{}': {}", tmp, std::strerror(error)));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int error = errno;
-    std::remove(tmp.c_str());
-    throw std::runtime_error(fmt::format("cannot rename '{}' to '{}': {}", tmp, path, std::strerror(error)));
-  }
-}
 
 // ---------------------------------------------------------------------------------------------------------
 // The walkthrough.
