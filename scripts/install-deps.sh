@@ -8,6 +8,7 @@ packages=(
   libtorch-dev                # LibTorch (1.13 on Debian 12)
   libopenblas0-openmp         # without it libtorch runs on reference BLAS, ~45x slower matrix products
   libsleef-dev                # sleef.h: the AVX2/AVX-512 variants of the fused kernel call SLEEF's exp
+  nlohmann-json3-dev          # the safetensors header parser
   libfmt-dev libgtest-dev     # apps, tests
   python3-torch               # /usr/bin/python3 computes the tests' reference outputs
 )

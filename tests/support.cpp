@@ -73,9 +73,8 @@ std::vector<char> read_file(const std::string& path) {
   return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-ReferenceCase::ReferenceCase(const std::string& name)
-    : name_(name),
-      dict_(torch::pickle_load(read_file(std::string(ATTN_REFERENCE_DIR) + "/" + name + ".pt")).toGenericDict()) {}
+ReferenceCase::ReferenceCase(const std::string& name, const std::string& dir)
+    : name_(name), dict_(torch::pickle_load(read_file(dir + "/" + name + ".pt")).toGenericDict()) {}
 
 bool ReferenceCase::has(const std::string& key) const { return dict_.contains(key); }
 
@@ -98,8 +97,8 @@ bool ReferenceCase::boolean(const std::string& key) const { return dict_.at(key)
 double ReferenceCase::real(const std::string& key) const { return dict_.at(key).toDouble(); }
 std::string ReferenceCase::text(const std::string& key) const { return dict_.at(key).toStringRef(); }
 
-std::vector<std::string> reference_cases(const std::string& prefix) {
-  std::ifstream in(std::string(ATTN_REFERENCE_DIR) + "/manifest.txt");
+std::vector<std::string> reference_cases(const std::string& prefix, const std::string& dir) {
+  std::ifstream in(dir + "/manifest.txt");
   std::vector<std::string> names;
   for (std::string line; std::getline(in, line);) {
     if (!line.empty() && line.rfind(prefix, 0) == 0) names.push_back(line);

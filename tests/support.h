@@ -36,7 +36,8 @@ bool skip_without(torch::DeviceType device);
 /// A reference case written by tests/reference/make_references.py.
 class ReferenceCase {
  public:
-  explicit ReferenceCase(const std::string& name);
+  /// The case NAME.pt in `dir` (default: the PyTorch references of make_references.py).
+  explicit ReferenceCase(const std::string& name, const std::string& dir = ATTN_REFERENCE_DIR);
   bool has(const std::string& key) const;
   torch::Tensor tensor(const std::string& key) const;
   /// tensor(key) converted to `options` (floating tensors only change dtype; bool masks keep theirs).
@@ -55,7 +56,7 @@ class ReferenceCase {
 };
 
 /// Names from the manifest that start with `prefix` (read at test registration).
-std::vector<std::string> reference_cases(const std::string& prefix);
+std::vector<std::string> reference_cases(const std::string& prefix, const std::string& dir = ATTN_REFERENCE_DIR);
 
 /// Reads a file into a byte vector (for torch::pickle_load).
 std::vector<char> read_file(const std::string& path);

@@ -1,0 +1,34 @@
+#pragma once
+// The weight-file formats, each as bytes <-> named CPU tensors. Nothing here knows about modules or names.
+
+#include <attn/io/state_dict.h>
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace attn::io::detail {
+
+using TensorMap = std::map<std::string, at::Tensor>;
+
+/// The whole file. Throws naming the file and the system error.
+std::vector<uint8_t> read_file(const std::string& path);
+
+/// The format, from the first bytes; throws if it is none of them.
+WeightFormat detect_format(const std::vector<uint8_t>& bytes, const std::string& path);
+
+TensorMap read_torch_zip(const std::vector<uint8_t>& bytes, const std::string& path);
+TensorMap read_torch_legacy(const std::vector<uint8_t>& bytes, const std::string& path);
+TensorMap read_safetensors(const std::vector<uint8_t>& bytes, const std::string& path);
+
+/// torch.save-compatible zip bytes (Python's torch.load reads them as a dict of tensors).
+std::string torch_zip_bytes(const TensorMap& tensors);
+std::string safetensors_bytes(const TensorMap& tensors);
+
+/// Writes a file next to `path`, then renames it over `path`; throws naming the file and the system error.
+void write_file_atomically(const std::string& path, const std::string& contents);
+
+}  // namespace attn::io::detail

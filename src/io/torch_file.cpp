@@ -1,0 +1,182 @@
+// torch.save files: the zip archive (data.pkl + data/<key> records, read with LibTorch's own zip reader) and
+// the legacy stream of pickles (magic, protocol, sys_info, the object, the storage keys, then the raw
+// storages). The pickles go through the restricted reader in io/pickle.h.
+
+#include "io/formats.h"
+#include "io/pickle.h"
+
+#include <caffe2/serialize/in_memory_adapter.h>
+#include <caffe2/serialize/inline_container.h>
+#include <torch/serialize.h>
+
+#include <c10/util/Exception.h>
+
+#include <cstring>
+#include <limits>
+#include <set>
+
+namespace attn::io::detail {
+namespace {
+
+using Kind = PickleValue::Kind;
+
+/// Collects the tensors of a (possibly nested) dict: {name: tensor} or {prefix: {name: tensor}}.
+void collect(const PickleRef& value, const std::string& prefix, std::vector<std::pair<std::string, TensorSpec>>& out,
+             const std::string& path) {
+  TORCH_CHECK(value->kind == Kind::Dict, "attn::io: ", path, ": ", prefix.empty() ? "the file" : "'" + prefix + "'",
+              " holds a ", value->kind_name(), ", expected a dict of tensors (a state_dict)");
+  for (const auto& [key, item] : value->dict) {
+    TORCH_CHECK(key->kind == Kind::String, "attn::io: ", path, ": a dict key is a ", key->kind_name(),
+                ", expected str");
+    const std::string name = prefix.empty() ? key->text : prefix + "." + key->text;
+    if (item->kind == Kind::Dict) {
+      collect(item, name, out, path);
+    } else {
+      TORCH_CHECK(item->kind == Kind::Tensor, "attn::io: ", path, ": '", name, "' is a ", item->kind_name(),
+                  ", expected a tensor");
+      out.emplace_back(name, item->tensor);
+    }
+  }
+}
+
+/// Number of elements a view reaches into its storage (offset + extent), refusing overflow.
+int64_t reach(const TensorSpec& t) {
+  int64_t end = t.offset;
+  for (size_t i = 0; i < t.sizes.size(); ++i) {
+    if (t.sizes[i] == 0) return t.offset;  // an empty tensor reads nothing
+  }
+  for (size_t i = 0; i < t.sizes.size(); ++i) {
+    const int64_t step = t.sizes[i] - 1;
+    if (step > 0 && t.strides[i] > (std::numeric_limits<int64_t>::max() - end) / step) return -1;
+    end += step * t.strides[i];
+  }
+  return end + 1;
+}
+
+/// The tensor `spec` describes, copied out of `storage` (numel elements of spec.dtype).
+at::Tensor materialise(const std::string& name, const TensorSpec& spec, const at::Tensor& storage,
+                       const std::string& path) {
+  const int64_t end = reach(spec);
+  TORCH_CHECK(end >= 0 && end <= storage.numel(), "attn::io: ", path, ": tensor '", name, "' (size ", spec.sizes,
+              ", stride ", spec.strides, ", offset ", spec.offset, ") reaches past its storage of ", storage.numel(),
+              " elements");
+  TORCH_CHECK(storage.scalar_type() == spec.dtype, "attn::io: ", path, ": tensor '", name,
+              "' and its storage disagree on the dtype");
+  return storage.as_strided(spec.sizes, spec.strides, spec.offset).clone(at::MemoryFormat::Contiguous);
+}
+
+/// A storage's bytes as a 1-D tensor of `numel` elements of `dtype`; `bytes` must hold exactly that many.
+at::Tensor storage_tensor(const void* bytes, size_t nbytes, at::ScalarType dtype, int64_t numel,
+                          const std::string& key, const std::string& path) {
+  const size_t element = c10::elementSize(dtype);
+  TORCH_CHECK(numel >= 0 && static_cast<uint64_t>(numel) <= nbytes / element && nbytes % element == 0 &&
+                  nbytes / element == static_cast<uint64_t>(numel),
+              "attn::io: ", path, ": storage '", key, "' holds ", nbytes, " bytes, expected ", numel, " elements of ",
+              c10::toString(dtype));
+  at::Tensor t = at::empty({numel}, at::TensorOptions().dtype(dtype));
+  if (nbytes > 0) std::memcpy(t.data_ptr(), bytes, nbytes);
+  return t;
+}
+
+}  // namespace
+
+TensorMap read_torch_zip(const std::vector<uint8_t>& bytes, const std::string& path) {
+  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
+  try {
+    reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(
+        std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes.data(), static_cast<off_t>(bytes.size())));
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, "attn::io: ", path, ": not a readable torch.save zip archive: ", e.what_without_backtrace());
+  }
+  TORCH_CHECK(reader->hasRecord("data.pkl"), "attn::io: ", path, ": the zip archive has no data.pkl record");
+  if (reader->hasRecord("byteorder")) {
+    auto [data, size] = reader->getRecord("byteorder");
+    const std::string order(static_cast<const char*>(data.get()), size);
+    TORCH_CHECK(order == "little", "attn::io: ", path, ": byte order '", order, "' is not supported");
+  }
+  auto [pkl, pkl_size] = reader->getRecord("data.pkl");
+  size_t pos = 0;
+  const PickleRef root = read_pickle(static_cast<const uint8_t*>(pkl.get()), pkl_size, &pos, path);
+  std::vector<std::pair<std::string, TensorSpec>> specs;
+  collect(root, "", specs, path);
+
+  std::map<std::string, at::Tensor> storages;
+  TensorMap out;
+  for (const auto& [name, spec] : specs) {
+    auto it = storages.find(spec.storage_key);
+    if (it == storages.end()) {
+      const std::string record = "data/" + spec.storage_key;
+      TORCH_CHECK(reader->hasRecord(record), "attn::io: ", path, ": tensor '", name, "' refers to record '", record,
+                  "', which the archive does not have");
+      auto [data, size] = reader->getRecord(record);
+      it = storages.emplace(spec.storage_key, storage_tensor(data.get(), size, spec.dtype, spec.storage_numel,
+                                                             spec.storage_key, path))
+               .first;
+    }
+    out[name] = materialise(name, spec, it->second, path);
+  }
+  return out;
+}
+
+TensorMap read_torch_legacy(const std::vector<uint8_t>& bytes, const std::string& path) {
+  size_t pos = 0;
+  const uint8_t* data = bytes.data();
+  const PickleRef magic = read_pickle(data, bytes.size(), &pos, path);
+  // torch's legacy magic number 0x1950a86a20f9469cfc6c, as LONG1's little-endian bytes.
+  static const std::string kMagic("\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19", 10);
+  TORCH_CHECK(magic->kind == Kind::BigInt && magic->text == kMagic, "attn::io: ", path,
+              ": not a torch.save file (the legacy format's magic number is missing)");
+  const PickleRef protocol = read_pickle(data, bytes.size(), &pos, path);
+  TORCH_CHECK(protocol->kind == Kind::Int && protocol->integer == 1001, "attn::io: ", path,
+              ": unsupported legacy torch.save protocol");
+  const PickleRef sys_info = read_pickle(data, bytes.size(), &pos, path);
+  if (sys_info->kind == Kind::Dict) {
+    for (const auto& [k, v] : sys_info->dict) {
+      if (k->kind == Kind::String && k->text == "little_endian") {
+        TORCH_CHECK(v->kind == Kind::Bool && v->boolean, "attn::io: ", path, ": big-endian files are not supported");
+      }
+    }
+  }
+  const PickleRef root = read_pickle(data, bytes.size(), &pos, path);
+  const PickleRef keys = read_pickle(data, bytes.size(), &pos, path);
+  TORCH_CHECK(keys->kind == Kind::List, "attn::io: ", path, ": the storage key list is missing");
+
+  std::vector<std::pair<std::string, TensorSpec>> specs;
+  collect(root, "", specs, path);
+  std::map<std::string, const TensorSpec*> wanted;  // storage key -> a spec naming its dtype and size
+  for (const auto& [name, spec] : specs) wanted.emplace(spec.storage_key, &spec);
+
+  std::map<std::string, at::Tensor> storages;
+  for (const PickleRef& key : keys->items) {
+    TORCH_CHECK(key->kind == Kind::String, "attn::io: ", path, ": a storage key is not a string");
+    TORCH_CHECK(bytes.size() - pos >= 8, "attn::io: ", path, ": truncated before storage '", key->text, "'");
+    uint64_t numel = 0;
+    for (int i = 0; i < 8; ++i) numel |= static_cast<uint64_t>(data[pos + i]) << (8 * i);
+    pos += 8;
+    const auto it = wanted.find(key->text);
+    TORCH_CHECK(it != wanted.end(), "attn::io: ", path, ": storage '", key->text, "' belongs to no tensor");
+    const size_t element = c10::elementSize(it->second->dtype);
+    TORCH_CHECK(numel <= (bytes.size() - pos) / element, "attn::io: ", path, ": storage '", key->text,
+                "' declares ", numel, " elements but the file ends first");
+    storages[key->text] = storage_tensor(data + pos, numel * element, it->second->dtype,
+                                         static_cast<int64_t>(numel), key->text, path);
+    pos += numel * element;
+  }
+  TensorMap out;
+  for (const auto& [name, spec] : specs) {
+    const auto it = storages.find(spec.storage_key);
+    TORCH_CHECK(it != storages.end(), "attn::io: ", path, ": tensor '", name, "' refers to storage '",
+                spec.storage_key, "', which the file does not contain");
+    out[name] = materialise(name, spec, it->second, path);
+  }
+  return out;
+}
+
+std::string torch_zip_bytes(const TensorMap& tensors) {
+  c10::Dict<std::string, at::Tensor> dict;
+  for (const auto& [name, t] : tensors) dict.insert(name, t.detach().to(at::kCPU).contiguous());
+  const std::vector<char> bytes = torch::pickle_save(dict);
+  return std::string(bytes.begin(), bytes.end());
+}
+
+}  // namespace attn::io::detail

@@ -1,0 +1,213 @@
+// Weights in and out: state_dicts that PyTorch wrote (tests/reference/make_weights.py) in the zip, legacy
+// and safetensors formats, under torch.nn.MultiheadAttention's and the notebooks' names, loaded into our
+// modules and run against PyTorch's own outputs; all-or-nothing errors; and files for Python to read back.
+
+#include "support.h"
+
+#include <filesystem>
+#include <fstream>
+
+namespace attn::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* const kFormats[] = {".zip.pt", ".legacy.pt", ".safetensors"};
+
+/// The module a weights case describes (its options are in CASE.io.pt).
+std::shared_ptr<torch::nn::Module> make_module(const ReferenceCase& c) {
+  const std::string kind = c.text("module");
+  if (kind == "head") {
+    return AttentionHead(AttentionHeadOptions(c.integer("d_in"), c.integer("d_k")).d_v(c.integer("d_v")).bias(c.boolean("bias")))
+        .ptr();
+  }
+  auto options = MultiHeadAttentionOptions(c.integer("embed_dim"), c.integer("num_heads"))
+                     .kdim(c.integer("kdim"))
+                     .vdim(c.integer("vdim"))
+                     .bias(c.boolean("bias"));
+  if (kind == "mha_concat") options.head_dim(c.integer("embed_dim")).output_projection(false);
+  return MultiHeadAttention(options).ptr();
+}
+
+void load(torch::nn::Module& m, const std::string& path) {
+  if (auto* mha = dynamic_cast<MultiHeadAttentionImpl*>(&m)) return io::load_state_dict(*mha, path);
+  if (auto* head = dynamic_cast<AttentionHeadImpl*>(&m)) return io::load_state_dict(*head, path);
+  FAIL() << "unexpected module";
+}
+
+torch::Tensor run(torch::nn::Module& m, const ReferenceCase& c) {
+  torch::NoGradGuard no_grad;
+  m.eval();
+  const torch::Tensor q = c.tensor("query"), k = c.tensor("key"), v = c.tensor("value");
+  if (auto* head = dynamic_cast<AttentionHeadImpl*>(&m)) return head->forward(q, k, v);
+  AttentionMasks masks;
+  if (c.has("key_padding_mask")) masks.key_padding_mask(c.tensor("key_padding_mask"));
+  return dynamic_cast<MultiHeadAttentionImpl&>(m).forward(q, k, v, masks);
+}
+
+std::vector<std::string> weight_cases() {
+  std::vector<std::string> out;
+  for (const auto& name : reference_cases("", ATTN_WEIGHTS_DIR)) {
+    for (const char* format : kFormats) out.push_back(name + format);
+  }
+  return out;
+}
+
+class PyTorchWeights : public ::testing::TestWithParam<std::string> {};
+
+// PyTorch's trained model, saved by PyTorch, loaded by us: the same outputs as PyTorch computed.
+TEST_P(PyTorchWeights, LoadIntoOurModuleAndMatchPyTorch) {
+  const std::string file = GetParam();
+  const std::string name = file.substr(0, file.find('.'));
+  const ReferenceCase c(name + ".io", ATTN_WEIGHTS_DIR);
+  auto module = make_module(c);
+  load(*module, std::string(ATTN_WEIGHTS_DIR) + "/" + file);
+  EXPECT_CLOSE(run(*module, c), c.tensor("expected"), tolerance(torch::kFloat32));
+}
+
+std::string file_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string s = info.param;
+  for (char& ch : s) {
+    if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  }
+  return s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, PyTorchWeights, ::testing::ValuesIn(weight_cases()), file_name);
+
+TEST(WeightFiles, AllThreeFormatsHoldTheSameTensors) {
+  const std::string base = std::string(ATTN_WEIGHTS_DIR) + "/mha_packed";
+  const auto zip = io::read_tensors(base + ".zip.pt");
+  const auto legacy = io::read_tensors(base + ".legacy.pt");
+  const auto safetensors = io::read_tensors(base + ".safetensors");
+  ASSERT_EQ(zip.size(), 4u);  // in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias
+  for (const auto& [name, t] : zip) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(legacy.count(name) && safetensors.count(name));
+    EXPECT_TRUE(torch::equal(t, legacy.at(name)));
+    EXPECT_TRUE(torch::equal(t, safetensors.at(name)));
+  }
+}
+
+/// Every parameter of `m`, cloned, to check that a failed load left them untouched.
+std::vector<torch::Tensor> snapshot(const torch::nn::Module& m) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : m.parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+void expect_unchanged(const torch::nn::Module& m, const std::vector<torch::Tensor>& before) {
+  const auto now = m.parameters();
+  ASSERT_EQ(now.size(), before.size());
+  for (size_t i = 0; i < now.size(); ++i) EXPECT_TRUE(torch::equal(now[i], before[i])) << "parameter " << i;
+}
+
+TEST(WeightFiles, MismatchListsEverythingAndLeavesTheModuleUnchanged) {
+  const std::string packed = std::string(ATTN_WEIGHTS_DIR) + "/mha_packed.zip.pt";
+  {
+    auto wrong_width = MultiHeadAttention(MultiHeadAttentionOptions(8, 2));
+    const auto before = snapshot(*wrong_width);
+    EXPECT_ERROR_CONTAINS(io::load_state_dict(*wrong_width, packed), "Mis-shaped: ");
+    EXPECT_ERROR_CONTAINS(io::load_state_dict(*wrong_width, packed), "the module is unchanged");
+    expect_unchanged(*wrong_width, before);
+  }
+  {
+    auto no_bias = MultiHeadAttention(MultiHeadAttentionOptions(16, 4).bias(false));
+    const auto before = snapshot(*no_bias);
+    EXPECT_ERROR_CONTAINS(io::load_state_dict(*no_bias, packed),
+                          "Unexpected: in_proj_bias, out_proj.bias.");
+    expect_unchanged(*no_bias, before);
+  }
+  {
+    auto mha = MultiHeadAttention(MultiHeadAttentionOptions(3, 1).bias(false));
+    const auto before = snapshot(*mha);
+    EXPECT_ERROR_CONTAINS(io::load_state_dict(*mha, std::string(ATTN_WEIGHTS_DIR) + "/nb001_head.safetensors"),
+                          "Missing: out_proj.weight.");
+    expect_unchanged(*mha, before);
+  }
+}
+
+TEST(WeightFiles, UnreadableFilesGetAClearError) {
+  const fs::path dir = fs::temp_directory_path() / "attn_io_errors";
+  fs::create_directories(dir);
+  const auto write = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream(dir / name, std::ios::binary) << bytes;
+    return (dir / name).string();
+  };
+  auto mha = MultiHeadAttention(MultiHeadAttentionOptions(16, 4));
+  EXPECT_ERROR_CONTAINS(io::load_state_dict(*mha, (dir / "absent.pt").string()), "cannot open");
+  EXPECT_ERROR_CONTAINS(io::load_state_dict(*mha, write("text.pt", "hello, world")),
+                        "is not a weight file attn can read");
+  // A pickle that would call os.system: refused by name, nothing runs.
+  EXPECT_ERROR_CONTAINS(io::read_tensors(write("evil.pt", std::string("\x80\x02" "cos\nsystem\n", 13)),
+                                         io::WeightFormat::TorchLegacy),
+                        "refusing to load 'os.system'");
+}
+
+TEST(WeightFiles, SaveAndLoadRoundTripInBothFormats) {
+  const fs::path dir = fs::temp_directory_path() / "attn_io_round_trip";
+  fs::create_directories(dir);
+  torch::manual_seed(4);
+  auto source = MultiHeadAttention(MultiHeadAttentionOptions(12, 3).kdim(10).vdim(6));
+  const torch::Tensor q = torch::randn({2, 5, 12}), k = torch::randn({2, 7, 10}), v = torch::randn({2, 7, 6});
+  const torch::Tensor expected = source(q, k, v);
+  for (const auto format : {io::WeightFormat::TorchZip, io::WeightFormat::Safetensors}) {
+    for (const auto names : {io::WeightNames::Attn, io::WeightNames::TorchMultiheadAttention}) {
+      const std::string path = (dir / "mha.bin").string();
+      io::save_state_dict(*source, path, io::SaveOptions().format(format).names(names));
+      auto target = MultiHeadAttention(MultiHeadAttentionOptions(12, 3).kdim(10).vdim(6));
+      io::load_state_dict(*target, path);
+      EXPECT_TRUE(torch::equal(target(q, k, v), expected));
+    }
+  }
+  auto head = AttentionHead(AttentionHeadOptions(5, 4).d_v(3));
+  EXPECT_ERROR_CONTAINS(io::save_state_dict(*head, (dir / "h.pt").string(),
+                                            io::SaveOptions().names(io::WeightNames::TorchMultiheadAttention)),
+                        "saves under attn's names only");
+  EXPECT_ERROR_CONTAINS(io::save_state_dict(*head, (dir / "h.pt").string(),
+                                            io::SaveOptions().format(io::WeightFormat::TorchLegacy)),
+                        "cannot write the torch legacy format");
+}
+
+// Writes, for tests/python/test_weights_from_cpp.py: our MultiHeadAttention's weights under
+// torch.nn.MultiheadAttention's names (zip and safetensors), its inputs and our outputs.
+TEST(IoForPython, WritesWeights) {
+  fs::create_directories(ATTN_IO_OUT_DIR);
+  struct Config {
+    const char* name;
+    int64_t embed, heads, kdim, vdim;
+    bool bias;
+  };
+  for (const Config& cfg : {Config{"packed", 16, 4, 16, 16, true}, Config{"kdim_vdim", 12, 3, 10, 6, false}}) {
+    torch::manual_seed(9);
+    auto mha = MultiHeadAttention(
+        MultiHeadAttentionOptions(cfg.embed, cfg.heads).kdim(cfg.kdim).vdim(cfg.vdim).bias(cfg.bias));
+    mha->eval();
+    const torch::Tensor q = torch::randn({2, 5, cfg.embed}), k = torch::randn({2, 7, cfg.kdim}),
+                        v = torch::randn({2, 7, cfg.vdim});
+    torch::Tensor padding = torch::rand({2, 7}) < 0.3;
+    padding.index_put_({torch::indexing::Slice(), 0}, false);
+    const torch::Tensor out = mha(q, k, v, AttentionMasks().key_padding_mask(padding));
+    const std::string base = std::string(ATTN_IO_OUT_DIR) + "/mha_" + cfg.name;
+    const auto torch_names = io::SaveOptions().names(io::WeightNames::TorchMultiheadAttention);
+    io::save_state_dict(*mha, base + ".zip.pt", io::SaveOptions(torch_names).format(io::WeightFormat::TorchZip));
+    io::save_state_dict(*mha, base + ".safetensors",
+                        io::SaveOptions(torch_names).format(io::WeightFormat::Safetensors));
+    c10::impl::GenericDict io_case(c10::StringType::get(), c10::AnyType::get());
+    io_case.insert("embed_dim", cfg.embed);
+    io_case.insert("num_heads", cfg.heads);
+    io_case.insert("kdim", cfg.kdim);
+    io_case.insert("vdim", cfg.vdim);
+    io_case.insert("bias", cfg.bias);
+    io_case.insert("query", q);
+    io_case.insert("key", k);
+    io_case.insert("value", v);
+    io_case.insert("key_padding_mask", padding);
+    io_case.insert("expected", out.detach());
+    const std::vector<char> bytes = torch::pickle_save(io_case);
+    std::ofstream(base + ".io.pt", std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+}
+
+}  // namespace
+}  // namespace attn::test
