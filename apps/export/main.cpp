@@ -1,0 +1,275 @@
+// attn-export: builds an attn module (seeded random weights, or weights from a file), exports it to
+// TorchScript with attn::jit::to_torchscript and saves it, so that PyTorch or LibTorch can load and run it
+// without attn (torch.jit.load). Public headers only, like the other apps.
+
+#include <attn/attn.h>
+#include <attn/io/state_dict.h>
+#include <attn/jit/export.h>
+
+#include "atomic_file.h"
+#include "command_line.h"
+
+#include <fmt/core.h>
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+using attn_apps::CommandLine;
+using attn_apps::parse_integer;
+using attn_apps::UsageError;
+using attn_apps::write_file_atomically;
+
+constexpr int kExitError = 1;
+constexpr int kExitUsage = 2;
+constexpr int64_t kMaxWidth = 1 << 20;
+constexpr int64_t kMaxHeads = 4096;
+
+constexpr const char* kUsage = R"(Usage: attn-export --module mha|head|cross --out FILE [OPTIONS]
+
+Builds an attn module, exports it to TorchScript and saves it to FILE. The file needs no attn to run:
+  Python:  m = torch.jit.load("FILE"); y = m(query, key, value, key_padding_mask=pad)
+  C++:     auto m = torch::jit::load("FILE"); m.forward({query, key, value});
+Its forward takes the module's inputs and masks (key_padding_mask, attend_mask, additive_mask) and returns
+the output; its parameters carry the same names as the module's (q_proj.weight, ...).
+
+Required:
+  --module KIND       mha   attn::MultiHeadAttention
+                      head  attn::AttentionHead
+                      cross attn::CrossAttention
+  --out FILE          where to save the TorchScript module (written to a temporary file, then renamed)
+
+Sizes, --module mha:
+  --embed-dim N       query and output width (default: 64)
+  --heads N           number of heads (default: 4)
+  --head-dim N        width of each head (default: embed-dim / heads, which must divide evenly)
+  --kdim N            key width (default: embed-dim)
+  --vdim N            value width (default: embed-dim)
+  --no-output-projection
+                      no out_proj: the output is the heads concatenated
+Sizes, --module head:
+  --d-in N            input width (default: 16)
+  --d-k N             query and key width (default: 24)
+  --d-v N             value and output width (default: d-k)
+Sizes, --module cross:
+  --d-query N         width of the queries' input x (default: 64)
+  --d-context N       width of the context (default: d-query)
+  --d-k N             query and key width per head (default: 16)
+  --d-v N             value width per head (default: d-k)
+  --heads N           number of heads (default: 1)
+
+Other options:
+  --bias, --no-bias   biases in the projections (default: with for mha, without for head and cross)
+  --causal            causal mask: a query sees only keys at or before its position (mha, head)
+  --top-left          with --causal: query i sees keys j <= i even when Tq != Tk (default: bottom-right,
+                      query i sees keys j <= i + Tk - Tq)
+  --seed N            seed of the random initialisation, a non-negative integer (default: 0)
+  --weights FILE      load the parameters from FILE (torch.save or safetensors; attn's names, those of
+                      torch.nn.MultiheadAttention or of the notebooks' classes) instead
+  -h, --help          show this help and exit
+
+Values may also be given as --option=VALUE.
+
+Example:
+  attn-export --module mha --embed-dim 32 --heads 4 --causal --out mha.pt
+)";
+
+struct ExportOptions {
+  std::string module;
+  std::string out;
+  // mha
+  std::optional<int64_t> embed_dim, head_dim, kdim, vdim;
+  bool output_projection = true;
+  // head / cross
+  std::optional<int64_t> d_in, d_k, d_v, d_query, d_context;
+  std::optional<int64_t> heads;
+  std::optional<bool> bias;
+  bool causal = false;
+  bool top_left = false;
+  uint64_t seed = 0;
+  std::string weights;
+  bool help = false;
+  std::vector<std::string> given;  // the size options given, to refuse those of another module kind
+};
+
+ExportOptions parse_args(int argc, char** argv) {
+  ExportOptions o;
+  for (CommandLine args(argc, argv); args.next();) {
+    const std::string& name = args.name();
+    const auto width = [&](std::optional<int64_t>& field, int64_t max) {
+      field = parse_integer<int64_t>(name, args.value(), 1, max, fmt::format("an integer in 1..{}", max));
+      o.given.push_back(name);
+    };
+    if (name == "-h" || name == "--help") {
+      o.help = args.flag();
+      return o;  // help wins over anything else on the line
+    } else if (name == "--module") {
+      o.module = args.value();
+      if (o.module != "mha" && o.module != "head" && o.module != "cross")
+        throw UsageError(fmt::format("--module expects mha, head or cross, got '{}'", o.module));
+    } else if (name == "--out") {
+      o.out = args.value();
+      if (o.out.empty()) throw UsageError("--out needs a file name");
+    } else if (name == "--embed-dim") {
+      width(o.embed_dim, kMaxWidth);
+    } else if (name == "--head-dim") {
+      width(o.head_dim, kMaxWidth);
+    } else if (name == "--kdim") {
+      width(o.kdim, kMaxWidth);
+    } else if (name == "--vdim") {
+      width(o.vdim, kMaxWidth);
+    } else if (name == "--d-in") {
+      width(o.d_in, kMaxWidth);
+    } else if (name == "--d-k") {
+      width(o.d_k, kMaxWidth);
+    } else if (name == "--d-v") {
+      width(o.d_v, kMaxWidth);
+    } else if (name == "--d-query") {
+      width(o.d_query, kMaxWidth);
+    } else if (name == "--d-context") {
+      width(o.d_context, kMaxWidth);
+    } else if (name == "--heads") {
+      width(o.heads, kMaxHeads);
+    } else if (name == "--no-output-projection") {
+      o.output_projection = !args.flag();
+      o.given.push_back(name);
+    } else if (name == "--bias") {
+      o.bias = args.flag();
+    } else if (name == "--no-bias") {
+      o.bias = !args.flag();
+    } else if (name == "--causal") {
+      o.causal = args.flag();
+    } else if (name == "--top-left") {
+      o.top_left = args.flag();
+    } else if (name == "--seed") {
+      o.seed = parse_integer<uint64_t>(name, args.value(), 0, UINT64_MAX, "a non-negative integer");
+    } else if (name == "--weights") {
+      o.weights = args.value();
+      if (o.weights.empty()) throw UsageError("--weights needs a file name");
+    } else {
+      throw args.unknown();
+    }
+  }
+  if (o.module.empty()) throw UsageError("--module is required (mha, head or cross)");
+  if (o.out.empty()) throw UsageError("--out is required");
+
+  const std::vector<std::string> allowed =
+      o.module == "mha"    ? std::vector<std::string>{"--embed-dim", "--heads", "--head-dim", "--kdim", "--vdim",
+                                                      "--no-output-projection"}
+      : o.module == "head" ? std::vector<std::string>{"--d-in", "--d-k", "--d-v"}
+                           : std::vector<std::string>{"--d-query", "--d-context", "--d-k", "--d-v", "--heads"};
+  for (const std::string& option : o.given) {
+    if (std::find(allowed.begin(), allowed.end(), option) == allowed.end())
+      throw UsageError(fmt::format("{} does not apply to --module {}", option, o.module));
+  }
+  if (o.causal && o.module == "cross") throw UsageError("--causal does not apply to --module cross");
+  if (o.top_left && !o.causal) throw UsageError("--top-left needs --causal");
+  if (o.module == "mha" && !o.head_dim) {
+    const int64_t embed = o.embed_dim.value_or(64), heads = o.heads.value_or(4);
+    if (embed % heads != 0)
+      throw UsageError(fmt::format("--embed-dim {} is not divisible by --heads {}; set --head-dim", embed, heads));
+  }
+  return o;
+}
+
+/// The exported module and what to say about it.
+struct Exported {
+  torch::jit::Module module;
+  std::string description;  // the C++ module's pretty_print
+};
+
+template <typename Impl>
+Exported export_module(Impl& module, const ExportOptions& o) {
+  if (!o.weights.empty()) attn::io::load_state_dict(module, o.weights);
+  module.eval();
+  std::ostringstream description;
+  module.pretty_print(description);
+  return {attn::jit::to_torchscript(module), description.str()};
+}
+
+Exported build_and_export(const ExportOptions& o) {
+  torch::manual_seed(o.seed);
+  const auto alignment = o.top_left ? attn::CausalAlignment::TopLeft : attn::CausalAlignment::BottomRight;
+  if (o.module == "mha") {
+    const int64_t embed = o.embed_dim.value_or(64);
+    auto options = attn::MultiHeadAttentionOptions(embed, o.heads.value_or(4))
+                       .kdim(o.kdim.value_or(embed))
+                       .vdim(o.vdim.value_or(embed))
+                       .bias(o.bias.value_or(true))
+                       .output_projection(o.output_projection)
+                       .causal(o.causal)
+                       .causal_alignment(alignment);
+    if (o.head_dim) options.head_dim(*o.head_dim);
+    attn::MultiHeadAttention module(options);
+    return export_module(*module, o);
+  }
+  if (o.module == "head") {
+    const int64_t d_k = o.d_k.value_or(24);
+    attn::AttentionHead module(attn::AttentionHeadOptions(o.d_in.value_or(16), d_k)
+                                   .d_v(o.d_v.value_or(d_k))
+                                   .bias(o.bias.value_or(false))
+                                   .causal(o.causal)
+                                   .causal_alignment(alignment));
+    return export_module(*module, o);
+  }
+  const int64_t d_query = o.d_query.value_or(64), d_k = o.d_k.value_or(16);
+  attn::CrossAttention module(attn::CrossAttentionOptions(d_query, o.d_context.value_or(d_query), d_k)
+                                  .d_v(o.d_v.value_or(d_k))
+                                  .num_heads(o.heads.value_or(1))
+                                  .bias(o.bias.value_or(false)));
+  return export_module(*module, o);
+}
+
+int run(const ExportOptions& o) {
+  const Exported exported = build_and_export(o);
+  std::ostringstream bytes;
+  exported.module.save(bytes);
+  write_file_atomically(o.out, bytes.str());
+
+  fmt::print("exported {}\n", exported.description);
+  fmt::print("  weights: {}\n", o.weights.empty() ? fmt::format("random (seed {})", o.seed) : o.weights);
+  int64_t values = 0, count = 0;
+  for (const auto& p : exported.module.named_parameters()) {
+    fmt::print("  {:<16} [{}]\n", p.name, fmt::join(p.value.sizes(), ", "));
+    values += p.value.numel();
+    ++count;
+  }
+  fmt::print("  {} parameters, {} values\n", count, values);
+  std::ostringstream schema;
+  schema << exported.module.get_method("forward").function().getSchema();
+  fmt::print("  TorchScript class {}: {}\n", exported.module.type()->name()->qualifiedName(), schema.str());
+  fmt::print("wrote {} ({} bytes)\n", o.out, bytes.str().size());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ExportOptions options;
+  try {
+    options = parse_args(argc, argv);
+  } catch (const UsageError& error) {
+    fmt::print(stderr, "attn-export: error: {}\nTry 'attn-export --help' for more information.\n", error.what());
+    return kExitUsage;
+  }
+  if (options.help) {
+    fmt::print("{}", kUsage);
+    return 0;
+  }
+  try {
+    return run(options);
+  } catch (const c10::Error& error) {
+    fmt::print(stderr, "attn-export: error: {}\n", error.what_without_backtrace());
+  } catch (const std::exception& error) {
+    fmt::print(stderr, "attn-export: error: {}\n", error.what());
+  }
+  return kExitError;
+}
