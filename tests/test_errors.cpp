@@ -1,7 +1,11 @@
 // Bad input gets a clear error naming the argument, what was expected and what was given: a table of
-// cases over the functional API, the modules' options and the modules' inputs.
+// cases over the functional API, the modules' options and inputs, the attn::flash_attention op and the
+// weight-file functions. (Inputs with a defined result instead of an error: test_edge_inputs.cpp. Hostile
+// weight files: test_hostile_files.cpp.)
 
 #include "support.h"
+
+#include <attn/ops/flash_attention.h>
 
 #include <functional>
 
@@ -99,6 +103,58 @@ std::vector<BadInput> module_input_cases() {
       {"head_width", [=] { (*head)->forward(r({2, 3, 5})); }, "attn::AttentionHead: q_in must have last dimension 8"},
       {"cross_context_width", [=] { (*cross)->forward(q, r({2, 4, 8})); }, "attn::CrossAttention: context must have last dimension 6, got shape [2, 4, 8]"},
       {"cross_padding_shape", [=] { (*cross)->forward(q, k, AttentionMasks().key_padding_mask(mask({2, 3}))); }, "key_padding_mask must be [B, Tk] = [2, 4]"},
+      {"mha_mask_device", [=] { (*mha)->forward(q, k, v, AttentionMasks().attend_mask(mask({3, 4}).to(torch::kMeta))); }, "attend_mask is on meta but the inputs are on cpu"},
+      {"mha_additive_dtype", [=] { (*mha)->forward(q, k, v, AttentionMasks().additive_mask(torch::zeros({3, 4}, torch::kFloat64))); }, "additive_mask must have the inputs' dtype Float, got Double"},
+      {"mha_zero_width_input", [=] { (*mha)->forward(r({2, 3, 0}), k, v); }, "query must have last dimension 8, got shape [2, 3, 0]"},
+      {"head_integer_input", [=] { (*head)->forward(torch::ones({2, 3, 8}, torch::kLong)); }, "must be a floating-point tensor"},
+  };
+}
+
+std::vector<BadInput> op_cases() {
+  const torch::Tensor q = r({1, 2, 3, 4}), k = r({1, 2, 5, 4}), v = r({1, 2, 5, 6});
+  const auto op = [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                     c10::optional<torch::Tensor> pad = c10::nullopt, c10::optional<torch::Tensor> att = c10::nullopt,
+                     c10::optional<torch::Tensor> add = c10::nullopt, c10::optional<double> scale = c10::nullopt) {
+    ops::flash_attention(q, k, v, pad, att, add, false, 0, scale);
+  };
+  return {
+      {"op_query_rank_3", [=] { op(r({2, 3, 4}), k, v); }, "attn::flash_attention: query must be 4-D [B, H, Tq, d_k], got shape [2, 3, 4]"},
+      {"op_key_heads", [=] { op(q, r({1, 3, 5, 4}), v); }, "key must be [B, H, Tk, d_k] = [1, 2, Tk, 4] to match query [1, 2, 3, 4], got key [1, 3, 5, 4]"},
+      {"op_value_length", [=] { op(q, k, r({1, 2, 4, 6})); }, "value must be [B, H, Tk, d_v] = [1, 2, 5, d_v] to match key"},
+      {"op_integer", [=] { op(q.to(torch::kLong), k.to(torch::kLong), v.to(torch::kLong)); }, "query must be float32, float64 or bfloat16, got Long"},
+      {"op_dtype_mismatch", [=] { op(q, k.to(torch::kFloat64), v); }, "key is Double but query is Float"},
+      {"op_meta_device", [=] { op(q.to(torch::kMeta), k.to(torch::kMeta), v.to(torch::kMeta)); }, "Could not run 'attn::flash_attention' with arguments from the 'Meta' backend"},
+      {"op_padding_float", [=] { op(q, k, v, torch::zeros({5})); }, "key_padding_mask must be a bool tensor, got Float"},
+      {"op_attend_shape", [=] { op(q, k, v, c10::nullopt, mask({3, 4})); }, "attend_mask must broadcast to [B, H, Tq, Tk] = [1, 2, 3, 5], got shape [3, 4]"},
+      {"op_additive_bool", [=] { op(q, k, v, c10::nullopt, c10::nullopt, mask({3, 5})); }, "additive_mask must be floating"},
+      {"op_scale_nan", [=] { op(q, k, v, c10::nullopt, c10::nullopt, c10::nullopt, NAN); }, "scale must be finite, got nan"},
+      {"op_d_k_zero", [=] { op(r({1, 2, 3, 0}), r({1, 2, 5, 0}), v); }, "d_k (query's last dimension) must be positive"},
+      {"op_backward_grad_shape", [=] {
+         auto [out, lse] = ops::flash_attention(q, k, v);
+         ops::flash_attention_backward(r({1, 2, 3, 5}), q, k, v, out, lse, c10::nullopt, c10::nullopt, c10::nullopt, false, 0, c10::nullopt);
+       }, "grad_output must be [B, H, Tq, d_v] = [1, 2, 3, 6], got [1, 2, 3, 5]"},
+      {"op_backward_lse_shape", [=] {
+         auto [out, lse] = ops::flash_attention(q, k, v);
+         ops::flash_attention_backward(torch::ones_like(out), q, k, v, out, lse.to(torch::kFloat64), c10::nullopt, c10::nullopt, c10::nullopt, false, 0, c10::nullopt);
+       }, "logsumexp must be the forward pass's [B, H, Tq] = [1, 2, 3] Float tensor"},
+      {"op_double_backward", [=] {
+         const torch::Tensor qq = q.clone().requires_grad_();
+         auto [out, lse] = ops::flash_attention(qq, k, v);
+         torch::autograd::grad({out.sum()}, {qq}, {}, /*retain_graph=*/true, /*create_graph=*/true);
+       }, "double backward (create_graph=True) is not supported"},
+  };
+}
+
+std::vector<BadInput> weight_file_cases() {
+  auto mha = std::make_shared<MultiHeadAttention>(8, 2);
+  return {
+      {"load_missing_file", [=] { io::load_state_dict(**mha, "/nonexistent/attn/weights.pt"); }, "attn::io: cannot open '/nonexistent/attn/weights.pt' for reading"},
+      {"load_a_directory", [=] { io::load_state_dict(**mha, "/tmp"); }, "attn::io: '/tmp' is not a regular file"},
+      {"save_legacy_format", [=] { io::save_state_dict(**mha, "/tmp/attn_never_written.pt", io::SaveOptions().format(io::WeightFormat::TorchLegacy)); }, "cannot write the torch legacy format; use WeightFormat::TorchZip or WeightFormat::Safetensors"},
+      {"save_into_missing_directory", [=] { io::save_state_dict(**mha, "/nonexistent/attn/out.pt"); }, "cannot open '/nonexistent/attn/out.pt.tmp."},
+      {"write_undefined_tensor", [] { io::write_tensors("/tmp/attn_never_written.pt", {{"x", torch::Tensor()}}); }, "tensor 'x' is undefined"},
+      {"save_head_under_torch_names", [] { io::save_state_dict(*AttentionHead(4, 4), "/tmp/attn_never_written.pt", io::SaveOptions().names(io::WeightNames::TorchMultiheadAttention)); }, "saves under attn's names only"},
+      {"save_concat_heads_under_torch_names", [] { io::save_state_dict(*MultiHeadAttention(MultiHeadAttentionOptions(4, 2).output_projection(false)), "/tmp/attn_never_written.pt", io::SaveOptions().names(io::WeightNames::TorchMultiheadAttention)); }, "torch.nn.MultiheadAttention needs an output projection"},
   };
 }
 
@@ -110,6 +166,8 @@ const auto case_name = [](const ::testing::TestParamInfo<BadInput>& info) { retu
 INSTANTIATE_TEST_SUITE_P(Functional, BadInputs, ::testing::ValuesIn(functional_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Options, BadInputs, ::testing::ValuesIn(option_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(ModuleInputs, BadInputs, ::testing::ValuesIn(module_input_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Op, BadInputs, ::testing::ValuesIn(op_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(WeightFiles, BadInputs, ::testing::ValuesIn(weight_file_cases()), case_name);
 
 TEST(BadInputs, FailedCallLeavesTheCallersTensorsUntouched) {
   const torch::Tensor q = torch::randn({2, 3, 8}), before = q.clone();

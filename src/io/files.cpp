@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 namespace attn::io::detail {
@@ -16,8 +17,11 @@ namespace attn::io::detail {
 std::vector<uint8_t> read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   TORCH_CHECK(in, "attn::io: cannot open '", path, "' for reading: ", std::strerror(errno));
+  // A directory opens as a stream on Linux and reports a nonsense size: check what the path is first.
+  std::error_code error;
+  TORCH_CHECK(std::filesystem::is_regular_file(path, error), "attn::io: '", path, "' is not a regular file");
   const std::streamoff size = in.tellg();
-  TORCH_CHECK(size >= 0, "attn::io: cannot read '", path, "' (not a regular file?)");
+  TORCH_CHECK(size >= 0, "attn::io: cannot read '", path, "'");
   std::vector<uint8_t> bytes(static_cast<size_t>(size));
   in.seekg(0);
   TORCH_CHECK(in.read(reinterpret_cast<char*>(bytes.data()), size), "attn::io: reading '", path, "' failed");

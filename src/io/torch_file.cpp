@@ -78,9 +78,73 @@ at::Tensor storage_tensor(const void* bytes, size_t nbytes, at::ScalarType dtype
   return t;
 }
 
+uint64_t le(const std::vector<uint8_t>& b, size_t at, size_t n) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; ++i) v |= static_cast<uint64_t>(b[at + i]) << (8 * i);
+  return v;
+}
+
+/// Checks the zip's central directory before LibTorch's zip reader sees the file: every record stored
+/// uncompressed (as torch.save writes them) and lying inside the file. A hostile archive could otherwise
+/// declare a record of terabytes, which the reader would try to allocate.
+void check_zip_layout(const std::vector<uint8_t>& b, const std::string& path) {
+  const auto fail = [&](const std::string& why) { TORCH_CHECK(false, "attn::io: ", path, ": bad zip archive: ", why); };
+  const size_t n = b.size();
+  if (n < 22) fail("too short");
+  // The end-of-central-directory record: the last "PK\5\6" within the final 64 KiB (its comment's limit).
+  size_t eocd = std::string::npos;
+  for (size_t i = n - 22 + 1; i-- > 0 && n - i <= 22 + 0xFFFF;) {
+    if (le(b, i, 4) == 0x06054b50) {
+      eocd = i;
+      break;
+    }
+  }
+  if (eocd == std::string::npos) fail("no end-of-central-directory record");
+  uint64_t entries = le(b, eocd + 10, 2), cd_size = le(b, eocd + 12, 4), cd_offset = le(b, eocd + 16, 4);
+  if (entries == 0xFFFF || cd_size == 0xFFFFFFFF || cd_offset == 0xFFFFFFFF) {
+    // ZIP64: the locator just before the EOCD points at the ZIP64 end record with the 8-byte values.
+    if (eocd < 20 || le(b, eocd - 20, 4) != 0x07064b50) fail("ZIP64 locator missing");
+    const uint64_t record = le(b, eocd - 20 + 8, 8);
+    if (record > n - 56 || le(b, record, 4) != 0x06064b50) fail("ZIP64 end record missing");
+    entries = le(b, record + 32, 8);
+    cd_size = le(b, record + 40, 8);
+    cd_offset = le(b, record + 48, 8);
+  }
+  if (cd_offset > n || cd_size > n - cd_offset || entries > cd_size / 46) fail("central directory outside the file");
+  size_t at = cd_offset;
+  for (uint64_t e = 0; e < entries; ++e) {
+    if (at + 46 > cd_offset + cd_size || le(b, at, 4) != 0x02014b50) fail("truncated central directory");
+    const uint64_t method = le(b, at + 10, 2), name_len = le(b, at + 28, 2), extra_len = le(b, at + 30, 2),
+                   comment_len = le(b, at + 32, 2);
+    uint64_t compressed = le(b, at + 20, 4), size = le(b, at + 24, 4), local = le(b, at + 42, 4);
+    const size_t extra = at + 46 + name_len;
+    if (extra + extra_len + comment_len > cd_offset + cd_size) fail("truncated central directory entry");
+    // ZIP64 extended information: 8-byte values for the fields that hold 0xFFFFFFFF, in this order.
+    for (size_t x = extra; x + 4 <= extra + extra_len;) {
+      const uint64_t id = le(b, x, 2), len = le(b, x + 2, 2);
+      if (x + 4 + len > extra + extra_len) fail("truncated extra field");
+      if (id == 0x0001) {
+        size_t f = x + 4;
+        for (uint64_t* field : {&size, &compressed, &local}) {
+          if (*field == 0xFFFFFFFF) {
+            if (f + 8 > x + 4 + len) fail("truncated ZIP64 field");
+            *field = le(b, f, 8);
+            f += 8;
+          }
+        }
+      }
+      x += 4 + len;
+    }
+    if (method != 0 || compressed != size) fail("a record is compressed; torch.save stores records uncompressed");
+    if (local > n || size > n - local) fail("a record lies outside the file");
+    at = extra + extra_len + comment_len;
+  }
+}
+
 }  // namespace
 
 TensorMap read_torch_zip(const std::vector<uint8_t>& bytes, const std::string& path) {
+  check_zip_layout(bytes, path);
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
   try {
     reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(

@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -41,6 +43,10 @@ Sizes check_qkv(const char* fn, const at::Tensor& q, const at::Tensor& k, const 
   detail::check_same_device_dtype(fn, "value", v, "query", q);
   const Sizes s{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3)};
   TORCH_CHECK(s.dk > 0, fn, ": d_k (query's last dimension) must be positive, got query ", q.sizes());
+  constexpr int64_t kMaxWidth = std::numeric_limits<int32_t>::max();  // BLAS's 32-bit sizes
+  TORCH_CHECK(s.dk <= kMaxWidth && v.size(3) <= kMaxWidth, fn, ": d_k and d_v must be at most ", kMaxWidth,
+              " for the fused kernel's BLAS tiles, got query ", q.sizes(), " and value ", v.sizes(),
+              "; use attn::Backend::Math");
   TORCH_CHECK(k.size(0) == s.batch && k.size(1) == s.heads && k.size(3) == s.dk, fn,
               ": key must be [B, H, Tk, d_k] = [", s.batch, ", ", s.heads, ", Tk, ", s.dk, "] to match query ",
               q.sizes(), ", got key ", k.sizes());
@@ -88,6 +94,10 @@ at::Tensor kernel_layout(const at::Tensor& t, at::ScalarType compute) {
   at::Tensor out = t.scalar_type() == compute ? t : t.to(compute);
   const bool unit_d = out.size(-1) <= 1 || out.stride(-1) == 1;
   const bool rows_apart = out.size(-2) <= 1 || out.stride(-2) >= out.size(-1);
+  // BLAS takes 32-bit leading dimensions. A larger row stride (possible on a size-1 dimension, which
+  // contiguous() leaves as it is) gets a fresh, compact copy.
+  const bool fits_blas = out.stride(-2) <= std::numeric_limits<int32_t>::max();
+  if (!fits_blas) return out.clone(at::MemoryFormat::Contiguous);
   return unit_d && rows_apart ? out : out.contiguous();
 }
 
@@ -201,10 +211,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward_cpu(
   const at::Tensor delta = (dout * output.to(compute)).sum(-1).contiguous();
   const KernelMasks masks(s, key_padding_mask, attend_mask, additive_mask, compute);
 
-  // Key blocks are split among enough tasks to keep every thread busy; each split owns a dQ slice.
+  // Key blocks are split among enough tasks to keep the threads busy; each split owns a dQ slice, summed
+  // in a fixed order. The split count does not depend on the thread count, so gradients are bitwise the
+  // same whatever at::set_num_threads says.
   const int64_t k_blocks = (s.tk + kBackwardKeyBlock - 1) / kBackwardKeyBlock;
   const int64_t heads_total = std::max<int64_t>(s.batch * s.heads, 1);
-  const int64_t wanted = (4 * at::get_num_threads() + heads_total - 1) / heads_total;
+  constexpr int64_t kMinTasks = 16;
+  const int64_t wanted = (kMinTasks + heads_total - 1) / heads_total;
   const int64_t splits = std::clamp<int64_t>(wanted, 1, std::max<int64_t>(k_blocks, 1));
 
   at::Tensor grad_q = at::zeros({splits * s.batch, s.heads, s.tq, s.dk}, q.options());
