@@ -154,6 +154,19 @@ TEST_F(HostileFiles, TorchLegacyStreams) {
   expect_rejected(patched(legacy, "FloatStorage", "EvilStorage\x0a"), "unknown storage class");
 }
 
+// Inputs the fuzzers (tests/fuzz) and a sanitizer review found, kept in tests/hostile/: a zip that made
+// miniz read before the buffer, a pickle dict containing itself (a reference cycle: unbounded recursion), a
+// storage offset of INT64_MIN, a stride-0 view asking for 4 GB from a 166-byte file, a tiny ZIP64 record,
+// a 25-digit head index. Each must now be a clean rejection.
+TEST_F(HostileFiles, FuzzerFindingsStayFixed) {
+  for (const auto& entry : fs::directory_iterator(ATTN_HOSTILE_DIR)) {
+    expect_rejected(slurp(entry.path().string()), entry.path().filename().string());
+  }
+  // 100000 nested tuples: refused at a fixed depth (freeing them recursively would overflow the stack).
+  std::string deep = "\x80\x02K\x00" + std::string(100000, '\x85') + ".";
+  expect_rejected(deep, "deeply nested tuples", "nested deeper than");
+}
+
 TEST_F(HostileFiles, RandomBytesAndRandomCorruption) {
   std::mt19937 gen(7);
   std::uniform_int_distribution<int> byte(0, 255);

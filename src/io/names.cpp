@@ -22,7 +22,7 @@ const std::pair<const char*, const char*> kNotebookWhole[] = {
 
 /// 001's MultiHeadedAttention: heads.N.W_q.weight for N = 0..H-1, joined along the output rows.
 void join_heads(TensorMap& out, const TensorMap& in) {
-  static const std::regex pattern(R"(heads\.(\d+)\.W_([qkv])\.weight)");
+  static const std::regex pattern(R"(heads\.(\d{1,9})\.W_([qkv])\.weight)");  // 9 digits: fits a long
   std::map<char, std::map<long, at::Tensor>> parts;
   for (const auto& [name, t] : in) {
     std::smatch m;

@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -13,6 +14,8 @@ namespace {
 constexpr size_t kMaxStack = 1 << 20;
 constexpr size_t kMaxMemo = 1 << 20;
 constexpr size_t kMaxDims = 64;
+// Containers nested deeper than this are refused: the values are freed recursively.
+constexpr int kMaxDepth = 1000;
 
 using Kind = PickleValue::Kind;
 
@@ -92,10 +95,20 @@ class Reader {
   }
   PickleRef memo_get(size_t index) {
     if (index >= memo_.size() || !memo_[index]) fail("memo entry " + std::to_string(index) + " was never set");
+    // A dict or list fetched again could be inserted into itself (a reference cycle: leaked memory and
+    // unbounded recursion). State dicts never share one, so a weight file may not.
+    const Kind kind = memo_[index]->kind;
+    if (kind == Kind::Dict || kind == Kind::List) fail("a dict or list referenced twice is not supported");
     return memo_[index];
+  }
+  /// Records that `child` now sits inside `parent`, refusing nesting deeper than kMaxDepth.
+  void nest(PickleValue& parent, const PickleValue& child) {
+    parent.depth = std::max(parent.depth, child.depth + 1);
+    if (parent.depth > kMaxDepth) fail("containers nested deeper than " + std::to_string(kMaxDepth));
   }
   PickleRef tuple(std::vector<PickleRef> items) {
     PickleRef t = make(Kind::Tuple);
+    for (const auto& item : items) nest(*t, *item);
     t->items = std::move(items);
     return t;
   }
@@ -183,7 +196,11 @@ PickleRef Reader::persistent(const PickleRef& pid) {
 void Reader::set_items(PickleRef& dict, const std::vector<PickleRef>& items) {
   if (dict->kind != Kind::Dict) fail("SETITEM on a " + std::string(dict->kind_name()));
   if (items.size() % 2 != 0) fail("odd number of dict items");
-  for (size_t i = 0; i < items.size(); i += 2) dict->dict.emplace_back(items[i], items[i + 1]);
+  for (size_t i = 0; i < items.size(); i += 2) {
+    nest(*dict, *items[i]);
+    nest(*dict, *items[i + 1]);
+    dict->dict.emplace_back(items[i], items[i + 1]);
+  }
 }
 
 PickleRef Reader::run(size_t* end) {
@@ -258,6 +275,7 @@ PickleRef Reader::run(size_t* end) {
       case 'l': {
         PickleRef l = make(Kind::List);
         l->items = pop_to_mark();
+        for (const auto& item : l->items) nest(*l, *item);
         push(l);
         break;
       }
@@ -271,13 +289,17 @@ PickleRef Reader::run(size_t* end) {
       case 'a': {  // APPEND
         PickleRef v = pop();
         if (top()->kind != Kind::List) fail("APPEND to a non-list");
+        nest(*top(), *v);
         top()->items.push_back(v);
         break;
       }
       case 'e': {  // APPENDS
         std::vector<PickleRef> items = pop_to_mark();
         if (top()->kind != Kind::List) fail("APPENDS to a non-list");
-        for (auto& v : items) top()->items.push_back(v);
+        for (auto& v : items) {
+          nest(*top(), *v);
+          top()->items.push_back(v);
+        }
         break;
       }
       case 's': {  // SETITEM

@@ -41,6 +41,7 @@ struct PickleValue {
   std::vector<PickleRef> items;                      // Tuple, List
   std::vector<std::pair<PickleRef, PickleRef>> dict;  // Dict, in insertion order
   TensorSpec tensor;                                 // Tensor; Storage: dtype, numel and key
+  int depth = 0;                                     // nesting of containers below this value
 
   const char* kind_name() const;
 };

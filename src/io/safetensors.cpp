@@ -68,7 +68,10 @@ TensorMap read_safetensors(const std::vector<uint8_t>& bytes, const std::string&
   TORCH_CHECK(header.is_object(), "attn::io: ", path, ": the safetensors header is not a JSON object");
 
   std::vector<Entry> entries;
-  for (const auto& [name, info] : header.items()) {
+  for (const auto& item : header.items()) {
+    // Named copies rather than a structured binding, which a C++17 lambda (bad) cannot capture.
+    const std::string name = item.key();
+    const nlohmann::json& info = item.value();
     if (name == "__metadata__") continue;
     const auto bad = [&](const char* what) {
       TORCH_CHECK(false, "attn::io: ", path, ": tensor '", name, "': ", what);

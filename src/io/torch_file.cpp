@@ -5,12 +5,13 @@
 #include "io/formats.h"
 #include "io/pickle.h"
 
-#include <caffe2/serialize/in_memory_adapter.h>
+#include <caffe2/serialize/read_adapter_interface.h>
 #include <caffe2/serialize/inline_container.h>
 #include <torch/serialize.h>
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <set>
@@ -41,6 +42,7 @@ void collect(const PickleRef& value, const std::string& prefix, std::vector<std:
 
 /// Number of elements a view reaches into its storage (offset + extent), refusing overflow.
 int64_t reach(const TensorSpec& t) {
+  if (t.offset < 0) return -1;
   int64_t end = t.offset;
   for (size_t i = 0; i < t.sizes.size(); ++i) {
     if (t.sizes[i] == 0) return t.offset;  // an empty tensor reads nothing
@@ -62,6 +64,19 @@ at::Tensor materialise(const std::string& name, const TensorSpec& spec, const at
               " elements");
   TORCH_CHECK(storage.scalar_type() == spec.dtype, "attn::io: ", path, ": tensor '", name,
               "' and its storage disagree on the dtype");
+  // A view with more elements than its storage (stride 0) would let a tiny file ask for a huge copy.
+  const bool empty = std::find(spec.sizes.begin(), spec.sizes.end(), 0) != spec.sizes.end();
+  int64_t numel = 1;
+  bool fits = true;
+  for (const int64_t size : spec.sizes) {
+    if (empty) break;
+    fits = fits && numel <= storage.numel() / size;  // no overflow: numel * size <= storage.numel()
+    if (!fits) break;
+    numel *= size;
+  }
+  TORCH_CHECK(empty || fits, "attn::io: ", path, ": tensor '", name, "' (size ", spec.sizes,
+              ") has more elements than its storage of ", storage.numel(),
+              "; overlapping views are not supported in weight files");
   return storage.as_strided(spec.sizes, spec.strides, spec.offset).clone(at::MemoryFormat::Contiguous);
 }
 
@@ -77,6 +92,23 @@ at::Tensor storage_tensor(const void* bytes, size_t nbytes, at::ScalarType dtype
   if (nbytes > 0) std::memcpy(t.data_ptr(), bytes, nbytes);
   return t;
 }
+
+/// The file's bytes for LibTorch's zip reader. Unlike LibTorch's own MemoryReadAdapter it never reads
+/// outside the buffer: miniz asks for ranges a corrupt archive makes up, and gets a short read instead.
+class BoundedReader final : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit BoundedReader(const std::vector<uint8_t>& bytes) : bytes_(bytes) {}
+  size_t size() const override { return bytes_.size(); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
+    if (pos >= bytes_.size()) return 0;
+    const size_t count = std::min<uint64_t>(n, bytes_.size() - pos);
+    std::memcpy(buf, bytes_.data() + pos, count);
+    return count;
+  }
+
+ private:
+  const std::vector<uint8_t>& bytes_;
+};
 
 uint64_t le(const std::vector<uint8_t>& b, size_t at, size_t n) {
   uint64_t v = 0;
@@ -105,7 +137,7 @@ void check_zip_layout(const std::vector<uint8_t>& b, const std::string& path) {
     // ZIP64: the locator just before the EOCD points at the ZIP64 end record with the 8-byte values.
     if (eocd < 20 || le(b, eocd - 20, 4) != 0x07064b50) fail("ZIP64 locator missing");
     const uint64_t record = le(b, eocd - 20 + 8, 8);
-    if (record > n - 56 || le(b, record, 4) != 0x06064b50) fail("ZIP64 end record missing");
+    if (n < 56 || record > n - 56 || le(b, record, 4) != 0x06064b50) fail("ZIP64 end record missing");
     entries = le(b, record + 32, 8);
     cd_size = le(b, record + 40, 8);
     cd_offset = le(b, record + 48, 8);
@@ -147,8 +179,7 @@ TensorMap read_torch_zip(const std::vector<uint8_t>& bytes, const std::string& p
   check_zip_layout(bytes, path);
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
   try {
-    reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(
-        std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes.data(), static_cast<off_t>(bytes.size())));
+    reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(std::make_shared<BoundedReader>(bytes));
   } catch (const c10::Error& e) {
     TORCH_CHECK(false, "attn::io: ", path, ": not a readable torch.save zip archive: ", e.what_without_backtrace());
   }

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# The robustness run CI does after `make test` (.ci/run): attn, its tests and apps built with clang-14's
+# AddressSanitizer + UndefinedBehaviorSanitizer, the GoogleTest suite run under them, then a libFuzzer target
+# per weight-file reader run for a bounded time. Any sanitizer report, failing test or fuzzer crash fails it.
+#
+#   scripts/sanitize-and-fuzz.sh                     # on a fresh Debian 12; installs what is missing (apt)
+#   FUZZ_SECONDS=600 scripts/sanitize-and-fuzz.sh    # fuzz longer (default 60 s per fuzzer)
+#
+# Environment: FUZZ_SECONDS (per fuzzer, default 60), BUILD_DIR (default build-sanitize), JOBS (default nproc).
+# Runtime options and suppressions: tests/sanitizers/ (env.sh, lsan.supp). A fuzzer's crashing input is saved
+# as BUILD_DIR/fuzz/artifacts/<fuzzer>-<kind>-<hash>; rerun it with ./BUILD_DIR/tests/fuzz/<fuzzer> <file>.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD_DIR=${BUILD_DIR:-build-sanitize}
+FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+JOBS=${JOBS:-$(nproc)}
+FUZZERS=(torch_zip torch_legacy safetensors)
+case "$FUZZ_SECONDS" in '' | *[!0-9]*) echo "FUZZ_SECONDS must be a number of seconds, got '$FUZZ_SECONDS'" >&2; exit 2 ;; esac
+
+script_start=$(date +%s)
+summary=()
+failed=0
+phase_start=$script_start
+phase_done() {  # phase_done NAME RESULT
+  local now
+  now=$(date +%s)
+  summary+=("$(printf '%-34s %-58s %5ds' "$1" "$2" $((now - phase_start)))")
+  phase_start=$now
+}
+print_summary() {
+  echo
+  echo "== sanitize-and-fuzz summary"
+  printf '%s\n' "${summary[@]}"
+  printf '%-93s %5ds\n' "total" $(($(date +%s) - script_start))
+}
+
+# --- 1. Packages: attn's (scripts/install-deps.sh), then clang-14, its sanitizer and libFuzzer runtimes
+# (libclang-rt-14-dev) and llvm-14 (llvm-symbolizer, for readable stacks).
+bash scripts/install-deps.sh
+missing=()
+for p in clang-14 libclang-rt-14-dev llvm-14; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ]; then
+    sudo=()
+  elif command -v sudo >/dev/null 2>&1; then
+    sudo=(sudo)
+  else
+    echo "attn: these packages are missing and installing them needs root or sudo: ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "attn: installing ${missing[*]}"
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+phase_done "packages" "ok"
+
+# The sanitizers' runtime options, for everything below (the build runs the test binary to list its tests).
+# shellcheck disable=SC1091
+source tests/sanitizers/env.sh
+
+# --- 2. Build: one clang tree with the sanitizers everywhere and the fuzzers (RelWithDebInfo: optimised, with
+# line numbers in the reports).
+CC=clang-14 CXX=clang++-14 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DATTN_SANITIZE=ON -DATTN_BUILD_FUZZERS=ON >/dev/null
+cmake --build "$BUILD_DIR" -j "$JOBS"
+phase_done "build (clang-14, ASan+UBSan)" "ok"
+
+# --- 3. The test suite under the sanitizers. Left out: the python.* tests, which load libattn.so into
+# /usr/bin/python3 (torch.ops.load_library), a process without the ASan runtime, so an instrumented library
+# cannot load there; and package.consumer, which installs this build and compiles a separate project against it
+# (a packaging test, with no code of attn's to check beyond what the suite runs). Both run in `make test`.
+# The weight-file tests run apart, with the full unwinder (tests/sanitizers/env.sh says why).
+excluded='^(python\..*|package\.consumer)$'
+weight_files='^(Files|WeightFiles|HostileFiles)[./]'
+mkdir -p "$BUILD_DIR/Testing"
+run_ctest() {  # run_ctest LOG CTEST_ARGS...: prints failures (with their output) and the totals
+  local log=$1 status=0
+  shift
+  ctest --test-dir "$BUILD_DIR" -j "$JOBS" --output-on-failure "$@" >"$log" 2>&1 || status=$?
+  grep -v -E '^ *Start +[0-9]+:|Test +#[0-9]+: .*(Passed|\*\*\*Skipped) |\(Skipped\)$|^The following tests did not run' \
+    "$log" | grep -v '^$' || true
+  return $status
+}
+tests_total=$(ctest --test-dir "$BUILD_DIR" -N -E "$excluded" | sed -n 's/^Total Tests: //p')
+suite_ok=1
+run_ctest "$BUILD_DIR/Testing/sanitize-suite.log" -E "$excluded|$weight_files" || suite_ok=0
+ASAN_OPTIONS="$ASAN_OPTIONS:$ATTN_ASAN_FULL_UNWIND" \
+  run_ctest "$BUILD_DIR/Testing/sanitize-weight-files.log" -R "$weight_files" || suite_ok=0
+failures=$(cat "$BUILD_DIR"/Testing/sanitize-*.log | awk '/tests passed, [0-9]+ tests failed/ {s += $4} END {print s + 0}')
+passed=$(cat "$BUILD_DIR"/Testing/sanitize-*.log | grep -c -E 'Test +#[0-9]+: .* Passed ' || true)
+skipped=$(cat "$BUILD_DIR"/Testing/sanitize-*.log | grep -c -E 'Test +#[0-9]+: .*\*\*\*Skipped ' || true)
+if [ "$suite_ok" = 1 ]; then
+  phase_done "tests under ASan+UBSan" "$tests_total tests: $passed passed, $skipped skipped (CUDA), 0 failed"
+else
+  phase_done "tests under ASan+UBSan" "FAILED: $failures of $tests_total (logs: $BUILD_DIR/Testing/sanitize-*.log)"
+  failed=1
+fi
+
+# --- 4. Seed corpora: valid files of each format (tests/fuzz/make_corpus.py, reusing the weight files that
+# tests/reference/make_weights.py wrote for the test suite), and a dictionary per format.
+/usr/bin/python3 tests/fuzz/make_corpus.py --out "$BUILD_DIR/fuzz/seeds" --weights "$BUILD_DIR/tests/weights"
+phase_done "seed corpora" "ok"
+
+# --- 5. The fuzzers, FUZZ_SECONDS each. New inputs go to fuzz/corpus/<fuzzer> (kept between local runs), the
+# seeds are read from fuzz/seeds/<fuzzer>. A crash, sanitizer report, leak, hang (-timeout, seconds per
+# input) or out-of-memory (-rss_limit_mb; -malloc_limit_mb follows it) stops the fuzzer with a non-zero
+# status and saves the input. -max_len: the seeds are at most ~6 KB; 16 KB leaves room to grow them.
+mkdir -p "$BUILD_DIR/fuzz/artifacts"
+for f in "${FUZZERS[@]}"; do
+  corpus=$BUILD_DIR/fuzz/corpus/$f
+  log=$BUILD_DIR/fuzz/$f.log
+  mkdir -p "$corpus"
+  options=$ASAN_OPTIONS
+  [ "$f" = torch_zip ] && options="$ASAN_OPTIONS:$ATTN_ASAN_FULL_UNWIND"  # LibTorch's zip reader: env.sh
+  status=0
+  ASAN_OPTIONS=$options "$BUILD_DIR/tests/fuzz/fuzz_$f" -max_total_time="$FUZZ_SECONDS" -timeout=30 \
+    -rss_limit_mb=2048 -max_len=16384 -print_final_stats=1 -print_funcs=0 -dict="$BUILD_DIR/fuzz/seeds/$f.dict" \
+    -artifact_prefix="$BUILD_DIR/fuzz/artifacts/fuzz_$f-" "$corpus" "$BUILD_DIR/fuzz/seeds/$f" >"$log" 2>&1 ||
+    status=$?
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  speed=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+  if [ "$status" = 0 ]; then
+    phase_done "fuzz_$f" "${runs:-?} inputs (${speed:-?}/s), no crash; corpus $(find "$corpus" -type f | wc -l) files"
+  else
+    artifact=$(sed -n "s/.*Test unit written to //p" "$log" | tail -1)
+    echo "== fuzz_$f failed (status $status); its report ($log):"
+    grep -m1 -B2 -A40 -E '==[0-9]+==ERROR|runtime error|ERROR: libFuzzer|deadly signal' "$log" || tail -60 "$log"
+    unwind=""
+    # shellcheck disable=SC2016  # printed for the reader to paste, not expanded here
+    [ "$f" = torch_zip ] && unwind=' ASAN_OPTIONS="$ASAN_OPTIONS:$ATTN_ASAN_FULL_UNWIND"'
+    echo "== reproduce: source tests/sanitizers/env.sh &&$unwind $BUILD_DIR/tests/fuzz/fuzz_$f ${artifact:-<input>}"
+    phase_done "fuzz_$f" "FAILED after ${runs:-?} inputs: ${artifact:-see $log}"
+    failed=1
+  fi
+done
+
+print_summary
+exit "$failed"
