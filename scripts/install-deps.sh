@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs, from Debian's packages, whatever attn's build, tests and demo need and is missing.
-# Runs apt as root, or through sudo. Called by `make demo` and `make test`.
+# Runs apt as root, or through sudo. Called by `make demo` and `make test`; extra package names given as
+# arguments are installed the same way (scripts/sanitize-and-fuzz.sh adds clang's).
 set -euo pipefail
 
 packages=(
@@ -11,6 +12,7 @@ packages=(
   nlohmann-json3-dev          # the safetensors header parser
   libfmt-dev libgtest-dev     # apps, tests
   python3-torch               # /usr/bin/python3 computes the tests' reference outputs
+  "$@"                        # the caller's extra packages
 )
 
 missing=()

@@ -37,24 +37,7 @@ print_summary() {
 
 # --- 1. Packages: attn's (scripts/install-deps.sh), then clang-14, its sanitizer and libFuzzer runtimes
 # (libclang-rt-14-dev) and llvm-14 (llvm-symbolizer, for readable stacks).
-bash scripts/install-deps.sh
-missing=()
-for p in clang-14 libclang-rt-14-dev llvm-14; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  if [ "$(id -u)" -eq 0 ]; then
-    sudo=()
-  elif command -v sudo >/dev/null 2>&1; then
-    sudo=(sudo)
-  else
-    echo "attn: these packages are missing and installing them needs root or sudo: ${missing[*]}" >&2
-    exit 1
-  fi
-  echo "attn: installing ${missing[*]}"
-  "${sudo[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+bash scripts/install-deps.sh clang-14 libclang-rt-14-dev llvm-14
 phase_done "packages" "ok"
 
 # The sanitizers' runtime options, for everything below (the build runs the test binary to list its tests).
