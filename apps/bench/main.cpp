@@ -6,6 +6,7 @@
 
 #include "bench.h"
 
+#include "app_main.h"
 #include "atomic_file.h"
 #include "command_line.h"
 
@@ -32,8 +33,6 @@ using attn_apps::CommandLine;
 using attn_apps::parse_integer;
 using attn_apps::UsageError;
 
-constexpr int kExitError = 1;
-constexpr int kExitUsage = 2;
 constexpr int kMaxCount = 1000000;
 
 struct BenchOptions {
@@ -231,21 +230,12 @@ int run_suite(const BenchOptions& options, const char* argv0) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  BenchOptions options;
-  try {
-    options = parse_args(argc, argv);
+  return attn_apps::run_main("attn-bench", [&] {
+    const auto options = parse_args(argc, argv);
     if (options.help) {
       fmt::print("{}", usage());
       return 0;
     }
     return options.run_one.empty() ? run_suite(options, argv[0]) : run_one(options);
-  } catch (const UsageError& error) {
-    fmt::print(stderr, "attn-bench: error: {}\nTry 'attn-bench --help' for more information.\n", error.what());
-    return kExitUsage;
-  } catch (const c10::Error& error) {
-    fmt::print(stderr, "attn-bench: error: {}\n", error.what_without_backtrace());
-  } catch (const std::exception& error) {
-    fmt::print(stderr, "attn-bench: error: {}\n", error.what());
-  }
-  return kExitError;
+  });
 }

@@ -5,6 +5,7 @@
 
 #include <attn/attn.h>
 
+#include "app_main.h"
 #include "atomic_file.h"
 #include "command_line.h"
 
@@ -44,8 +45,6 @@ constexpr int64_t kMaxHeads = 64;
 constexpr int64_t kEmbedDim = 16;  // d in the notebook
 constexpr int64_t kDimQK = 24;     // d_q = d_k
 constexpr int64_t kDimV = 28;      // d_v of the single head
-constexpr int kExitError = 1;
-constexpr int kExitUsage = 2;
 
 // The notebook's printed values for the default sentence and seed (0-based: query row 1, key column 4).
 constexpr double kNotebookOmega24 = -98.1709;
@@ -504,23 +503,12 @@ int run(const DemoOptions& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  DemoOptions options;
-  try {
-    options = parse_args(argc, argv);
-  } catch (const UsageError& error) {
-    fmt::print(stderr, "attn-demo: error: {}\nTry 'attn-demo --help' for more information.\n", error.what());
-    return kExitUsage;
-  }
-  if (options.help) {
-    fmt::print("{}", kUsage);
-    return 0;
-  }
-  try {
+  return attn_apps::run_main("attn-demo", [&] {
+    const auto options = parse_args(argc, argv);
+    if (options.help) {
+      fmt::print("{}", kUsage);
+      return 0;
+    }
     return run(options);
-  } catch (const c10::Error& error) {
-    fmt::print(stderr, "attn-demo: error: {}\n", error.what_without_backtrace());
-  } catch (const std::exception& error) {
-    fmt::print(stderr, "attn-demo: error: {}\n", error.what());
-  }
-  return kExitError;
+  });
 }

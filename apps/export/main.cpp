@@ -6,6 +6,7 @@
 #include <attn/io/state_dict.h>
 #include <attn/jit/export.h>
 
+#include "app_main.h"
 #include "atomic_file.h"
 #include "command_line.h"
 
@@ -28,8 +29,6 @@ using attn_apps::parse_integer;
 using attn_apps::UsageError;
 using attn_apps::write_file_atomically;
 
-constexpr int kExitError = 1;
-constexpr int kExitUsage = 2;
 constexpr int64_t kMaxWidth = 1 << 20;
 constexpr int64_t kMaxHeads = 4096;
 
@@ -253,23 +252,12 @@ int run(const ExportOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ExportOptions options;
-  try {
-    options = parse_args(argc, argv);
-  } catch (const UsageError& error) {
-    fmt::print(stderr, "attn-export: error: {}\nTry 'attn-export --help' for more information.\n", error.what());
-    return kExitUsage;
-  }
-  if (options.help) {
-    fmt::print("{}", kUsage);
-    return 0;
-  }
-  try {
+  return attn_apps::run_main("attn-export", [&] {
+    const auto options = parse_args(argc, argv);
+    if (options.help) {
+      fmt::print("{}", kUsage);
+      return 0;
+    }
     return run(options);
-  } catch (const c10::Error& error) {
-    fmt::print(stderr, "attn-export: error: {}\n", error.what_without_backtrace());
-  } catch (const std::exception& error) {
-    fmt::print(stderr, "attn-export: error: {}\n", error.what());
-  }
-  return kExitError;
+  });
 }
