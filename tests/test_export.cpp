@@ -346,7 +346,11 @@ TEST(Export, CrossAttentionMatchesTheModule) {
                                  .d_v(width_d(rng))
                                  .num_heads(heads_d(rng))
                                  .bias(bias)
-                                 .backend(backend);
+                                 .backend(backend)
+                                 // the shared attention settings reach the export too
+                                 .causal(repeat == 1)
+                                 .causal_alignment(bias ? CausalAlignment::BottomRight : CausalAlignment::TopLeft)
+                                 .scale(repeat == 1 ? std::optional<double>(0.7) : std::nullopt);
         CrossAttention cross(options);
         cross->eval();
         torch::jit::Module exported = jit::to_torchscript(*cross);
@@ -357,7 +361,8 @@ TEST(Export, CrossAttentionMatchesTheModule) {
                                    std::to_string(options.d_context_in()) + " d_k=" + std::to_string(options.d_k()) +
                                    " d_v=" + std::to_string(options.d_v()) + " heads=" +
                                    std::to_string(options.num_heads()) + " bias=" + std::to_string(bias) +
-                                   (backend == Backend::Math ? " backend=math" : "");
+                                   (backend == Backend::Math ? " backend=math" : "") +
+                                   (options.causal() ? " causal scale=0.7" : "");
         const Sizes s = draw_sizes(rng);
         for (bool batched : {true, false}) {
           const auto shape = [&](int64_t t, int64_t e) {

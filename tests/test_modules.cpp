@@ -30,7 +30,16 @@ TEST(Modules, PrettyPrintShowsTheOptions) {
             "output_projection=true, causal=false, dropout=0.1)(");
   EXPECT_NE(mha.find("(out_proj): torch::nn::Linear(in_features=512, out_features=512, bias=true)"), std::string::npos);
   EXPECT_EQ(first_line(printed(CrossAttention(CrossAttentionOptions(16, 10, 8).num_heads(2)))),
-            "attn::CrossAttention(d_query_in=16, d_context_in=10, d_k=8, d_v=8, num_heads=2, bias=false, dropout=0)(");
+            "attn::CrossAttention(d_query_in=16, d_context_in=10, d_k=8, d_v=8, num_heads=2, bias=false, causal=false, "
+            "dropout=0)(");
+  // Every module prints the shared attention settings the same way, the non-default ones included.
+  EXPECT_EQ(first_line(printed(CrossAttention(CrossAttentionOptions(16, 10, 8)
+                                                  .causal(true)
+                                                  .causal_alignment(CausalAlignment::TopLeft)
+                                                  .scale(0.5)
+                                                  .backend(Backend::Math)))),
+            "attn::CrossAttention(d_query_in=16, d_context_in=10, d_k=8, d_v=8, num_heads=1, bias=false, causal=true, "
+            "causal_alignment=top_left, scale=0.5, dropout=0, backend=math)(");
 }
 
 TEST(Modules, ParametersAreNamedShapedAndOrderedLikePyTorch) {
@@ -132,6 +141,51 @@ TEST(Modules, CausalAlignmentOption) {
   AttentionHead head(AttentionHeadOptions(8, 4).causal(true).causal_alignment(CausalAlignment::TopLeft));
   const torch::Tensor w = std::get<1>(head->forward_with_weights(q, kv, kv));
   EXPECT_TRUE(torch::equal(w.ne(0)[0], torch::tensor({{1, 0, 0, 0}, {1, 1, 0, 0}}).to(torch::kBool)));
+}
+
+TEST(Modules, OptionsHoldOneAttentionOptions) {
+  // The shared settings chain with the module's own setters, and travel as one struct.
+  const auto options = MultiHeadAttentionOptions(8, 2).causal(true).bias(false).dropout(0.25).backend(Backend::Math);
+  EXPECT_TRUE(options.attention().causal());
+  EXPECT_EQ(options.attention().dropout(), 0.25);
+  EXPECT_EQ(options.attention().backend(), Backend::Math);
+  EXPECT_FALSE(options.bias());
+  const auto cross = CrossAttentionOptions(4, 4, 2).attention(options.attention()).num_heads(2);
+  EXPECT_TRUE(cross.causal());
+  EXPECT_EQ(cross.backend(), Backend::Math);
+  EXPECT_EQ(cross.num_heads(), 2);
+  EXPECT_STREQ(to_string(Backend::Auto), "Auto");
+  EXPECT_STREQ(to_string(Backend::Fused), "Fused");
+}
+
+TEST(Modules, CrossAttentionTakesTheSharedAttentionSettings) {
+  // causal, its alignment and scale reach CrossAttention's attention: checked against attention written out in
+  // float64 from its definition, on q, k and v projected by hand from the module's weights.
+  torch::manual_seed(8);
+  const int64_t batch = 2, tq = 3, tc = 5, heads = 2, d_k = 4, d_v = 3;
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  const torch::Tensor x = torch::randn({batch, tq, 6}, f64), context = torch::randn({batch, tc, 7}, f64);
+  for (CausalAlignment alignment : {CausalAlignment::BottomRight, CausalAlignment::TopLeft}) {
+    CrossAttention cross(CrossAttentionOptions(6, 7, d_k).d_v(d_v).num_heads(heads).bias(true).causal(true)
+                             .causal_alignment(alignment).scale(0.4));
+    cross->to(torch::kFloat64);
+    const auto split = [&](const torch::Tensor& t, int64_t d) { return t.view({batch, -1, heads, d}).transpose(1, 2); };
+    const torch::Tensor q = split(torch::addmm(cross->q_proj->bias, x.reshape({-1, 6}), cross->q_proj->weight.t()), d_k);
+    const torch::Tensor k =
+        split(torch::addmm(cross->k_proj->bias, context.reshape({-1, 7}), cross->k_proj->weight.t()), d_k);
+    const torch::Tensor v =
+        split(torch::addmm(cross->v_proj->bias, context.reshape({-1, 7}), cross->v_proj->weight.t()), d_v);
+    const int64_t offset = alignment == CausalAlignment::BottomRight ? tc - tq : 0;
+    torch::Tensor allowed = torch::zeros({tq, tc}, torch::kBool);
+    for (int64_t i = 0; i < tq; ++i) {
+      for (int64_t j = 0; j < tc; ++j) allowed[i][j] = j <= i + offset;
+    }
+    const torch::Tensor expected =
+        std::get<0>(float64_attention(q, k, v, allowed, 0.4)).transpose(1, 2).reshape({batch, tq, heads * d_v});
+    EXPECT_CLOSE(cross->forward(x, context), expected, tolerance(torch::kFloat64));
+  }
+  EXPECT_ERROR_CONTAINS(CrossAttention(CrossAttentionOptions(6, 7, 4).scale(INFINITY)),
+                        "attn::CrossAttention: scale must be finite, got inf");
 }
 
 TEST(Modules, CloneIsADeepCopy) {

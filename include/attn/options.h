@@ -70,22 +70,81 @@ struct AttentionMasks {
   }
 };
 
-/// Options of `attn::scaled_dot_product_attention`.
-struct SdpaOptions {
-  TORCH_ARG(AttentionMasks, masks) = {};
+/// The attention settings that the functional core and every module share. The modules and SdpaOptions hold
+/// one of these and expose its setters as their own (`MultiHeadAttentionOptions(512, 8).causal(true)`), so a
+/// setting is declared, defaulted and documented here only.
+struct AttentionOptions {
   /// Block keys after the query's position (see CausalAlignment). Combines with the masks.
   TORCH_ARG(bool, causal) = false;
+  /// Which keys a causal query sees when Tq != Tk (see CausalAlignment). torch.nn.MultiheadAttention's
+  /// is_causal hint and F.scaled_dot_product_attention(is_causal=True) correspond to TopLeft.
   TORCH_ARG(CausalAlignment, causal_alignment) = CausalAlignment::BottomRight;
   /// Multiplies q·k. Default: 1 / sqrt(d_k).
   TORCH_ARG(std::optional<double>, scale) = std::nullopt;
   /// Dropout probability on the attention weights. The functional form applies it whenever it is > 0 (as
-  /// torch.nn.functional does); the modules pass their dropout only in training mode.
+  /// torch.nn.functional does); the modules apply theirs only in training mode.
   TORCH_ARG(double, dropout) = 0.0;
+  /// Which implementation computes the attention (see Backend).
   TORCH_ARG(Backend, backend) = Backend::Auto;
 };
 
+/// "Auto", "Math", "Fused" or "Torch".
+const char* to_string(Backend backend);
+
+/// Gives an options struct the setters and getters of the AttentionOptions it holds, returning the struct
+/// itself so that chains keep their type: `CrossAttentionOptions(8, 6, 4).causal(true).num_heads(2)`.
+template <typename Derived>
+class WithAttentionOptions {
+ public:
+  Derived& attention(const AttentionOptions& attention) {
+    attention_ = attention;
+    return self();
+  }
+  const AttentionOptions& attention() const noexcept { return attention_; }
+
+  Derived& causal(bool causal) {
+    attention_.causal(causal);
+    return self();
+  }
+  bool causal() const noexcept { return attention_.causal(); }
+  Derived& causal_alignment(CausalAlignment alignment) {
+    attention_.causal_alignment(alignment);
+    return self();
+  }
+  CausalAlignment causal_alignment() const noexcept { return attention_.causal_alignment(); }
+  Derived& scale(std::optional<double> scale) {
+    attention_.scale(scale);
+    return self();
+  }
+  std::optional<double> scale() const noexcept { return attention_.scale(); }
+  Derived& dropout(double dropout) {
+    attention_.dropout(dropout);
+    return self();
+  }
+  double dropout() const noexcept { return attention_.dropout(); }
+  Derived& backend(Backend backend) {
+    attention_.backend(backend);
+    return self();
+  }
+  Backend backend() const noexcept { return attention_.backend(); }
+
+ private:
+  Derived& self() { return static_cast<Derived&>(*this); }
+
+  AttentionOptions attention_;
+};
+
+/// Options of `attn::scaled_dot_product_attention`: masks, and the shared attention settings (causal,
+/// causal_alignment, scale, dropout, backend; see AttentionOptions).
+struct SdpaOptions : WithAttentionOptions<SdpaOptions> {
+  TORCH_ARG(AttentionMasks, masks) = {};
+};
+
+// The modules' options. Widths keep the names of what each module mirrors (torch.nn.MultiheadAttention's
+// embed_dim/kdim/vdim, the notebooks' d_in/d_k/d_v); docs/options.md lines them up in one table.
+
 /// attn::AttentionHead: one head, x [.., d_in] -> q, k [.., d_k] and v [.., d_v].
-struct AttentionHeadOptions {
+struct AttentionHeadOptions : WithAttentionOptions<AttentionHeadOptions> {
   AttentionHeadOptions(int64_t d_in, int64_t d_k) : d_in_(d_in), d_k_(d_k), d_v_(d_k) {}
   TORCH_ARG(int64_t, d_in);
   TORCH_ARG(int64_t, d_k);
@@ -93,16 +152,10 @@ struct AttentionHeadOptions {
   TORCH_ARG(int64_t, d_v);
   /// Bias in the q/k/v projections. Default false, like the notebooks' W_q/W_k/W_v.
   TORCH_ARG(bool, bias) = false;
-  TORCH_ARG(bool, causal) = false;
-  /// Which keys a causal query sees when Tq != Tk (see CausalAlignment).
-  TORCH_ARG(CausalAlignment, causal_alignment) = CausalAlignment::BottomRight;
-  TORCH_ARG(double, dropout) = 0.0;
-  /// Which implementation computes the attention (see Backend).
-  TORCH_ARG(Backend, backend) = Backend::Auto;
 };
 
 /// attn::MultiHeadAttention: q/k/v projections to num_heads heads of head_dim, attention, then out_proj.
-struct MultiHeadAttentionOptions {
+struct MultiHeadAttentionOptions : WithAttentionOptions<MultiHeadAttentionOptions> {
   MultiHeadAttentionOptions(int64_t embed_dim, int64_t num_heads)
       : embed_dim_(embed_dim), num_heads_(num_heads), kdim_(embed_dim), vdim_(embed_dim) {}
   TORCH_ARG(int64_t, embed_dim);
@@ -116,17 +169,10 @@ struct MultiHeadAttentionOptions {
   /// With false there is no out_proj and the output is the heads concatenated, [.., num_heads * head_dim]
   /// (notebook 001's MultiHeadedAttention: independent full-width heads, concatenated).
   TORCH_ARG(bool, output_projection) = true;
-  TORCH_ARG(bool, causal) = false;
-  /// Which keys a causal query sees when Tq != Tk (see CausalAlignment). torch.nn.MultiheadAttention's
-  /// is_causal hint corresponds to TopLeft.
-  TORCH_ARG(CausalAlignment, causal_alignment) = CausalAlignment::BottomRight;
-  TORCH_ARG(double, dropout) = 0.0;
-  /// Which implementation computes the attention (see Backend).
-  TORCH_ARG(Backend, backend) = Backend::Auto;
 };
 
 /// attn::CrossAttention: queries from x [.., d_query_in], keys and values from context [.., d_context_in].
-struct CrossAttentionOptions {
+struct CrossAttentionOptions : WithAttentionOptions<CrossAttentionOptions> {
   CrossAttentionOptions(int64_t d_query_in, int64_t d_context_in, int64_t d_k)
       : d_query_in_(d_query_in), d_context_in_(d_context_in), d_k_(d_k), d_v_(d_k) {}
   TORCH_ARG(int64_t, d_query_in);
@@ -137,9 +183,6 @@ struct CrossAttentionOptions {
   TORCH_ARG(int64_t, d_v);
   TORCH_ARG(int64_t, num_heads) = 1;
   TORCH_ARG(bool, bias) = false;
-  TORCH_ARG(double, dropout) = 0.0;
-  /// Which implementation computes the attention (see Backend).
-  TORCH_ARG(Backend, backend) = Backend::Auto;
 };
 
 }  // namespace attn

@@ -1,5 +1,7 @@
 #include <attn/jit/export.h>
 
+#include "jit/torchscript_sources.h"  // generated from src/jit/torchscript/*.py
+
 #include <torch/csrc/jit/api/module.h>
 
 #include <memory>
@@ -9,224 +11,6 @@ namespace attn::jit {
 namespace {
 
 using torch::jit::Module;
-
-// torch::nn::Linear's forward (torch::nn::functional::linear), op for op, so that the export rounds exactly as
-// the C++ module does. `bias` is a Tensor parameter or a None attribute.
-constexpr const char* kLinearSource = R"JIT(
-def forward(self, input: Tensor) -> Tensor:
-    bias = self.bias
-    if input.dim() == 2 and bias is not None:
-        return torch.addmm(bias, input, self.weight.t())
-    output = torch.matmul(input, self.weight.t())
-    if bias is not None:
-        output += bias
-    return output
-)JIT";
-
-// Module::define compiles with the native resolver, which knows `torch` (ATen ops) but not dtype names: a
-// dtype is spelled as its ScalarType number, as saved TorchScript code spells it (11 = torch.bool), and failed
-// checks use `assert` (RuntimeError is not in scope).
-//
-// The attention core, shared by the three exported modules: src/detail/multi_head.cpp (checks, masks lifted to
-// [B|1, H|1, Tq, Tk], projections, heads) and the Math path of src/functional.cpp, op for op. It reads the
-// module attributes num_heads, causal, bottom_right, dropout, query_width, key_width and value_width, and the
-// submodules q_proj, k_proj and v_proj.
-constexpr const char* kCoreSource = R"JIT(
-def _broadcasts_to(self, shape: List[int], target: List[int]) -> bool:
-    if len(shape) > len(target):
-        return False
-    offset = len(target) - len(shape)
-    for i in range(len(shape)):
-        if shape[i] != 1 and shape[i] != target[offset + i]:
-            return False
-    return True
-
-def _check_input(self, name: str, x: Tensor, width: int, rank: int):
-    assert x.dim() == rank, (
-        "attn: " + name + " must have the query's rank " + str(rank)
-        + " (batched [B, T, E] or unbatched [T, E]), got shape " + str(x.shape))
-    assert x.is_floating_point(), "attn: " + name + " must be a floating-point tensor"
-    assert x.size(-1) == width, (
-        "attn: " + name + " must have last dimension " + str(width) + ", got shape " + str(x.shape))
-
-def _lift_pair_mask(self, name: str, mask: Optional[Tensor], want_bool: bool, query: Tensor, batched: bool,
-                    batch: int, tq: int, tk: int) -> Optional[Tensor]:
-    # [Tq, Tk] or [B|1, H|1, Tq, Tk] (unbatched: [Tq, Tk] or [H|1, Tq, Tk], lifted to [1, H|1, Tq, Tk])
-    if mask is None:
-        return None
-    assert not want_bool or mask.dtype == 11, "attn: " + name + " must be a bool tensor (true = may attend)"
-    assert want_bool or mask.dtype == query.dtype, (
-        "attn: " + name + " must be floating with the inputs' dtype (it is added to the scores)")
-    if batched:
-        target = [batch, self.num_heads, tq, tk]
-        assert mask.dim() == 2 or mask.dim() == 4, (
-            "attn: " + name + " must be [Tq, Tk] or [B|1, H|1, Tq, Tk], got shape " + str(mask.shape))
-    else:
-        target = [self.num_heads, tq, tk]
-        assert mask.dim() == 2 or mask.dim() == 3, (
-            "attn: " + name + " must be [Tq, Tk] or [H|1, Tq, Tk] for unbatched inputs, got shape "
-            + str(mask.shape))
-    assert self._broadcasts_to(mask.shape, target), (
-        "attn: " + name + " must broadcast to " + str(target) + ", got shape " + str(mask.shape))
-    if mask.dim() == 3:
-        return mask.unsqueeze(0)
-    return mask
-
-def _split_heads(self, x: Tensor) -> Tensor:
-    # [B, T, H * d] -> [B, H, T, d]
-    return x.view([x.size(0), x.size(1), self.num_heads, x.size(2) // self.num_heads]).transpose(1, 2)
-
-def _either(self, a: Optional[Tensor], b: Tensor) -> Tensor:
-    if a is None:
-        return b
-    return a.logical_or(b)
-
-def _weighted_values(self, probs: Tensor, value: Tensor, blocked: Optional[Tensor]) -> Tensor:
-    # probs @ value where a blocked key contributes exactly nothing, even a NaN or Inf value: non-finite values
-    # are multiplied as 0, then put back (IEEE semantics) only where an allowed key holds them.
-    if blocked is None:
-        return torch.matmul(probs, value)
-    finite = torch.isfinite(value)
-    if value.is_cpu and bool(finite.all()):
-        return torch.matmul(probs, value)
-    out = torch.matmul(probs, value.masked_fill(finite.logical_not(), 0))
-    reach = blocked.logical_not().to(value.dtype)
-    pos = torch.matmul(reach, torch.isposinf(value).to(value.dtype)) > 0
-    neg = torch.matmul(reach, torch.isneginf(value).to(value.dtype)) > 0
-    nan = torch.matmul(reach, torch.isnan(value).to(value.dtype)) > 0
-    nan = nan.logical_or(pos.logical_and(neg)).logical_or(torch.isnan(out))
-    out = out.masked_fill(pos, float("inf"))
-    out = out.masked_fill(neg, float("-inf"))
-    return out.masked_fill(nan, float("nan"))
-
-def _attention(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor],
-               attend_mask: Optional[Tensor], additive_mask: Optional[Tensor]) -> Tensor:
-    # q [B, H, Tq, d_k], k [B, H, Tk, d_k], v [B, H, Tk, d_v]; key_padding_mask [B, 1, Tk] (true = padding);
-    # attend_mask (true = may attend) and additive_mask broadcast to [B, H, Tq, Tk]. Returns [B, H, Tq, d_v].
-    scale = 1.0 / torch.sqrt(float(q.size(-1)))
-    scores = torch.matmul(q * scale, k.transpose(-2, -1))
-    if additive_mask is not None:
-        scores = scores + additive_mask
-    blocked: Optional[Tensor] = None
-    if key_padding_mask is not None:
-        blocked = key_padding_mask.unsqueeze(-2)
-    if attend_mask is not None:
-        blocked = self._either(blocked, attend_mask.logical_not())
-    if additive_mask is not None:
-        # -inf blocks the pair outright, so that a NaN score there is replaced, not summed
-        blocked = self._either(blocked, torch.isneginf(additive_mask))
-    if self.causal:
-        tq = q.size(-2)
-        tk = k.size(-2)
-        offset = 0
-        if self.bottom_right:
-            offset = tk - tq
-        cols = torch.arange(tk, device=q.device).unsqueeze(0)
-        rows = torch.arange(tq, device=q.device).unsqueeze(1) + offset
-        blocked = self._either(blocked, cols > rows)
-    if blocked is None:
-        probs = torch.softmax(scores, -1)
-    else:
-        # a query with no allowed key gets finite scores, then zero probabilities: a zero output row, no NaN
-        row_blocked = blocked.all(-1, keepdim=True)
-        scores = scores.masked_fill(blocked, float("-inf")).masked_fill(row_blocked, 0.0)
-        probs = torch.softmax(scores, -1).masked_fill(row_blocked, 0.0)
-    if self.training and self.dropout > 0.0:
-        probs = torch.dropout(probs, self.dropout, True)
-    return self._weighted_values(probs, v, blocked)
-
-def _project_and_attend(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Optional[Tensor],
-                        attend_mask: Optional[Tensor], additive_mask: Optional[Tensor]) -> Tensor:
-    rank = query.dim()
-    assert rank == 2 or rank == 3, (
-        "attn: the query must be [B, T, " + str(self.query_width) + "] or unbatched [T, "
-        + str(self.query_width) + "], got shape " + str(query.shape))
-    self._check_input("the query", query, self.query_width, rank)
-    self._check_input("the key", key, self.key_width, rank)
-    self._check_input("the value", value, self.value_width, rank)
-    batched = rank == 3
-    tq = query.size(-2)
-    tk = key.size(-2)
-    assert value.size(-2) == tk, (
-        "attn: key and value must have the same length, got " + str(key.shape) + " and " + str(value.shape))
-    batch = 1
-    if batched:
-        batch = query.size(0)
-        assert key.size(0) == batch and value.size(0) == batch, (
-            "attn: query, key and value must have the same batch size, got " + str(query.shape) + ", "
-            + str(key.shape) + ", " + str(value.shape))
-    padding: Optional[Tensor] = None
-    if key_padding_mask is not None:
-        expected = [tk]
-        if batched:
-            expected = [batch, tk]
-        assert key_padding_mask.dtype == 11 and key_padding_mask.shape == expected, (
-            "attn: key_padding_mask must be a bool tensor of shape " + str(expected)
-            + " (true = padding), got shape " + str(key_padding_mask.shape))
-        padding = key_padding_mask.reshape([batch, 1, tk])
-    attend = self._lift_pair_mask("attend_mask", attend_mask, True, query, batched, batch, tq, tk)
-    additive = self._lift_pair_mask("additive_mask", additive_mask, False, query, batched, batch, tq, tk)
-
-    self_attention = query is key and key is value
-    if not batched:
-        query = query.unsqueeze(0)
-        key = key.unsqueeze(0)
-        value = value.unsqueeze(0)
-    if self_attention:
-        # one product with the three weights stacked, as the C++ modules do
-        weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
-        qb = self.q_proj.bias
-        kb = self.k_proj.bias
-        vb = self.v_proj.bias
-        if qb is not None and kb is not None and vb is not None:
-            qkv = torch.linear(query, weight, torch.cat([qb, kb, vb]))
-        else:
-            qkv = torch.linear(query, weight)
-        qk_width = self.q_proj.weight.size(0)
-        v_width = self.v_proj.weight.size(0)
-        q = self._split_heads(qkv.narrow(-1, 0, qk_width))
-        k = self._split_heads(qkv.narrow(-1, qk_width, qk_width))
-        v = self._split_heads(qkv.narrow(-1, 2 * qk_width, v_width))
-    else:
-        q = self._split_heads(self.q_proj.forward(query))
-        k = self._split_heads(self.k_proj.forward(key))
-        v = self._split_heads(self.v_proj.forward(value))
-
-    out = self._attention(q, k, v, padding, attend, additive)
-    # [B, H, Tq, d_v] -> [B, Tq, H * d_v]
-    out = out.transpose(1, 2).reshape([out.size(0), out.size(2), out.size(1) * out.size(3)])
-    if not batched:
-        out = out.squeeze(0)
-    return out
-)JIT";
-
-constexpr const char* kMultiHeadForward = R"JIT(
-def forward(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Optional[Tensor] = None,
-            attend_mask: Optional[Tensor] = None, additive_mask: Optional[Tensor] = None) -> Tensor:
-    out = self._project_and_attend(query, key, value, key_padding_mask, attend_mask, additive_mask)
-    if hasattr(self, "out_proj"):
-        out = self.out_proj.forward(out)
-    return out
-)JIT";
-
-constexpr const char* kHeadForward = R"JIT(
-def forward(self, query_input: Tensor, key_input: Optional[Tensor] = None, value_input: Optional[Tensor] = None,
-            key_padding_mask: Optional[Tensor] = None, attend_mask: Optional[Tensor] = None,
-            additive_mask: Optional[Tensor] = None) -> Tensor:
-    key = query_input
-    if key_input is not None:
-        key = key_input
-    value = key
-    if value_input is not None:
-        value = value_input
-    return self._project_and_attend(query_input, key, value, key_padding_mask, attend_mask, additive_mask)
-)JIT";
-
-constexpr const char* kCrossForward = R"JIT(
-def forward(self, x: Tensor, context: Tensor, key_padding_mask: Optional[Tensor] = None,
-            attend_mask: Optional[Tensor] = None, additive_mask: Optional[Tensor] = None) -> Tensor:
-    return self._project_and_attend(x, context, context, key_padding_mask, attend_mask, additive_mask)
-)JIT";
 
 void add_int(Module& m, const char* name, int64_t value) { m.register_attribute(name, c10::IntType::get(), value); }
 void add_bool(Module& m, const char* name, bool value) { m.register_attribute(name, c10::BoolType::get(), value); }
@@ -253,7 +37,7 @@ class LinearExporter {
       m.register_attribute("bias", c10::OptionalType::create(c10::TensorType::get()), c10::IValue());
     }
     if (!type_) {
-      m.define(kLinearSource);
+      m.define(torchscript::kLinear);
       type_ = m.type();
     }
     return m;
@@ -272,22 +56,24 @@ struct Exporter {
   bool training;
 
   Exporter(const char* class_name, const torch::nn::Module& module, int64_t num_heads, int64_t query_width,
-           int64_t key_width, int64_t value_width, bool causal, CausalAlignment alignment, double dropout)
+           int64_t key_width, int64_t value_width, const AttentionOptions& attention)
       : m(c10::QualifiedName(class_name), cu, true), training(module.is_training()) {
     add_bool(m, "training", training);
     add_int(m, "num_heads", num_heads);
     add_int(m, "query_width", query_width);
     add_int(m, "key_width", key_width);
     add_int(m, "value_width", value_width);
-    add_bool(m, "causal", causal);
-    add_bool(m, "bottom_right", alignment == CausalAlignment::BottomRight);
-    add_float(m, "dropout", dropout);
+    add_bool(m, "causal", attention.causal());
+    add_bool(m, "bottom_right", attention.causal_alignment() == CausalAlignment::BottomRight);
+    m.register_attribute("scale", c10::OptionalType::create(c10::FloatType::get()),
+                         attention.scale() ? c10::IValue(*attention.scale()) : c10::IValue());
+    add_float(m, "dropout", attention.dropout());
   }
 
   void add_linear(const char* name, const torch::nn::Linear& l) { m.register_module(name, linear(l, training)); }
 
   Module finish(const char* forward) {
-    m.define(kCoreSource);
+    m.define(torchscript::kAttention);
     m.define(forward);
     return m;
   }
@@ -298,7 +84,7 @@ struct Exporter {
 torch::jit::Module to_torchscript(const MultiHeadAttentionImpl& module) {
   const auto& o = module.options;
   Exporter e("__torch__.attn.MultiHeadAttention", module, o.num_heads(), o.embed_dim(), o.kdim(), o.vdim(),
-             o.causal(), o.causal_alignment(), o.dropout());
+             o.attention());
   add_int(e.m, "embed_dim", o.embed_dim());
   add_int(e.m, "head_dim", module.head_dim());
   add_int(e.m, "kdim", o.kdim());
@@ -309,13 +95,13 @@ torch::jit::Module to_torchscript(const MultiHeadAttentionImpl& module) {
   e.add_linear("k_proj", module.k_proj);
   e.add_linear("v_proj", module.v_proj);
   if (module.out_proj) e.add_linear("out_proj", module.out_proj);
-  return e.finish(kMultiHeadForward);
+  return e.finish(torchscript::kMultiHeadAttention);
 }
 
 torch::jit::Module to_torchscript(const AttentionHeadImpl& module) {
   const auto& o = module.options;
-  Exporter e("__torch__.attn.AttentionHead", module, /*num_heads=*/1, o.d_in(), o.d_in(), o.d_in(), o.causal(),
-             o.causal_alignment(), o.dropout());
+  Exporter e("__torch__.attn.AttentionHead", module, /*num_heads=*/1, o.d_in(), o.d_in(), o.d_in(),
+             o.attention());
   add_int(e.m, "d_in", o.d_in());
   add_int(e.m, "d_k", o.d_k());
   add_int(e.m, "d_v", o.d_v());
@@ -323,13 +109,13 @@ torch::jit::Module to_torchscript(const AttentionHeadImpl& module) {
   e.add_linear("q_proj", module.q_proj);
   e.add_linear("k_proj", module.k_proj);
   e.add_linear("v_proj", module.v_proj);
-  return e.finish(kHeadForward);
+  return e.finish(torchscript::kAttentionHead);
 }
 
 torch::jit::Module to_torchscript(const CrossAttentionImpl& module) {
   const auto& o = module.options;
   Exporter e("__torch__.attn.CrossAttention", module, o.num_heads(), o.d_query_in(), o.d_context_in(),
-             o.d_context_in(), /*causal=*/false, CausalAlignment::BottomRight, o.dropout());
+             o.d_context_in(), o.attention());
   add_int(e.m, "d_query_in", o.d_query_in());
   add_int(e.m, "d_context_in", o.d_context_in());
   add_int(e.m, "d_k", o.d_k());
@@ -338,7 +124,7 @@ torch::jit::Module to_torchscript(const CrossAttentionImpl& module) {
   e.add_linear("q_proj", module.q_proj);
   e.add_linear("k_proj", module.k_proj);
   e.add_linear("v_proj", module.v_proj);
-  return e.finish(kCrossForward);
+  return e.finish(torchscript::kCrossAttention);
 }
 
 }  // namespace attn::jit

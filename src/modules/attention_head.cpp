@@ -1,6 +1,7 @@
 #include <attn/modules/attention_head.h>
 
-#include "detail/multi_head.h"
+#include "modules/common/heads.h"
+#include "modules/common/settings.h"
 
 namespace attn {
 namespace {
@@ -10,10 +11,10 @@ constexpr const char* kModule = "attn::AttentionHead";
 AttentionHeadImpl::AttentionHeadImpl(const AttentionHeadOptions& options_) : options(options_) { reset(); }
 
 void AttentionHeadImpl::reset() {
-  detail::check_positive(kModule, "d_in", options.d_in());
-  detail::check_positive(kModule, "d_k", options.d_k());
-  detail::check_positive(kModule, "d_v", options.d_v());
-  detail::check_dropout(kModule, options.dropout());
+  modules::check_positive(kModule, "d_in", options.d_in());
+  modules::check_positive(kModule, "d_k", options.d_k());
+  modules::check_positive(kModule, "d_v", options.d_v());
+  modules::check_attention_options(kModule, options.attention());
   const auto linear = [&](int64_t out) {
     return torch::nn::Linear(torch::nn::LinearOptions(options.d_in(), out).bias(options.bias()));
   };
@@ -25,9 +26,7 @@ void AttentionHeadImpl::reset() {
 
 void AttentionHeadImpl::pretty_print(std::ostream& stream) const {
   stream << "attn::AttentionHead(d_in=" << options.d_in() << ", d_k=" << options.d_k() << ", d_v=" << options.d_v()
-         << ", bias=" << detail::bool_name(options.bias())
-         << detail::causal_description(options.causal(), options.causal_alignment())
-         << ", dropout=" << options.dropout() << detail::backend_description(options.backend()) << ")";
+         << ", bias=" << modules::bool_name(options.bias()) << modules::describe(options.attention()) << ")";
 }
 
 torch::Tensor AttentionHeadImpl::forward(const torch::Tensor& x) { return forward(x, x, x); }
@@ -49,11 +48,11 @@ std::tuple<torch::Tensor, torch::Tensor> AttentionHeadImpl::attend(const torch::
                                                                    const torch::Tensor& k_in,
                                                                    const torch::Tensor& v_in,
                                                                    const AttentionMasks& masks, bool need_weights) {
-  const detail::HeadLayout layout{kModule,        "q_in",         "k_in",         "v_in",
-                                  options.d_in(), options.d_in(), options.d_in(), /*num_heads=*/1};
-  const auto sdpa = detail::module_sdpa_options(options.causal(), options.causal_alignment(), options.dropout(),
-                                                options.backend(), is_training());
-  return detail::project_and_attend(layout, q_in, k_in, v_in, q_proj, k_proj, v_proj, masks, sdpa, need_weights);
+  const modules::ModuleLayout layout{
+      kModule, "q_in", "k_in", "v_in",
+      {options.d_in(), options.d_in(), options.d_in(), /*num_heads=*/1, options.d_k(), options.d_v()}};
+  return modules::attend_heads(layout, q_in, k_in, v_in, {*q_proj, *k_proj, *v_proj}, masks,
+                               modules::sdpa_options(options.attention(), is_training()), need_weights);
 }
 
 }  // namespace attn

@@ -1,6 +1,7 @@
 #include <attn/modules/cross_attention.h>
 
-#include "detail/multi_head.h"
+#include "modules/common/heads.h"
+#include "modules/common/settings.h"
 
 namespace attn {
 namespace {
@@ -10,18 +11,18 @@ constexpr const char* kModule = "attn::CrossAttention";
 CrossAttentionImpl::CrossAttentionImpl(const CrossAttentionOptions& options_) : options(options_) { reset(); }
 
 void CrossAttentionImpl::reset() {
-  detail::check_positive(kModule, "d_query_in", options.d_query_in());
-  detail::check_positive(kModule, "d_context_in", options.d_context_in());
-  detail::check_positive(kModule, "d_k", options.d_k());
-  detail::check_positive(kModule, "d_v", options.d_v());
-  detail::check_positive(kModule, "num_heads", options.num_heads());
-  detail::check_dropout(kModule, options.dropout());
+  modules::check_positive(kModule, "d_query_in", options.d_query_in());
+  modules::check_positive(kModule, "d_context_in", options.d_context_in());
+  modules::check_positive(kModule, "d_k", options.d_k());
+  modules::check_positive(kModule, "d_v", options.d_v());
+  modules::check_positive(kModule, "num_heads", options.num_heads());
+  modules::check_attention_options(kModule, options.attention());
   const int64_t heads = options.num_heads();
   const auto linear = [&](int64_t in, int64_t out) {
     return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(options.bias()));
   };
-  const int64_t qk_width = detail::checked_width(kModule, "num_heads * d_k", heads, options.d_k());
-  const int64_t v_width = detail::checked_width(kModule, "num_heads * d_v", heads, options.d_v());
+  const int64_t qk_width = modules::checked_width(kModule, "num_heads * d_k", heads, options.d_k());
+  const int64_t v_width = modules::checked_width(kModule, "num_heads * d_v", heads, options.d_v());
   q_proj = register_module("q_proj", linear(options.d_query_in(), qk_width));
   k_proj = register_module("k_proj", linear(options.d_context_in(), qk_width));
   v_proj = register_module("v_proj", linear(options.d_context_in(), v_width));
@@ -30,8 +31,8 @@ void CrossAttentionImpl::reset() {
 void CrossAttentionImpl::pretty_print(std::ostream& stream) const {
   stream << "attn::CrossAttention(d_query_in=" << options.d_query_in()
          << ", d_context_in=" << options.d_context_in() << ", d_k=" << options.d_k() << ", d_v=" << options.d_v()
-         << ", num_heads=" << options.num_heads() << ", bias=" << detail::bool_name(options.bias())
-         << ", dropout=" << options.dropout() << detail::backend_description(options.backend()) << ")";
+         << ", num_heads=" << options.num_heads() << ", bias=" << modules::bool_name(options.bias())
+         << modules::describe(options.attention()) << ")";
 }
 
 torch::Tensor CrossAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& context,
@@ -44,17 +45,20 @@ std::tuple<torch::Tensor, torch::Tensor> CrossAttentionImpl::forward_with_weight
                                                                                   const AttentionMasks& masks,
                                                                                   HeadWeights head_weights) {
   auto [out, weights] = attend(x, context, masks, /*need_weights=*/true);
-  return {out, detail::select_head_weights(weights, head_weights)};
+  return {out, modules::select_head_weights(weights, head_weights)};
 }
 
 std::tuple<torch::Tensor, torch::Tensor> CrossAttentionImpl::attend(const torch::Tensor& x,
                                                                     const torch::Tensor& context,
                                                                     const AttentionMasks& masks, bool need_weights) {
-  const detail::HeadLayout layout{kModule, "x", "context", "context", options.d_query_in(), options.d_context_in(),
-                                  options.d_context_in(), options.num_heads()};
-  const auto sdpa = detail::module_sdpa_options(/*causal=*/false, CausalAlignment::BottomRight, options.dropout(),
-                                                options.backend(), is_training());
-  return detail::project_and_attend(layout, x, context, context, q_proj, k_proj, v_proj, masks, sdpa, need_weights);
+  const modules::ModuleLayout layout{kModule,
+                                     "x",
+                                     "context",
+                                     "context",
+                                     {options.d_query_in(), options.d_context_in(), options.d_context_in(),
+                                      options.num_heads(), options.d_k(), options.d_v()}};
+  return modules::attend_heads(layout, x, context, context, {*q_proj, *k_proj, *v_proj}, masks,
+                               modules::sdpa_options(options.attention(), is_training()), need_weights);
 }
 
 }  // namespace attn

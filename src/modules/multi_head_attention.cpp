@@ -1,6 +1,7 @@
 #include <attn/modules/multi_head_attention.h>
 
-#include "detail/multi_head.h"
+#include "modules/common/heads.h"
+#include "modules/common/settings.h"
 
 namespace attn {
 namespace {
@@ -16,19 +17,18 @@ int64_t MultiHeadAttentionImpl::head_dim() const {
 }
 
 void MultiHeadAttentionImpl::reset() {
-  detail::check_positive(kModule, "embed_dim", options.embed_dim());
-  detail::check_positive(kModule, "num_heads", options.num_heads());
-  detail::check_positive(kModule, "kdim", options.kdim());
-  detail::check_positive(kModule, "vdim", options.vdim());
-  detail::check_dropout(kModule, options.dropout());
+  modules::check_positive(kModule, "embed_dim", options.embed_dim());
+  modules::check_positive(kModule, "num_heads", options.num_heads());
+  modules::check_positive(kModule, "kdim", options.kdim());
+  modules::check_positive(kModule, "vdim", options.vdim());
+  modules::check_attention_options(kModule, options.attention());
   if (options.head_dim()) {
-    detail::check_positive(kModule, "head_dim", *options.head_dim());
+    modules::check_positive(kModule, "head_dim", *options.head_dim());
   } else {
     TORCH_CHECK(options.embed_dim() % options.num_heads() == 0, kModule, ": embed_dim (", options.embed_dim(),
-                ") must be divisible by num_heads (", options.num_heads(),
-                "), or set head_dim explicitly");
+                ") must be divisible by num_heads (", options.num_heads(), "), or set head_dim explicitly");
   }
-  const int64_t inner = detail::checked_width(kModule, "num_heads * head_dim", options.num_heads(), head_dim());
+  const int64_t inner = modules::checked_width(kModule, "num_heads * head_dim", options.num_heads(), head_dim());
   const auto linear = [&](int64_t in, int64_t out) {
     return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(options.bias()));
   };
@@ -49,10 +49,9 @@ void MultiHeadAttentionImpl::pretty_print(std::ostream& stream) const {
   if (options.kdim() != options.embed_dim() || options.vdim() != options.embed_dim()) {
     stream << ", kdim=" << options.kdim() << ", vdim=" << options.vdim();
   }
-  stream << ", bias=" << detail::bool_name(options.bias())
-         << ", output_projection=" << detail::bool_name(options.output_projection())
-         << detail::causal_description(options.causal(), options.causal_alignment())
-         << ", dropout=" << options.dropout() << detail::backend_description(options.backend()) << ")";
+  stream << ", bias=" << modules::bool_name(options.bias())
+         << ", output_projection=" << modules::bool_name(options.output_projection())
+         << modules::describe(options.attention()) << ")";
 }
 
 torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& query, const torch::Tensor& key,
@@ -66,18 +65,21 @@ std::tuple<torch::Tensor, torch::Tensor> MultiHeadAttentionImpl::forward_with_we
                                                                                       const AttentionMasks& masks,
                                                                                       HeadWeights head_weights) {
   auto [out, weights] = attend(query, key, value, masks, /*need_weights=*/true);
-  return {out, detail::select_head_weights(weights, head_weights)};
+  return {out, modules::select_head_weights(weights, head_weights)};
 }
 
 std::tuple<torch::Tensor, torch::Tensor> MultiHeadAttentionImpl::attend(
     const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value, const AttentionMasks& masks,
     bool need_weights) {
-  const detail::HeadLayout layout{kModule,        "query",         "key",         "value",
-                                  options.embed_dim(), options.kdim(), options.vdim(), options.num_heads()};
-  const auto sdpa = detail::module_sdpa_options(options.causal(), options.causal_alignment(), options.dropout(),
-                                                options.backend(), is_training());
-  auto [out, weights] =
-      detail::project_and_attend(layout, query, key, value, q_proj, k_proj, v_proj, masks, sdpa, need_weights);
+  const modules::ModuleLayout layout{kModule,
+                                     "query",
+                                     "key",
+                                     "value",
+                                     {options.embed_dim(), options.kdim(), options.vdim(), options.num_heads(),
+                                      head_dim(), head_dim()}};
+  auto [out, weights] = modules::attend_heads(layout, query, key, value, {*q_proj, *k_proj, *v_proj}, masks,
+                                              modules::sdpa_options(options.attention(), is_training()),
+                                              need_weights);
   if (out_proj) out = out_proj(out);
   return {out, weights};
 }

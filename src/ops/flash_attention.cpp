@@ -1,5 +1,6 @@
 // The C++ entry points of the attn::flash_attention ops: one dispatcher call each, so C++, Python and
-// TorchScript callers all reach the same Autograd and CPU kernels.
+// TorchScript callers all reach the same Autograd and CPU kernels. Each handle is typed by the declaration in
+// the public header, so the signature is spelled once (there) besides the schema (registration.cpp).
 
 #include <attn/ops/flash_attention.h>
 
@@ -15,10 +16,7 @@ std::tuple<torch::Tensor, torch::Tensor> flash_attention(
   static const auto op =
       c10::Dispatcher::singleton()
           .findSchemaOrThrow("attn::flash_attention", "")
-          .typed<std::tuple<torch::Tensor, torch::Tensor>(
-              const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const c10::optional<torch::Tensor>&,
-              const c10::optional<torch::Tensor>&, const c10::optional<torch::Tensor>&, bool, int64_t,
-              c10::optional<double>)>();
+          .typed<decltype(flash_attention)>();
   return op.call(query, key, value, key_padding_mask, attend_mask, additive_mask, is_causal, causal_offset, scale);
 }
 
@@ -31,11 +29,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> flash_attention_backward
   static const auto op =
       c10::Dispatcher::singleton()
           .findSchemaOrThrow("attn::flash_attention_backward", "")
-          .typed<std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>(
-              const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
-              const torch::Tensor&, const torch::Tensor&, const c10::optional<torch::Tensor>&,
-              const c10::optional<torch::Tensor>&, const c10::optional<torch::Tensor>&, bool, int64_t,
-              c10::optional<double>)>();
+          .typed<decltype(flash_attention_backward)>();
   return op.call(grad_output, query, key, value, output, logsumexp, key_padding_mask, attend_mask, additive_mask,
                  is_causal, causal_offset, scale);
 }

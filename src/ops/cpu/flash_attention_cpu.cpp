@@ -1,7 +1,7 @@
 // The CPU implementation of the attn::flash_attention ops: validates what Python or C++ passed (the op is a
 // public entry point of its own), lays the tensors out for the kernels and calls the variant for this CPU.
 
-#include "detail/checks.h"
+#include "common/checks.h"
 #include "ops/cpu/flash_attention_kernel.h"
 
 #include <ATen/ATen.h>
@@ -30,17 +30,16 @@ void check_input(const char* fn, const char* arg, const at::Tensor& t, const cha
   TORCH_CHECK(t.dim() == 4, fn, ": ", arg, " must be 4-D ", layout, ", got shape ", t.sizes());
   TORCH_CHECK(t.device().is_cpu(), fn, ": ", arg, " is on ", t.device(),
               "; this op runs on the CPU (attn::scaled_dot_product_attention picks a CUDA backend itself)");
-  const auto s = t.scalar_type();
-  TORCH_CHECK(s == at::kFloat || s == at::kDouble || s == at::kBFloat16, fn, ": ", arg,
-              " must be float32, float64 or bfloat16, got ", detail::dtype_name(t));
+  TORCH_CHECK(common::is_fused_kernel_dtype(t.scalar_type()), fn, ": ", arg,
+              " must be float32, float64 or bfloat16, got ", common::dtype_name(t));
 }
 
 Sizes check_qkv(const char* fn, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   check_input(fn, "query", q, "[B, H, Tq, d_k]");
   check_input(fn, "key", k, "[B, H, Tk, d_k]");
   check_input(fn, "value", v, "[B, H, Tk, d_v]");
-  detail::check_same_device_dtype(fn, "key", k, "query", q);
-  detail::check_same_device_dtype(fn, "value", v, "query", q);
+  common::check_same_device_dtype(fn, "key", k, "query", q);
+  common::check_same_device_dtype(fn, "value", v, "query", q);
   const Sizes s{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3)};
   TORCH_CHECK(s.dk > 0, fn, ": d_k (query's last dimension) must be positive, got query ", q.sizes());
   constexpr int64_t kMaxWidth = std::numeric_limits<int32_t>::max();  // BLAS's 32-bit sizes
@@ -58,27 +57,15 @@ Sizes check_qkv(const char* fn, const at::Tensor& q, const at::Tensor& k, const 
 
 void check_masks(const char* fn, const Sizes& s, const at::Tensor& q, const c10::optional<at::Tensor>& padding,
                  const c10::optional<at::Tensor>& attend, const c10::optional<at::Tensor>& additive) {
-  const auto check = [&](const char* arg, const at::Tensor& mask, bool want_bool, at::IntArrayRef target,
-                         const char* layout) {
-    if (want_bool) {
-      TORCH_CHECK(mask.scalar_type() == at::kBool, fn, ": ", arg, " must be a bool tensor, got ",
-                  detail::dtype_name(mask));
-    } else {
-      const auto st = mask.scalar_type();
-      TORCH_CHECK(st == at::kFloat || st == at::kDouble || st == at::kBFloat16 || st == at::kHalf, fn, ": ", arg,
-                  " must be floating (it is added to the scores), got ", detail::dtype_name(mask));
-    }
-    TORCH_CHECK(mask.device() == q.device(), fn, ": ", arg, " is on ", mask.device(), " but query is on ",
-                q.device());
-    TORCH_CHECK(detail::broadcasts_to(mask.sizes(), target), fn, ": ", arg, " must broadcast to ", layout, " = ",
-                target, ", got shape ", mask.sizes());
-  };
-  if (padding && padding->defined()) check("key_padding_mask", *padding, true, {s.batch, s.heads, s.tk}, "[B, H, Tk]");
+  using common::MaskKind;
+  const auto check = [&](const char* arg, const at::Tensor& mask, MaskKind kind, at::IntArrayRef target,
+                         const char* layout) { common::check_mask(fn, arg, mask, kind, q, target, layout); };
+  if (padding && padding->defined()) check("key_padding_mask", *padding, MaskKind::Bool, {s.batch, s.heads, s.tk}, "[B, H, Tk]");
   if (attend && attend->defined()) {
-    check("attend_mask", *attend, true, {s.batch, s.heads, s.tq, s.tk}, "[B, H, Tq, Tk]");
+    check("attend_mask", *attend, MaskKind::Bool, {s.batch, s.heads, s.tq, s.tk}, "[B, H, Tq, Tk]");
   }
   if (additive && additive->defined()) {
-    check("additive_mask", *additive, false, {s.batch, s.heads, s.tq, s.tk}, "[B, H, Tq, Tk]");
+    check("additive_mask", *additive, MaskKind::AdditiveAnyFloat, {s.batch, s.heads, s.tq, s.tk}, "[B, H, Tq, Tk]");
   }
 }
 

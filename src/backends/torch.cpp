@@ -2,7 +2,8 @@
 // which on CUDA with LibTorch >= 2 picks FlashAttention, memory-efficient or cuDNN kernels. It takes one
 // mask and aligns causal top-left, so attn's masks are combined into one here.
 
-#include "detail/attention.h"
+#include "backends/implementations.h"
+#include "backends/masks.h"
 
 #include <ATen/ATen.h>
 #include <torch/version.h>
@@ -10,17 +11,7 @@
 #include <cmath>
 #include <limits>
 
-namespace attn::detail {
-namespace {
-
-torch::Tensor both(const torch::Tensor& a, const torch::Tensor& b) {
-  if (!a.defined()) return b;
-  if (!b.defined()) return a;
-  return a.logical_and(b);
-}
-
-}  // namespace
-
+namespace attn::backends {
 torch::Tensor torch_attention(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
                               const SdpaOptions& options) {
   const int64_t tq = query.size(-2), tk = key.size(-2);
@@ -29,19 +20,15 @@ torch::Tensor torch_attention(const torch::Tensor& query, const torch::Tensor& k
   const bool native_causal = options.causal() && masks.empty() &&
                              (options.causal_alignment() == CausalAlignment::TopLeft || tq == tk);
 
-  torch::Tensor allowed;  // bool, true = may attend; undefined when every pair is allowed
-  if (masks.key_padding_mask().defined()) allowed = masks.key_padding_mask().logical_not().unsqueeze(-2);
-  if (masks.attend_mask().defined()) allowed = both(allowed, masks.attend_mask());
-  if (options.causal() && !native_causal) {
-    auto opts = torch::TensorOptions().dtype(torch::kLong).device(query.device());
-    const int64_t offset = options.causal_alignment() == CausalAlignment::BottomRight ? tk - tq : 0;
-    allowed = both(allowed, torch::arange(tk, opts).unsqueeze(0) <= torch::arange(tq, opts).unsqueeze(1) + offset);
-  }
-  torch::Tensor mask = allowed;
+  // LibTorch's bool mask means "may attend", the opposite of blocked_pairs; an additive mask carries the
+  // blocked pairs as -inf instead.
+  const torch::Tensor blocked = blocked_pairs(masks, native_causal ? std::nullopt : causal_of(options), tq, tk,
+                                              query.device());
+  torch::Tensor mask;
   if (masks.additive_mask().defined()) {
-    mask = allowed.defined()
-               ? masks.additive_mask().masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity())
-               : masks.additive_mask();
+    mask = masks.additive_mask().masked_fill(blocked, -std::numeric_limits<double>::infinity());
+  } else if (blocked.defined()) {
+    mask = blocked.logical_not();
   }
 
   // Neither version takes a scale on every release: fold it into q (relative to the default 1/sqrt(d_k)).
@@ -59,9 +46,7 @@ torch::Tensor torch_attention(const torch::Tensor& query, const torch::Tensor& k
   if (!mask.defined()) return out;
   // A query with no allowed key: LibTorch gives NaN there; attn's contract is a zero row. This is a
   // device-side fill, no host synchronisation.
-  const torch::Tensor row_blocked =
-      (mask.scalar_type() == at::kBool ? mask.logical_not() : mask.isneginf()).all(-1, /*keepdim=*/true);
-  return out.masked_fill(row_blocked, 0.0);
+  return out.masked_fill(rows_without_keys(blocked), 0.0);
 }
 
-}  // namespace attn::detail
+}  // namespace attn::backends

@@ -1,27 +1,14 @@
 // Backend choice: validated once, decided once, then one call into the chosen implementation.
 
-#include "detail/attention.h"
-#include "detail/checks.h"
+#include "backends/dispatch.h"
+
+#include "backends/implementations.h"
+#include "common/checks.h"
 
 #include <torch/version.h>
 
-namespace attn::detail {
+namespace attn::backends {
 namespace {
-
-const char* backend_name(Backend b) {
-  switch (b) {
-    case Backend::Auto: return "Auto";
-    case Backend::Math: return "Math";
-    case Backend::Fused: return "Fused";
-    case Backend::Torch: return "Torch";
-  }
-  return "?";
-}
-
-bool fused_dtype(const torch::Tensor& t) {
-  const auto s = t.scalar_type();
-  return s == at::kFloat || s == at::kDouble || s == at::kBFloat16;
-}
 
 bool additive_needs_grad(const SdpaOptions& options) {
   const torch::Tensor& add = options.masks().additive_mask();
@@ -30,10 +17,10 @@ bool additive_needs_grad(const SdpaOptions& options) {
 
 }  // namespace
 
-Backend resolve_backend(const char* fn, const torch::Tensor& query, const SdpaOptions& options, bool need_weights) {
+Backend resolve(const char* fn, const torch::Tensor& query, const SdpaOptions& options, bool need_weights) {
   const Backend asked = options.backend();
   if (asked != Backend::Math && asked != Backend::Auto) {
-    TORCH_CHECK(!need_weights, fn, ": Backend::", backend_name(asked),
+    TORCH_CHECK(!need_weights, fn, ": Backend::", to_string(asked),
                 " does not return attention weights; use Backend::Math or Backend::Auto");
   }
   switch (asked) {
@@ -42,8 +29,8 @@ Backend resolve_backend(const char* fn, const torch::Tensor& query, const SdpaOp
     case Backend::Fused:
       TORCH_CHECK(query.is_cpu(), fn, ": Backend::Fused runs on the CPU, but the inputs are on ", query.device(),
                   "; use Backend::Auto or Backend::Torch");
-      TORCH_CHECK(fused_dtype(query), fn, ": Backend::Fused supports float32, float64 and bfloat16, got ",
-                  dtype_name(query), "; use Backend::Math");
+      TORCH_CHECK(common::is_fused_kernel_dtype(query.scalar_type()), fn, ": Backend::Fused supports float32, float64 and bfloat16, got ",
+                  common::dtype_name(query), "; use Backend::Math");
       TORCH_CHECK(options.dropout() == 0.0, fn, ": Backend::Fused does not apply dropout (got dropout = ",
                   options.dropout(), "); use Backend::Math, or put the module in eval mode");
       TORCH_CHECK(!additive_needs_grad(options), fn,
@@ -57,7 +44,7 @@ Backend resolve_backend(const char* fn, const torch::Tensor& query, const SdpaOp
   }
   if (need_weights) return Backend::Math;
   if (query.is_cpu()) {
-    const bool fused_ok = fused_dtype(query) && options.dropout() == 0.0 && !additive_needs_grad(options);
+    const bool fused_ok = common::is_fused_kernel_dtype(query.scalar_type()) && options.dropout() == 0.0 && !additive_needs_grad(options);
     return fused_ok ? Backend::Fused : Backend::Math;
   }
 #if TORCH_VERSION_MAJOR >= 2
@@ -70,11 +57,11 @@ Backend resolve_backend(const char* fn, const torch::Tensor& query, const SdpaOp
 std::tuple<torch::Tensor, torch::Tensor> attention(const char* fn, const torch::Tensor& query, const torch::Tensor& key,
                                                    const torch::Tensor& value, const SdpaOptions& options,
                                                    bool need_weights) {
-  switch (resolve_backend(fn, query, options, need_weights)) {
+  switch (resolve(fn, query, options, need_weights)) {
     case Backend::Fused: return {fused_attention(query, key, value, options), torch::Tensor()};
     case Backend::Torch: return {torch_attention(query, key, value, options), torch::Tensor()};
     default: return math_attention(query, key, value, options, need_weights);
   }
 }
 
-}  // namespace attn::detail
+}  // namespace attn::backends

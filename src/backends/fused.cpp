@@ -1,7 +1,8 @@
 // Backend::Fused: brings [..., T, d] inputs and their masks to the [B, H, T, d] layout of the
 // attn::flash_attention op, without copying (views only, except for inputs of rank 5 and more).
 
-#include "detail/attention.h"
+#include "backends/implementations.h"
+#include "backends/masks.h"
 
 #include <attn/ops/flash_attention.h>
 
@@ -9,7 +10,7 @@
 
 #include <vector>
 
-namespace attn::detail {
+namespace attn::backends {
 namespace {
 
 /// Leading dimensions folded into the op's two: rank 2 -> [1, 1], rank 3 [N] -> [N, 1], rank 4 as is, and
@@ -62,11 +63,11 @@ torch::Tensor fused_attention(const torch::Tensor& query, const torch::Tensor& k
     return fold(m, lead, folded, trailing);
   };
   const int64_t tq = query.size(-2), tk = key.size(-2);
-  const int64_t offset = options.causal_alignment() == CausalAlignment::BottomRight ? tk - tq : 0;
   auto [out, lse] = ops::flash_attention(fold_input(query), fold_input(key), fold_input(value),
                                          optional_mask(masks.key_padding_mask(), 1),
                                          optional_mask(masks.attend_mask(), 2),
-                                         optional_mask(masks.additive_mask(), 2), options.causal(), offset,
+                                         optional_mask(masks.additive_mask(), 2), options.causal(),
+                                         causal_offset(tq, tk, options.causal_alignment()),
                                          options.scale() ? c10::optional<double>(*options.scale()) : c10::nullopt);
   std::vector<int64_t> shape(lead.begin(), lead.end());
   shape.push_back(tq);
@@ -74,4 +75,4 @@ torch::Tensor fused_attention(const torch::Tensor& query, const torch::Tensor& k
   return out.reshape(shape);
 }
 
-}  // namespace attn::detail
+}  // namespace attn::backends

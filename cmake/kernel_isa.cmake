@@ -1,0 +1,28 @@
+# The fused kernels are compiled once per instruction set and picked at run time (as ATen does), so the
+# library runs on any x86-64 and uses AVX2 or AVX-512 where present. at::vec's AVX variants call SLEEF for
+# exp(), so they need sleef.h (Debian: libsleef-dev); without it only the portable variant is built.
+function(attn_add_kernel_variants target)
+  set(dir ${PROJECT_SOURCE_DIR}/src/ops/cpu)
+  target_sources(${target} PRIVATE ${dir}/flash_attention_kernel_default.cpp)
+  set_source_files_properties(${dir}/flash_attention_kernel_default.cpp PROPERTIES
+    COMPILE_DEFINITIONS "CPU_CAPABILITY=DEFAULT;CPU_CAPABILITY_DEFAULT" SKIP_PRECOMPILE_HEADERS ON)
+  find_path(ATTN_SLEEF_INCLUDE_DIR sleef.h)
+  find_library(ATTN_SLEEF_LIBRARY sleef)
+  if(NOT (CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64" AND ATTN_SLEEF_INCLUDE_DIR AND ATTN_SLEEF_LIBRARY))
+    message(STATUS "attn: fused CPU kernels for default only (x86-64 with sleef.h enables AVX2/AVX-512)")
+    return()
+  endif()
+  target_sources(${target} PRIVATE ${dir}/flash_attention_kernel_avx2.cpp ${dir}/flash_attention_kernel_avx512.cpp)
+  set_source_files_properties(${dir}/flash_attention_kernel_avx2.cpp PROPERTIES
+    COMPILE_DEFINITIONS "CPU_CAPABILITY=AVX2;CPU_CAPABILITY_AVX2"
+    COMPILE_OPTIONS "-mavx2;-mfma;-mf16c" SKIP_PRECOMPILE_HEADERS ON)
+  # (GCC 12 warns falsely inside its own avx512fintrin.h as at::vec uses it; clang has no such warning.)
+  set_source_files_properties(${dir}/flash_attention_kernel_avx512.cpp PROPERTIES
+    COMPILE_DEFINITIONS "CPU_CAPABILITY=AVX512;CPU_CAPABILITY_AVX512"
+    COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mfma;$<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>"
+    SKIP_PRECOMPILE_HEADERS ON)
+  target_include_directories(${target} PRIVATE ${ATTN_SLEEF_INCLUDE_DIR})
+  target_link_libraries(${target} PRIVATE ${ATTN_SLEEF_LIBRARY})
+  target_compile_definitions(${target} PRIVATE ATTN_HAVE_AVX2_KERNELS ATTN_HAVE_AVX512_KERNELS)
+  message(STATUS "attn: fused CPU kernels for default, AVX2 and AVX-512")
+endfunction()

@@ -1,0 +1,66 @@
+// Backend::Math: softmax(q kᵀ · scale + masks) v with the [..., Tq, Tk] scores in memory. The reference the
+// other backends are tested against, and the only one that returns the weights or applies dropout anywhere.
+
+#include "backends/implementations.h"
+#include "backends/masks.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <limits>
+
+namespace attn::backends {
+namespace {
+
+/// probs @ value where a blocked key contributes exactly nothing. In a matrix product a zero weight times a
+/// NaN or Inf value is still NaN, so a non-finite value at a masked key would leak into the output; here it
+/// is multiplied as 0 and put back (with IEEE semantics) only where the key is allowed.
+torch::Tensor weighted_values(const torch::Tensor& probs, const torch::Tensor& value, const torch::Tensor& blocked) {
+  if (!blocked.defined()) return at::matmul(probs, value);
+  const torch::Tensor finite = value.isfinite();
+  // On the CPU the check is a cheap pass that saves two products in the usual all-finite case; on CUDA it
+  // would stall the stream, so CUDA always takes the exact path.
+  if (value.is_cpu() && finite.all().item<bool>()) return at::matmul(probs, value);
+
+  torch::Tensor out = at::matmul(probs, value.masked_fill(finite.logical_not(), 0));
+  const auto dtype = value.scalar_type();
+  const torch::Tensor reach = blocked.logical_not().to(dtype);
+  auto hits = [&](const torch::Tensor& where_bad) { return at::matmul(reach, where_bad.to(dtype)) > 0; };
+  const torch::Tensor pos = hits(value.isposinf());
+  const torch::Tensor neg = hits(value.isneginf());
+  // NaN wins over Inf: an attended NaN, +Inf meeting -Inf, or a row already NaN (from a NaN score).
+  const torch::Tensor nan = hits(value.isnan()).logical_or(pos.logical_and(neg)).logical_or(out.isnan());
+  out = out.masked_fill(pos, std::numeric_limits<double>::infinity());
+  out = out.masked_fill(neg, -std::numeric_limits<double>::infinity());
+  return out.masked_fill(nan, std::numeric_limits<double>::quiet_NaN());
+}
+
+}  // namespace
+
+std::tuple<torch::Tensor, torch::Tensor> math_attention(const torch::Tensor& query, const torch::Tensor& key,
+                                                        const torch::Tensor& value, const SdpaOptions& options,
+                                                        bool need_weights) {
+  const double scale = options.scale() ? *options.scale() : 1.0 / std::sqrt(static_cast<double>(query.size(-1)));
+  // Scale q before the product, not the scores after it: in float16 an unscaled q·k can overflow to inf.
+  torch::Tensor scores = at::matmul(query * scale, key.transpose(-2, -1));
+  if (options.masks().additive_mask().defined()) scores = scores + options.masks().additive_mask();
+
+  const torch::Tensor blocked =
+      blocked_pairs(options.masks(), causal_of(options), query.size(-2), key.size(-2), query.device());
+  torch::Tensor probs;
+  if (blocked.defined()) {
+    // A row with no allowed key would be softmax(-inf, ..., -inf) = NaN, and its gradient NaN too. Give such
+    // rows finite scores, then zero their probabilities: the output row is 0 and no NaN reaches any gradient.
+    const torch::Tensor no_keys = rows_without_keys(blocked);
+    scores = scores.masked_fill(blocked, -std::numeric_limits<double>::infinity()).masked_fill(no_keys, 0.0);
+    probs = at::softmax(scores, -1).masked_fill(no_keys, 0.0);
+  } else {
+    probs = at::softmax(scores, -1);
+  }
+  if (options.dropout() > 0.0) probs = at::dropout(probs, options.dropout(), /*train=*/true);
+
+  torch::Tensor out = weighted_values(probs, value, blocked);
+  return {out, need_weights ? probs : torch::Tensor()};
+}
+
+}  // namespace attn::backends

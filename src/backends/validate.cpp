@@ -1,0 +1,76 @@
+#include "backends/validate.h"
+
+#include "common/checks.h"
+
+#include <cmath>
+#include <vector>
+
+namespace attn::backends {
+namespace {
+
+std::vector<int64_t> batch_dims(const torch::Tensor& t) {
+  return std::vector<int64_t>(t.sizes().begin(), t.sizes().end() - 2);
+}
+
+}  // namespace
+
+void check_sdpa_inputs(const char* fn, const torch::Tensor& query, const torch::Tensor& key,
+                       const torch::Tensor& value, const SdpaOptions& options) {
+  TORCH_CHECK(query.defined() && key.defined() && value.defined(), fn, ": query, key and value must be defined");
+  TORCH_CHECK(query.dim() >= 2, fn, ": query must be [..., Tq, d_k] (at least 2-D), got shape ", query.sizes());
+  TORCH_CHECK(key.dim() == query.dim(), fn, ": key must have the same rank as query ([..., Tk, d_k]), got key ",
+              key.sizes(), " and query ", query.sizes());
+  TORCH_CHECK(value.dim() == query.dim(), fn, ": value must have the same rank as query ([..., Tk, d_v]), got value ",
+              value.sizes(), " and query ", query.sizes());
+  common::check_floating(fn, "query", query);
+  common::check_same_device_dtype(fn, "key", key, "query", query);
+  common::check_same_device_dtype(fn, "value", value, "query", query);
+  const auto batch = batch_dims(query);
+  TORCH_CHECK(batch_dims(key) == batch && batch_dims(value) == batch, fn,
+              ": query, key and value must share their leading dimensions, got query ", query.sizes(), ", key ",
+              key.sizes(), ", value ", value.sizes());
+  TORCH_CHECK(query.size(-1) > 0, fn, ": d_k (query's last dimension) must be positive, got query ", query.sizes());
+  TORCH_CHECK(key.size(-1) == query.size(-1), fn, ": key must be [..., Tk, d_k] with d_k = ", query.size(-1),
+              " (query's last dimension), got key ", key.sizes());
+  TORCH_CHECK(value.size(-2) == key.size(-2), fn, ": value must be [..., Tk, d_v] with Tk = ", key.size(-2),
+              " (key's length), got value ", value.sizes());
+
+  const int64_t tq = query.size(-2), tk = key.size(-2);
+  const AttentionMasks& masks = options.masks();
+  // Masks broadcast from the right, so a mask that skips a leading dimension would line up with the wrong
+  // one (a [B, Tk] padding mask against [B, H, ...] inputs pairs B with H). Only unambiguous ranks pass.
+  if (masks.key_padding_mask().defined()) {
+    const torch::Tensor& pad = masks.key_padding_mask();
+    TORCH_CHECK(pad.dim() == 1 || pad.dim() == query.dim() - 1, fn,
+                ": key_padding_mask must be [Tk] or have one dimension per leading dimension of the query plus Tk (",
+                query.dim() - 1, "-D, size 1 to broadcast, e.g. [B, 1, Tk] for [B, H, Tq, d] inputs), got shape ",
+                pad.sizes());
+    auto target = batch;
+    target.push_back(tk);
+    common::check_mask(fn, "key_padding_mask", pad, common::MaskKind::Bool, query, target, "[..., Tk]");
+  }
+  auto scores_shape = batch;
+  scores_shape.push_back(tq);
+  scores_shape.push_back(tk);
+  const auto check_pair_rank = [&](const char* arg, const torch::Tensor& mask) {
+    TORCH_CHECK(mask.dim() == 2 || mask.dim() == query.dim(), fn, ": ", arg, " must be [Tq, Tk] or have the query's rank ",
+                query.dim(), " (size 1 to broadcast, e.g. [B, 1, Tq, Tk] for [B, H, Tq, d] inputs), got shape ",
+                mask.sizes());
+  };
+  if (masks.attend_mask().defined()) {
+    check_pair_rank("attend_mask", masks.attend_mask());
+    common::check_mask(fn, "attend_mask", masks.attend_mask(), common::MaskKind::Bool, query, scores_shape, "[..., Tq, Tk]");
+  }
+  if (masks.additive_mask().defined()) {
+    check_pair_rank("additive_mask", masks.additive_mask());
+    common::check_mask(fn, "additive_mask", masks.additive_mask(), common::MaskKind::AdditiveOfInputDtype, query, scores_shape,
+               "[..., Tq, Tk]");
+  }
+  if (options.scale()) {
+    TORCH_CHECK(std::isfinite(*options.scale()), fn, ": scale must be finite, got ", *options.scale());
+  }
+  TORCH_CHECK(options.dropout() >= 0.0 && options.dropout() <= 1.0, fn, ": dropout must be in [0, 1], got ",
+              options.dropout());
+}
+
+}  // namespace attn::backends

@@ -1,0 +1,14 @@
+#pragma once
+// The functional core's front-door checks: what every backend may assume about q, k, v and the options.
+
+#include <attn/options.h>
+
+#include <torch/types.h>
+
+namespace attn::backends {
+
+/// Validates q, k, v and the options; `fn` names the caller in error messages.
+void check_sdpa_inputs(const char* fn, const torch::Tensor& query, const torch::Tensor& key,
+                       const torch::Tensor& value, const SdpaOptions& options);
+
+}  // namespace attn::backends

@@ -1,0 +1,62 @@
+#include "common/checks.h"
+
+#include <torch/version.h>
+
+namespace attn::common {
+
+bool broadcasts_to(at::IntArrayRef mask, at::IntArrayRef target) {
+  if (mask.size() > target.size()) return false;
+  const size_t offset = target.size() - mask.size();
+  for (size_t i = 0; i < mask.size(); ++i) {
+    if (mask[i] != 1 && mask[i] != target[offset + i]) return false;
+  }
+  return true;
+}
+
+void check_floating(const char* fn, const char* arg, const at::Tensor& t) {
+  const auto s = t.scalar_type();
+  TORCH_CHECK(is_attention_dtype(s), fn, ": ", arg,
+              " must be a floating-point tensor (float32, float64, bfloat16 or float16), got ", dtype_name(t));
+#if TORCH_VERSION_MAJOR < 2
+  TORCH_CHECK(!(t.is_cpu() && s == at::kHalf), fn, ": ", arg,
+              " is float16 on the CPU, which LibTorch 1.x's CPU matrix products do not support; use float32, "
+              "float64 or bfloat16 there (float16 works on CUDA)");
+#endif
+}
+
+void check_same_device_dtype(const char* fn, const char* arg, const at::Tensor& t, const char* ref_arg,
+                             const at::Tensor& ref) {
+  TORCH_CHECK(t.device() == ref.device(), fn, ": ", arg, " is on ", t.device(), " but ", ref_arg, " is on ",
+              ref.device(), "; move them to the same device");
+  TORCH_CHECK(t.scalar_type() == ref.scalar_type(), fn, ": ", arg, " is ", dtype_name(t), " but ", ref_arg,
+              " is ", dtype_name(ref), "; convert them to the same dtype");
+}
+
+void check_mask(const char* fn, const char* arg, const at::Tensor& mask, MaskKind kind, const at::Tensor& ref,
+                at::IntArrayRef target, const char* layout) {
+  switch (kind) {
+    case MaskKind::Bool:
+      TORCH_CHECK(mask.scalar_type() == at::kBool, fn, ": ", arg, " must be a bool tensor, got ", dtype_name(mask),
+                  at::isFloatingType(mask.scalar_type()) ? " (a float mask that is added to the scores goes in "
+                                                           "additive_mask)"
+                                                         : "");
+      break;
+    case MaskKind::AdditiveOfInputDtype:
+      TORCH_CHECK(mask.scalar_type() != at::kBool, fn, ": ", arg,
+                  " must be floating (it is added to the scores); a bool mask goes in attend_mask "
+                  "(true = may attend) or key_padding_mask (true = padding)");
+      TORCH_CHECK(mask.scalar_type() == ref.scalar_type(), fn, ": ", arg, " must have the inputs' dtype ",
+                  dtype_name(ref), ", got ", dtype_name(mask));
+      break;
+    case MaskKind::AdditiveAnyFloat:
+      TORCH_CHECK(is_attention_dtype(mask.scalar_type()), fn, ": ", arg,
+                  " must be floating (it is added to the scores), got ", dtype_name(mask));
+      break;
+  }
+  TORCH_CHECK(mask.device() == ref.device(), fn, ": ", arg, " is on ", mask.device(), " but the inputs are on ",
+              ref.device());
+  TORCH_CHECK(broadcasts_to(mask.sizes(), target), fn, ": ", arg, " must broadcast to ", layout, " = ", target,
+              ", got shape ", mask.sizes());
+}
+
+}  // namespace attn::common

@@ -1,0 +1,35 @@
+#pragma once
+// Checks that every layer uses at its front door: each error names the function, the argument, what was
+// expected and what was given.
+
+#include "common/dtypes.h"
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+
+namespace attn::common {
+
+inline const char* dtype_name(const at::Tensor& t) { return dtype_name(t.scalar_type()); }
+
+/// True when `mask` broadcasts to `target` without growing it (numpy rules, aligned on the right).
+bool broadcasts_to(at::IntArrayRef mask, at::IntArrayRef target);
+
+/// `t` has one of the attention dtypes (is_attention_dtype), and is not float16 on the CPU of LibTorch 1.x.
+/// Callers check `defined()` first.
+void check_floating(const char* fn, const char* arg, const at::Tensor& t);
+void check_same_device_dtype(const char* fn, const char* arg, const at::Tensor& t, const char* ref_arg,
+                             const at::Tensor& ref);
+
+/// What a mask holds.
+enum class MaskKind {
+  Bool,                  ///< true/false per pair or key
+  AdditiveOfInputDtype,  ///< floating, the dtype of `ref` (the functional core and the modules)
+  AdditiveAnyFloat,      ///< any attention dtype (the op converts it to its compute type)
+};
+
+/// A mask of `kind` on `ref`'s device that broadcasts to `target`; `layout` spells the expected shape for
+/// the message, e.g. "[..., Tq, Tk]".
+void check_mask(const char* fn, const char* arg, const at::Tensor& mask, MaskKind kind, const at::Tensor& ref,
+                at::IntArrayRef target, const char* layout);
+
+}  // namespace attn::common

@@ -1,0 +1,141 @@
+#include "modules/common/heads.h"
+
+#include "backends/dispatch.h"
+#include "common/checks.h"
+
+#include <ATen/ATen.h>
+
+#include <vector>
+
+namespace attn::modules {
+namespace {
+
+void check_input(const ModuleLayout& layout, const char* arg, const torch::Tensor& x, int64_t width, int64_t rank,
+                 const torch::Tensor& param) {
+  TORCH_CHECK(x.defined(), layout.module, ": ", arg, " is undefined");
+  TORCH_CHECK(x.dim() == rank, layout.module, ": ", arg, " must be ", rank == 3 ? "[B, T, " : "[T, ", width,
+              "] like the query (batched [B, T, E] or unbatched [T, E]), got shape ", x.sizes());
+  common::check_floating(layout.module, arg, x);
+  TORCH_CHECK(x.size(-1) == width, layout.module, ": ", arg, " must have last dimension ", width, ", got shape ",
+              x.sizes());
+  TORCH_CHECK(x.device() == param.device(), layout.module, ": ", arg, " is on ", x.device(),
+              " but the module's parameters are on ", param.device(), "; move one with module->to(device)");
+  TORCH_CHECK(x.scalar_type() == param.scalar_type(), layout.module, ": ", arg, " is ", common::dtype_name(x),
+              " but the module's parameters are ", common::dtype_name(param), "; convert one with module->to(dtype)");
+}
+
+/// Checks a module-level attend/additive mask and lifts it to [Tq, Tk] or [B|1, H|1, Tq, Tk].
+torch::Tensor lift_pair_mask(const ModuleLayout& layout, const CallShape& shape, const char* arg,
+                             const torch::Tensor& mask, common::MaskKind kind, const torch::Tensor& query) {
+  if (!mask.defined()) return mask;
+  const int64_t heads = layout.widths.num_heads, tq = shape.tq, tk = shape.tk;
+  if (shape.batched) {
+    TORCH_CHECK(mask.dim() == 2 || mask.dim() == 4, layout.module, ": ", arg, " must be [Tq, Tk] = [", tq, ", ", tk,
+                "] or [B|1, H|1, Tq, Tk] = [", shape.batch, ", ", heads, ", ", tq, ", ", tk, "], got shape ",
+                mask.sizes(),
+                mask.dim() == 3 ? " (a 3-D mask is ambiguous; reshape PyTorch's [B*H, Tq, Tk] with "
+                                  "view({B, H, Tq, Tk}))"
+                                : "");
+    common::check_mask(layout.module, arg, mask, kind, query, {shape.batch, heads, tq, tk}, "[B|1, H|1, Tq, Tk]");
+    return mask;
+  }
+  TORCH_CHECK(mask.dim() == 2 || mask.dim() == 3, layout.module, ": ", arg, " must be [Tq, Tk] = [", tq, ", ", tk,
+              "] or [H|1, Tq, Tk] for unbatched inputs, got shape ", mask.sizes());
+  common::check_mask(layout.module, arg, mask, kind, query, {heads, tq, tk}, "[H|1, Tq, Tk]");
+  return mask.dim() == 3 ? mask.unsqueeze(0) : mask;
+}
+
+/// [B, T, H*d] -> [B, H, T, d]
+torch::Tensor split_heads(const torch::Tensor& x, int64_t heads) {
+  return x.view({x.size(0), x.size(1), heads, x.size(2) / heads}).transpose(1, 2);
+}
+
+}  // namespace
+
+CallShape check_inputs(const ModuleLayout& layout, const torch::Tensor& query, const torch::Tensor& key,
+                       const torch::Tensor& value, const torch::Tensor& param) {
+  const ProjectionWidths& w = layout.widths;
+  TORCH_CHECK(query.defined(), layout.module, ": ", layout.query_name, " is undefined");
+  TORCH_CHECK(query.dim() == 2 || query.dim() == 3, layout.module, ": ", layout.query_name, " must be [B, T, ",
+              w.query_in, "] or unbatched [T, ", w.query_in, "], got shape ", query.sizes());
+  const int64_t rank = query.dim();
+  check_input(layout, layout.query_name, query, w.query_in, rank, param);
+  check_input(layout, layout.key_name, key, w.key_in, rank, param);
+  check_input(layout, layout.value_name, value, w.value_in, rank, param);
+  const bool batched = rank == 3;
+  const int64_t tq = query.size(-2), tk = key.size(-2);
+  TORCH_CHECK(value.size(-2) == tk, layout.module, ": ", layout.key_name, " and ", layout.value_name,
+              " must have the same length, got ", key.sizes(), " and ", value.sizes());
+  const int64_t batch = batched ? query.size(0) : 1;
+  if (batched) {
+    TORCH_CHECK(key.size(0) == batch && value.size(0) == batch, layout.module, ": ", layout.query_name, ", ",
+                layout.key_name, " and ", layout.value_name, " must have the same batch size, got ", query.sizes(),
+                ", ", key.sizes(), ", ", value.sizes());
+  }
+  return {batched, batch, tq, tk};
+}
+
+AttentionMasks lift_masks(const ModuleLayout& layout, const CallShape& shape, const AttentionMasks& masks,
+                          const torch::Tensor& query) {
+  AttentionMasks lifted;
+  if (masks.key_padding_mask().defined()) {
+    const torch::Tensor& pad = masks.key_padding_mask();
+    const std::vector<int64_t> expected =
+        shape.batched ? std::vector<int64_t>{shape.batch, shape.tk} : std::vector<int64_t>{shape.tk};
+    TORCH_CHECK(pad.sizes() == at::IntArrayRef(expected), layout.module, ": key_padding_mask must be ",
+                shape.batched ? "[B, Tk] = " : "[Tk] = ", at::IntArrayRef(expected), " (true = padding), got shape ",
+                pad.sizes());
+    common::check_mask(layout.module, "key_padding_mask", pad, common::MaskKind::Bool, query, expected, "[B, Tk]");
+    lifted.key_padding_mask(pad.reshape({shape.batch, 1, shape.tk}));  // reshape: the caller's mask may be strided
+  }
+  lifted.attend_mask(lift_pair_mask(layout, shape, "attend_mask", masks.attend_mask(), common::MaskKind::Bool, query));
+  lifted.additive_mask(lift_pair_mask(layout, shape, "additive_mask", masks.additive_mask(),
+                                      common::MaskKind::AdditiveOfInputDtype, query));
+  return lifted;
+}
+
+Heads project(const ModuleLayout& layout, const CallShape& shape, const torch::Tensor& query,
+              const torch::Tensor& key, const torch::Tensor& value, const Projections& p) {
+  const auto as_batch = [&](const torch::Tensor& x) { return shape.batched ? x : x.unsqueeze(0); };
+  const ProjectionWidths& w = layout.widths;
+  const int64_t heads = w.num_heads;
+  if (query.is_same(key) && key.is_same(value)) {
+    // Self-attention: one product with the three weights stacked is faster than three (a wider GEMM), and
+    // the q/k/v column slices it yields are views the attention reads in place.
+    const auto stacked = [](const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& c) {
+      return a.defined() ? torch::cat({a, b, c}) : torch::Tensor();
+    };
+    const torch::Tensor qkv = at::linear(as_batch(query), stacked(p.q.weight, p.k.weight, p.v.weight),
+                                         stacked(p.q.bias, p.k.bias, p.v.bias));
+    const int64_t q_width = heads * w.head_dim_qk, k_width = heads * w.head_dim_qk, v_width = heads * w.head_dim_v;
+    return {split_heads(qkv.narrow(-1, 0, q_width), heads), split_heads(qkv.narrow(-1, q_width, k_width), heads),
+            split_heads(qkv.narrow(-1, q_width + k_width, v_width), heads)};
+  }
+  return {split_heads(at::linear(as_batch(query), p.q.weight, p.q.bias), heads),
+          split_heads(at::linear(as_batch(key), p.k.weight, p.k.bias), heads),
+          split_heads(at::linear(as_batch(value), p.v.weight, p.v.bias), heads)};
+}
+
+torch::Tensor merge_heads(const torch::Tensor& x, const CallShape& shape) {
+  torch::Tensor merged = x.transpose(1, 2).reshape({x.size(0), x.size(2), x.size(1) * x.size(3)});
+  return shape.batched ? merged : merged.squeeze(0);
+}
+
+std::tuple<torch::Tensor, torch::Tensor> attend_heads(const ModuleLayout& layout, const torch::Tensor& query,
+                                                      const torch::Tensor& key, const torch::Tensor& value,
+                                                      const Projections& projections, const AttentionMasks& masks,
+                                                      const SdpaOptions& options, bool need_weights) {
+  const CallShape shape = check_inputs(layout, query, key, value, projections.q.weight);
+  SdpaOptions lifted = options;
+  lifted.masks(lift_masks(layout, shape, masks, query));
+  const Heads heads = project(layout, shape, query, key, value, projections);
+  auto [out, weights] = backends::attention(layout.module, heads.q, heads.k, heads.v, lifted, need_weights);
+  if (!shape.batched && weights.defined()) weights = weights.squeeze(0);
+  return {merge_heads(out, shape), weights};
+}
+
+torch::Tensor select_head_weights(const torch::Tensor& per_head, HeadWeights head_weights) {
+  return head_weights == HeadWeights::Averaged ? per_head.mean(-3) : per_head;
+}
+
+}  // namespace attn::modules

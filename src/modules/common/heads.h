@@ -1,0 +1,79 @@
+#pragma once
+// What the three modules share, in named steps:
+//
+//   check_inputs -> lift_masks -> project -> attend -> merge_heads
+//
+// Each module describes itself once (a ModuleLayout: names for messages, and its widths in one vocabulary)
+// and calls attend_heads(), which runs the steps in order. A later feature hooks into one step: rotary
+// embeddings and a KV-cache append go between project and attend; grouped K/V heads change project's split.
+
+#include <attn/options.h>
+
+#include <torch/nn/modules/linear.h>
+#include <torch/types.h>
+
+#include <tuple>
+
+namespace attn::modules {
+
+/// The widths of a module, whatever its options call them (docs/options.md has the table).
+struct ProjectionWidths {
+  int64_t query_in = 0;     ///< last dimension of the query input
+  int64_t key_in = 0;       ///< ... of the key input
+  int64_t value_in = 0;     ///< ... of the value input
+  int64_t num_heads = 1;
+  int64_t head_dim_qk = 0;  ///< width of q and k per head
+  int64_t head_dim_v = 0;   ///< width of v (and the output) per head
+};
+
+/// How a module names its inputs in error messages, and its widths.
+struct ModuleLayout {
+  const char* module;  ///< e.g. "attn::MultiHeadAttention"
+  const char* query_name;
+  const char* key_name;
+  const char* value_name;
+  ProjectionWidths widths;
+};
+
+/// The module's q/k/v projections (their bias may be undefined).
+struct Projections {
+  const torch::nn::LinearImpl& q;
+  const torch::nn::LinearImpl& k;
+  const torch::nn::LinearImpl& v;
+};
+
+/// What check_inputs learned about a call.
+struct CallShape {
+  bool batched;  ///< [B, T, E] inputs; false for unbatched [T, E] (treated as B = 1 below)
+  int64_t batch, tq, tk;
+};
+
+/// q, k, v as [B, H, T, d].
+struct Heads {
+  torch::Tensor q, k, v;
+};
+
+/// Step 1: ranks, widths, lengths, batch sizes, dtype and device (against `param`, a module parameter).
+CallShape check_inputs(const ModuleLayout& layout, const torch::Tensor& query, const torch::Tensor& key,
+                       const torch::Tensor& value, const torch::Tensor& param);
+/// Step 2: checks the module-level masks and lifts them to the functional core's layout: key_padding_mask
+/// [B, 1, Tk], attend/additive masks [Tq, Tk] or [B|1, H|1, Tq, Tk].
+AttentionMasks lift_masks(const ModuleLayout& layout, const CallShape& shape, const AttentionMasks& masks,
+                          const torch::Tensor& query);
+/// Step 3: the projections, split into heads. Self-attention (query, key and value the same tensor) runs one
+/// product with the three weights stacked.
+Heads project(const ModuleLayout& layout, const CallShape& shape, const torch::Tensor& query,
+              const torch::Tensor& key, const torch::Tensor& value, const Projections& projections);
+/// Step 4 is backends::attention. Step 5: [B, H, Tq, d_v] -> [B, Tq, H * d_v] ([Tq, H * d_v] unbatched).
+torch::Tensor merge_heads(const torch::Tensor& x, const CallShape& shape);
+
+/// The five steps: (output [B, Tq, H * d_v], weights [B, H, Tq, Tk] or undefined), without B when unbatched.
+std::tuple<torch::Tensor, torch::Tensor> attend_heads(const ModuleLayout& layout, const torch::Tensor& query,
+                                                      const torch::Tensor& key, const torch::Tensor& value,
+                                                      const Projections& projections, const AttentionMasks& masks,
+                                                      const SdpaOptions& options, bool need_weights);
+
+/// [B, H, Tq, Tk] (or [H, Tq, Tk]) per-head weights in the form the caller asked for.
+torch::Tensor select_head_weights(const torch::Tensor& per_head, HeadWeights head_weights);
+
+}  // namespace attn::modules

@@ -1,0 +1,27 @@
+#pragma once
+// The modules' shared option handling: validation in reset(), the one conversion of a module's attention
+// settings to the SdpaOptions it passes down, and the pieces of pretty_print.
+
+#include <attn/options.h>
+
+#include <string>
+
+namespace attn::modules {
+
+/// The SdpaOptions a module attends with: its AttentionOptions, with dropout only in training mode.
+SdpaOptions sdpa_options(const AttentionOptions& attention, bool training);
+
+/// Validation shared by the modules' reset().
+void check_positive(const char* module, const char* option, int64_t value);
+/// dropout in [0, 1], a finite scale.
+void check_attention_options(const char* module, const AttentionOptions& attention);
+/// a * b for a layer width, refusing int64 overflow; `what` spells the product, e.g. "num_heads * head_dim".
+int64_t checked_width(const char* module, const char* what, int64_t a, int64_t b);
+
+/// "true" / "false" without setting std::boolalpha on the caller's stream.
+inline const char* bool_name(bool b) { return b ? "true" : "false"; }
+/// ", causal=true[, causal_alignment=top_left][, scale=S], dropout=P[, backend=fused]" for pretty_print: the
+/// settings that differ from their defaults, except causal and dropout, which are always shown.
+std::string describe(const AttentionOptions& attention);
+
+}  // namespace attn::modules
