@@ -7,8 +7,9 @@
 #include "bench.h"
 
 #include "app_main.h"
-#include "atomic_file.h"
 #include "command_line.h"
+
+#include <attn/io/files.h>
 
 #include <fmt/core.h>
 #include <fmt/format.h>
@@ -221,7 +222,7 @@ int run_suite(const BenchOptions& options, const char* argv0) {
   fmt::print(stderr, "attn-bench: {} configurations in {:.0f} s: {} failed, {} skipped\n", records.size(), seconds,
              failed, skipped);
   if (!options.json_path.empty()) {
-    attn_apps::write_file_atomically(options.json_path, bench::to_json(records, ceiling, device));
+    attn::io::write_file_atomically(options.json_path, bench::to_json(records, ceiling, device));
     fmt::print(stderr, "attn-bench: wrote {}\n", options.json_path);
   }
   return 0;

@@ -1,12 +1,12 @@
 // attn-demo: walks through notebook 000 ("Life is short, eat dessert first") with the attn library:
 // tokens -> embedding -> one attention head step by step -> multi-head attention, then shows every
 // head's attention weights as a terminal heatmap and, optionally, as an SVG file.
-// The app uses only the public API (<attn/attn.h>), so it doubles as an example of it.
+// The app uses only the public API (<attn/...>), so it doubles as an example of it.
 
 #include <attn/attn.h>
+#include <attn/io/files.h>
 
 #include "app_main.h"
-#include "atomic_file.h"
 #include "command_line.h"
 
 #include <fmt/color.h>
@@ -36,7 +36,6 @@ namespace {
 using attn_apps::CommandLine;
 using attn_apps::parse_integer;
 using attn_apps::UsageError;
-using attn_apps::write_file_atomically;
 
 constexpr const char* kDefaultSentence = "Life is short, eat dessert first";
 constexpr uint64_t kDefaultSeed = 123;
@@ -494,7 +493,7 @@ int run(const DemoOptions& options) {
   if (color) print_legend();
 
   if (!options.svg_path.empty()) {
-    write_file_atomically(options.svg_path, render_svg(weights, words, options.causal));
+    attn::io::write_file_atomically(options.svg_path, render_svg(weights, words, options.causal));
     fmt::print("\nwrote {}\n", options.svg_path);
   }
   return 0;

@@ -3,11 +3,11 @@
 // without attn (torch.jit.load). Public headers only, like the other apps.
 
 #include <attn/attn.h>
+#include <attn/io/files.h>
 #include <attn/io/state_dict.h>
 #include <attn/jit/export.h>
 
 #include "app_main.h"
-#include "atomic_file.h"
 #include "command_line.h"
 
 #include <fmt/core.h>
@@ -27,7 +27,6 @@ namespace {
 using attn_apps::CommandLine;
 using attn_apps::parse_integer;
 using attn_apps::UsageError;
-using attn_apps::write_file_atomically;
 
 constexpr int64_t kMaxWidth = 1 << 20;
 constexpr int64_t kMaxHeads = 4096;
@@ -231,7 +230,7 @@ int run(const ExportOptions& o) {
   const Exported exported = build_and_export(o);
   std::ostringstream bytes;
   exported.module.save(bytes);
-  write_file_atomically(o.out, bytes.str());
+  attn::io::write_file_atomically(o.out, bytes.str());
 
   fmt::print("exported {}\n", exported.description);
   fmt::print("  weights: {}\n", o.weights.empty() ? fmt::format("random (seed {})", o.seed) : o.weights);
