@@ -33,7 +33,6 @@
 
 namespace {
 
-using attn_apps::CommandLine;
 using attn_apps::parse_integer;
 using attn_apps::UsageError;
 
@@ -107,37 +106,28 @@ std::map<std::string, int64_t> build_vocabulary(std::vector<std::string> words) 
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Argument parsing.
-
+// Arguments.
 
 DemoOptions parse_args(int argc, char** argv) {
   DemoOptions options;
-  for (CommandLine args(argc, argv); args.next();) {
-    const std::string& name = args.name();
-    const auto value = [&] { return args.value(); };
-    const auto flag = [&] { return args.flag(); };
-    if (name == "-h" || name == "--help") {
-      options.help = flag();
-      return options;  // help wins over anything else on the line
-    } else if (name == "--sentence") {
-      options.sentence = value();
-    } else if (name == "--heads") {
-      options.heads =
-          parse_integer<int64_t>(name, value(), 1, kMaxHeads, fmt::format("an integer in 1..{}", kMaxHeads));
-    } else if (name == "--seed") {
-      options.seed = parse_integer<uint64_t>(name, value(), 0, UINT64_MAX, "a non-negative integer");
-    } else if (name == "--device") {
-      options.device = value();  // checked by attn::resolve_device, which knows what is available
-    } else if (name == "--svg") {
-      options.svg_path = value();
-      if (options.svg_path.empty()) throw UsageError("--svg needs a file name");
-    } else if (name == "--causal") {
-      options.causal = flag();
-    } else if (name == "--no-color") {
-      options.no_color = flag();
-    } else {
-      throw args.unknown();
-    }
+  attn_apps::CommandLine command_line;
+  command_line.add_option("--sentence", [&](const std::string& value) { options.sentence = value; });
+  command_line.add_option("--heads", [&](const std::string& value) {
+    options.heads =
+        parse_integer<int64_t>("--heads", value, 1, kMaxHeads, fmt::format("an integer in 1..{}", kMaxHeads));
+  });
+  command_line.add_option("--seed", [&](const std::string& value) {
+    options.seed = parse_integer<uint64_t>("--seed", value, 0, UINT64_MAX, "a non-negative integer");
+  });
+  command_line.add_option("--device", [&](const std::string& value) {
+    options.device = value;  // checked by attn::resolve_device, which knows what is available
+  });
+  command_line.add_file_option("--svg", options.svg_path);
+  command_line.add_flag("--causal", [&] { options.causal = true; });
+  command_line.add_flag("--no-color", [&] { options.no_color = true; });
+  if (!command_line.parse(argc, argv)) {
+    options.help = true;
+    return options;  // help wins over anything else on the line
   }
   if (tokenize(options.sentence).empty()) throw UsageError("--sentence has no words");
   return options;
