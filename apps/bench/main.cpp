@@ -43,7 +43,6 @@ struct BenchOptions {
   // implementation in a run gets the same count either way.
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   bool list = false;
-  bool help = false;
   std::string run_one;  // hidden: measure this one configuration and print its result line (the child)
 };
 
@@ -119,7 +118,7 @@ BenchOptions parse_args(int argc, char** argv) {
   command_line.add_file_option("--json", options.json_path);
   command_line.add_flag("--list", [&] { options.list = true; });
   command_line.add_option("--run-one", [&](const std::string& value) { options.run_one = value; });
-  options.help = !command_line.parse(argc, argv);
+  command_line.parse(argc, argv);
   return options;
 }
 
@@ -214,12 +213,8 @@ int run_suite(const BenchOptions& options, const char* argv0) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return attn_apps::run_main("attn-bench", [&] {
+  return attn_apps::run_main("attn-bench", usage(), [&] {
     const auto options = parse_args(argc, argv);
-    if (options.help) {
-      fmt::print("{}", usage());
-      return 0;
-    }
     return options.run_one.empty() ? run_suite(options, argv[0]) : run_one(options);
   });
 }

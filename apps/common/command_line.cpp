@@ -14,7 +14,7 @@ std::string option_name(const std::string& argument) {
 }  // namespace
 
 CommandLine::CommandLine() {
-  app_.set_help_flag();  // each app prints its own help text
+  app_.set_help_flag();  // each app has its own help text, which run_main prints
   app_.allow_extras();   // reported by reject_unrecognised, in order with the other mistakes
   add_flag("-h,--help", [] { throw CLI::CallForHelp(); });
 }
@@ -47,11 +47,11 @@ void CommandLine::add_flag(const std::string& name, std::function<void()> on_fla
   flag->trigger_on_parse();
 }
 
-bool CommandLine::parse(int argc, char** argv) {
+void CommandLine::parse(int argc, char** argv) {
   try {
     app_.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
-    return false;
+    throw;  // not a mistake: for run_main
   } catch (const CLI::ArgumentMismatch&) {
     // The one mismatch these options can have: the line ended before the last option's value.
     reject_unrecognised();
@@ -60,7 +60,6 @@ bool CommandLine::parse(int argc, char** argv) {
     throw UsageError(error.what());
   }
   reject_unrecognised();
-  return true;
 }
 
 void CommandLine::reject_unrecognised() const {

@@ -17,11 +17,11 @@ struct UsageError : std::runtime_error {
 };
 
 /// A CLI::App that calls each option's handler as soon as the option is read, so that the first mistake on
-/// the line is the one reported, and that answers -h/--help by stopping there:
+/// the line is the one reported, and that stops at -h/--help:
 ///   CommandLine command_line;
 ///   command_line.add_option("--out", [&](const std::string& value) { out = value; });
 ///   command_line.add_flag("--quiet", [&] { quiet = true; });
-///   if (!command_line.parse(argc, argv)) { print the app's help text }
+///   command_line.parse(argc, argv);
 class CommandLine {
  public:
   CommandLine();
@@ -35,9 +35,9 @@ class CommandLine {
   /// "--name").
   void add_flag(const std::string& name, std::function<void()> on_flag);
 
-  /// Reads the arguments, calling the handlers in their order. False at -h or --help, without reading what
-  /// follows (help wins over anything else on the line). Throws UsageError.
-  bool parse(int argc, char** argv);
+  /// Reads the arguments, calling the handlers in their order. Throws UsageError, or CLI::CallForHelp at -h or
+  /// --help without reading what follows (help wins over anything after it; run_main prints the help text).
+  void parse(int argc, char** argv);
 
  private:
   /// CLI11 collects the arguments no option claims; the first of them, if any, is a UsageError. Called before

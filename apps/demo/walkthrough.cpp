@@ -74,7 +74,6 @@ struct DemoOptions {
   std::string device = "auto";
   std::string svg_path;  // empty: no SVG
   bool no_color = false;
-  bool help = false;
 };
 
 // ---------------------------------------------------------------------------------------------------------
@@ -120,10 +119,7 @@ DemoOptions parse_args(int argc, char** argv) {
   command_line.add_file_option("--svg", options.svg_path);
   command_line.add_flag("--causal", [&] { options.causal = true; });
   command_line.add_flag("--no-color", [&] { options.no_color = true; });
-  if (!command_line.parse(argc, argv)) {
-    options.help = true;
-    return options;  // help wins over anything else on the line
-  }
+  command_line.parse(argc, argv);
   if (tokenize(options.sentence).empty()) throw UsageError("--sentence has no words");
   return options;
 }
@@ -299,12 +295,5 @@ int run(const DemoOptions& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return attn_apps::run_main("attn-demo", [&] {
-    const auto options = parse_args(argc, argv);
-    if (options.help) {
-      fmt::print("{}", kUsage);
-      return 0;
-    }
-    return run(options);
-  });
+  return attn_apps::run_main("attn-demo", kUsage, [&] { return run(parse_args(argc, argv)); });
 }

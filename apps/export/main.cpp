@@ -93,7 +93,6 @@ struct ExportOptions {
   bool top_left = false;
   uint64_t seed = 0;
   std::string weights;
-  bool help = false;
   std::vector<std::string> given;  // the size options given, to refuse those of another module kind
 };
 
@@ -134,10 +133,7 @@ ExportOptions parse_args(int argc, char** argv) {
     o.seed = parse_integer<uint64_t>("--seed", value, 0, UINT64_MAX, "a non-negative integer");
   });
   command_line.add_file_option("--weights", o.weights);
-  if (!command_line.parse(argc, argv)) {
-    o.help = true;
-    return o;  // help wins over anything else on the line
-  }
+  command_line.parse(argc, argv);
   if (o.module.empty()) throw UsageError("--module is required (mha, head or cross)");
   if (o.out.empty()) throw UsageError("--out is required");
 
@@ -233,12 +229,5 @@ int run(const ExportOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return attn_apps::run_main("attn-export", [&] {
-    const auto options = parse_args(argc, argv);
-    if (options.help) {
-      fmt::print("{}", kUsage);
-      return 0;
-    }
-    return run(options);
-  });
+  return attn_apps::run_main("attn-export", kUsage, [&] { return run(parse_args(argc, argv)); });
 }
