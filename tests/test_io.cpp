@@ -4,8 +4,11 @@
 
 #include "support.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 namespace attn::test {
 namespace {
@@ -167,6 +170,30 @@ TEST(WeightFiles, SaveAndLoadRoundTripInBothFormats) {
   EXPECT_ERROR_CONTAINS(io::save_state_dict(*head, (dir / "h.pt").string(),
                                             io::SaveOptions().format(io::WeightFormat::TorchLegacy)),
                         "cannot write the torch legacy format");
+}
+
+TEST(WeightFiles, AtomicWriteReplacesTheFileOrLeavesItUntouched) {
+  const fs::path dir = fs::temp_directory_path() / "attn_io_atomic";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string path = (dir / "out.txt").string();
+  const auto contents = [&] {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  io::write_file_atomically(path, "first");
+  io::write_file_atomically(path, "second");
+  EXPECT_EQ(contents(), "second");
+  // A directory where the temporary file would go makes the write fail before the target is touched.
+  const fs::path blocked = path + ".tmp." + std::to_string(getpid());
+  fs::create_directory(blocked);
+  EXPECT_ERROR_CONTAINS(io::write_file_atomically(path, "third"), "out.txt.tmp.");
+  EXPECT_EQ(contents(), "second");
+  fs::remove(blocked);
+  // rename() cannot replace a directory: the error names the system's reason, and no temporary file stays.
+  fs::create_directory(dir / "a_directory");
+  EXPECT_ERROR_CONTAINS(io::write_file_atomically((dir / "a_directory").string(), "x"), "Is a directory");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 2);  // out.txt, a_directory
 }
 
 // Writes, for tests/python/test_weights_from_cpp.py: our MultiHeadAttention's weights under

@@ -7,8 +7,9 @@
 #include "bench.h"
 
 #include "app_main.h"
-#include "atomic_file.h"
 #include "command_line.h"
+
+#include <attn/io/files.h>
 
 #include <fmt/core.h>
 #include <fmt/format.h>
@@ -16,10 +17,8 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <optional>
 #include <stdexcept>
@@ -29,7 +28,6 @@
 
 namespace {
 
-using attn_apps::CommandLine;
 using attn_apps::parse_integer;
 using attn_apps::UsageError;
 
@@ -45,7 +43,6 @@ struct BenchOptions {
   // implementation in a run gets the same count either way.
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   bool list = false;
-  bool help = false;
   std::string run_one;  // hidden: measure this one configuration and print its result line (the child)
 };
 
@@ -94,48 +91,34 @@ run), 1 when it could not run or write --json, 2 for bad usage.
                      suites, bench::kMaxScoreBytes / (1 << 30));
 }
 
-int parse_int(const std::string& option, const std::string& text, int min, int max) {
-  return parse_integer<int>(option, text, min, max, fmt::format("an integer in {}..{}", min, max));
-}
-
 BenchOptions parse_args(int argc, char** argv) {
   BenchOptions options;
-  for (CommandLine args(argc, argv); args.next();) {
-    const std::string& name = args.name();
-    const auto value = [&] { return args.value(); };
-    const auto flag = [&] { return args.flag(); };
-    if (name == "-h" || name == "--help") {
-      options.help = flag();
-      return options;  // help wins over anything else on the line
-    } else if (name == "--suite") {
-      options.suite = value();
-      if (!bench::make_suite(options.suite))
-        throw UsageError(fmt::format("unknown suite '{}'; choose one of: {}", options.suite,
-                                     fmt::join(bench::suite_names(), ", ")));
-    } else if (name == "--filter") {
-      options.filter = value();
-    } else if (name == "--reps") {
-      options.reps = parse_int(name, value(), 1, kMaxCount);
-    } else if (name == "--warmup") {
-      options.warmup = parse_int(name, value(), 0, kMaxCount);
-    } else if (name == "--threads") {
-      options.threads = parse_int(name, value(), 1, 4096);
-    } else if (name == "--device") {
-      options.device = value();
-      // Whether it exists is checked before the run; here only the spelling.
-      if (options.device != "cpu" && options.device.rfind("cuda", 0) != 0)
-        throw UsageError(fmt::format("--device expects cpu, cuda or cuda:N, got '{}'", options.device));
-    } else if (name == "--json") {
-      options.json_path = value();
-      if (options.json_path.empty()) throw UsageError("--json needs a file name");
-    } else if (name == "--list") {
-      options.list = flag();
-    } else if (name == "--run-one") {
-      options.run_one = value();
-    } else {
-      throw args.unknown();
-    }
-  }
+  attn_apps::CommandLine command_line;
+  const auto add_count = [&](const std::string& name, int& field, int min, int max) {
+    command_line.add_option(name, [&field, name, min, max](const std::string& value) {
+      field = parse_integer<int>(name, value, min, max, fmt::format("an integer in {}..{}", min, max));
+    });
+  };
+  command_line.add_option("--suite", [&](const std::string& value) {
+    if (!bench::make_suite(value))
+      throw UsageError(
+          fmt::format("unknown suite '{}'; choose one of: {}", value, fmt::join(bench::suite_names(), ", ")));
+    options.suite = value;
+  });
+  command_line.add_option("--filter", [&](const std::string& value) { options.filter = value; });
+  add_count("--reps", options.reps, 1, kMaxCount);
+  add_count("--warmup", options.warmup, 0, kMaxCount);
+  add_count("--threads", options.threads, 1, 4096);
+  command_line.add_option("--device", [&](const std::string& value) {
+    // Whether it exists is checked before the run; here only the spelling.
+    if (value != "cpu" && value.rfind("cuda", 0) != 0)
+      throw UsageError(fmt::format("--device expects cpu, cuda or cuda:N, got '{}'", value));
+    options.device = value;
+  });
+  command_line.add_file_option("--json", options.json_path);
+  command_line.add_flag("--list", [&] { options.list = true; });
+  command_line.add_option("--run-one", [&](const std::string& value) { options.run_one = value; });
+  command_line.parse(argc, argv);
   return options;
 }
 
@@ -221,7 +204,7 @@ int run_suite(const BenchOptions& options, const char* argv0) {
   fmt::print(stderr, "attn-bench: {} configurations in {:.0f} s: {} failed, {} skipped\n", records.size(), seconds,
              failed, skipped);
   if (!options.json_path.empty()) {
-    attn_apps::write_file_atomically(options.json_path, bench::to_json(records, ceiling, device));
+    attn::io::write_file_atomically(options.json_path, bench::to_json(records, ceiling, device));
     fmt::print(stderr, "attn-bench: wrote {}\n", options.json_path);
   }
   return 0;
@@ -230,12 +213,8 @@ int run_suite(const BenchOptions& options, const char* argv0) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return attn_apps::run_main("attn-bench", [&] {
+  return attn_apps::run_main("attn-bench", usage(), [&] {
     const auto options = parse_args(argc, argv);
-    if (options.help) {
-      fmt::print("{}", usage());
-      return 0;
-    }
     return options.run_one.empty() ? run_suite(options, argv[0]) : run_one(options);
   });
 }

@@ -1,38 +1,73 @@
 #include "command_line.h"
 
-#include <cstring>
+#include <utility>
+#include <vector>
 
 namespace attn_apps {
+namespace {
 
-bool CommandLine::next() {
-  if (++index_ >= argc_) return false;
-  name_ = argv_[index_];
-  has_inline_value_ = false;
-  inline_value_.clear();
-  const size_t eq = name_.find('=');
-  if (name_.rfind("--", 0) == 0 && eq != std::string::npos) {
-    inline_value_ = name_.substr(eq + 1);
-    name_.resize(eq);
-    has_inline_value_ = true;
+// An argument as the messages name it: an option without its "=value".
+std::string option_name(const std::string& argument) {
+  return argument.rfind("--", 0) == 0 ? argument.substr(0, argument.find('=')) : argument;
+}
+
+}  // namespace
+
+CommandLine::CommandLine() {
+  app_.set_help_flag();  // each app has its own help text, which run_main prints
+  app_.allow_extras();   // reported by reject_unrecognised, in order with the other mistakes
+  add_flag("-h,--help", [] { throw CLI::CallForHelp(); });
+}
+
+void CommandLine::add_option(const std::string& name, std::function<void(const std::string& value)> on_value) {
+  const auto read = [this, name, on_value = std::move(on_value)](const std::string& value) {
+    reject_unrecognised();
+    // CLI11 takes the argument after the option as its value, whatever it is: "--..." is the next option.
+    if (value.rfind("--", 0) == 0) throw UsageError(fmt::format("option '{}' needs a value", name));
+    on_value(value);
+  };
+  app_.add_option_function<std::string>(name, read)->trigger_on_parse();
+}
+
+void CommandLine::add_file_option(const std::string& name, std::string& file) {
+  add_option(name, [name, &file](const std::string& value) {
+    if (value.empty()) throw UsageError(fmt::format("{} needs a file name", name));
+    file = value;
+  });
+}
+
+void CommandLine::add_flag(const std::string& name, std::function<void()> on_flag) {
+  CLI::Option* flag = app_.add_flag_callback(name, std::move(on_flag));
+  // Runs before the callback. CLI11 records a bare flag as "true" and would read "--flag=0" as false; the
+  // apps' flags take no value.
+  flag->each([this, flag](const std::string& value) {
+    reject_unrecognised();
+    if (value != "true") throw UsageError(fmt::format("option '{}' takes no value", flag->get_name()));
+  });
+  flag->trigger_on_parse();
+}
+
+void CommandLine::parse(int argc, char** argv) {
+  try {
+    app_.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    throw;  // not a mistake: for run_main
+  } catch (const CLI::ArgumentMismatch&) {
+    // The one mismatch these options can have: the line ended before the last option's value.
+    reject_unrecognised();
+    throw UsageError(fmt::format("option '{}' needs a value", option_name(argv[argc - 1])));
+  } catch (const CLI::ParseError& error) {  // any other complaint of CLI11's is a usage error too
+    throw UsageError(error.what());
   }
-  return true;
+  reject_unrecognised();
 }
 
-std::string CommandLine::value() {
-  if (has_inline_value_) return inline_value_;
-  if (index_ + 1 >= argc_ || std::strncmp(argv_[index_ + 1], "--", 2) == 0)
-    throw UsageError(fmt::format("option '{}' needs a value", name_));
-  return argv_[++index_];
-}
-
-bool CommandLine::flag() {
-  if (has_inline_value_) throw UsageError(fmt::format("option '{}' takes no value", name_));
-  return true;
-}
-
-UsageError CommandLine::unknown() const {
-  return UsageError(!name_.empty() && name_[0] == '-' ? fmt::format("unknown option '{}'", name_)
-                                                      : fmt::format("unexpected argument '{}'", name_));
+void CommandLine::reject_unrecognised() const {
+  const std::vector<std::string> unrecognised = app_.remaining();  // remaining_size() would not count "--"
+  if (unrecognised.empty()) return;
+  const std::string& argument = unrecognised.front();
+  throw UsageError(argument.rfind('-', 0) == 0 ? fmt::format("unknown option '{}'", option_name(argument))
+                                               : fmt::format("unexpected argument '{}'", argument));
 }
 
 }  // namespace attn_apps

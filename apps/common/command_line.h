@@ -1,10 +1,12 @@
 #pragma once
-// Command-line reading shared by the apps: "--name value", "--name=value" and flags, with UsageError for
-// anything malformed (the apps print it with a pointer to --help and exit 2).
+// The apps' command lines, read by CLI11: "--name value", "--name=value" and flags, with UsageError for
+// anything malformed (the apps print it with a pointer to --help and exit 2). Each app keeps its own help text.
 
+#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
 #include <charconv>
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -14,34 +16,39 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// Walks argv one option at a time:
-///   for (CommandLine args(argc, argv); args.next();)
-///     if (args.name() == "--out") out = args.value(); else if (args.name() == "--quiet") quiet = args.flag();
+/// A CLI::App that calls each option's handler as soon as the option is read, so that the first mistake on
+/// the line is the one reported, and that stops at -h/--help:
+///   CommandLine command_line;
+///   command_line.add_option("--out", [&](const std::string& value) { out = value; });
+///   command_line.add_flag("--quiet", [&] { quiet = true; });
+///   command_line.parse(argc, argv);
 class CommandLine {
  public:
-  CommandLine(int argc, char** argv) : argc_(argc), argv_(argv) {}
+  CommandLine();
 
-  /// Moves to the next argument; false when there is none left.
-  bool next();
-  /// The current argument, without any "=value" part.
-  const std::string& name() const { return name_; }
-  /// The current option's value: after "=", or the next argument. A missing value (or a next argument that
-  /// is itself an option, i.e. a forgotten value) is a UsageError.
-  std::string value();
-  /// Marks the current option as a flag; "--flag=value" is a UsageError.
-  bool flag();
-  /// The UsageError for an argument nobody recognised.
-  UsageError unknown() const;
+  /// "--name VALUE" or "--name=VALUE". A missing VALUE, or one that starts with "--" (the value forgotten and
+  /// the next option taken for it), is a UsageError.
+  void add_option(const std::string& name, std::function<void(const std::string& value)> on_value);
+  /// "--name FILE"; an empty FILE is a UsageError.
+  void add_file_option(const std::string& name, std::string& file);
+  /// "--name" alone; "--name=VALUE" is a UsageError (but for "--name=" and "--name=true", which CLI11 reads as
+  /// "--name").
+  void add_flag(const std::string& name, std::function<void()> on_flag);
+
+  /// Reads the arguments, calling the handlers in their order. Throws UsageError, or CLI::CallForHelp at -h or
+  /// --help without reading what follows (help wins over anything after it; run_main prints the help text).
+  void parse(int argc, char** argv);
 
  private:
-  int argc_;
-  char** argv_;
-  int index_ = 0;
-  std::string name_, inline_value_;
-  bool has_inline_value_ = false;
+  /// CLI11 collects the arguments no option claims; the first of them, if any, is a UsageError. Called before
+  /// each handler too, so that an unknown argument is reported before any mistake after it.
+  void reject_unrecognised() const;
+
+  CLI::App app_;
 };
 
-/// `text` as an integer in [min, max], or a UsageError naming the option and what was `expected`.
+/// `text` as a decimal integer in [min, max], or a UsageError naming the option and what was `expected`.
+/// (Not CLI11's conversion: it reads "010" as octal and "0x10" as hex, and wraps "-1" around for unsigned.)
 template <typename Int>
 Int parse_integer(const std::string& option, const std::string& text, Int min, Int max, const std::string& expected) {
   Int value{};

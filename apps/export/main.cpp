@@ -3,11 +3,11 @@
 // without attn (torch.jit.load). Public headers only, like the other apps.
 
 #include <attn/attn.h>
+#include <attn/io/files.h>
 #include <attn/io/state_dict.h>
 #include <attn/jit/export.h>
 
 #include "app_main.h"
-#include "atomic_file.h"
 #include "command_line.h"
 
 #include <fmt/core.h>
@@ -24,10 +24,8 @@
 
 namespace {
 
-using attn_apps::CommandLine;
 using attn_apps::parse_integer;
 using attn_apps::UsageError;
-using attn_apps::write_file_atomically;
 
 constexpr int64_t kMaxWidth = 1 << 20;
 constexpr int64_t kMaxHeads = 4096;
@@ -95,68 +93,47 @@ struct ExportOptions {
   bool top_left = false;
   uint64_t seed = 0;
   std::string weights;
-  bool help = false;
   std::vector<std::string> given;  // the size options given, to refuse those of another module kind
 };
 
 ExportOptions parse_args(int argc, char** argv) {
   ExportOptions o;
-  for (CommandLine args(argc, argv); args.next();) {
-    const std::string& name = args.name();
-    const auto width = [&](std::optional<int64_t>& field, int64_t max) {
-      field = parse_integer<int64_t>(name, args.value(), 1, max, fmt::format("an integer in 1..{}", max));
+  attn_apps::CommandLine command_line;
+  const auto add_size = [&](const std::string& name, std::optional<int64_t>& field, int64_t max) {
+    command_line.add_option(name, [&o, &field, name, max](const std::string& value) {
+      field = parse_integer<int64_t>(name, value, 1, max, fmt::format("an integer in 1..{}", max));
       o.given.push_back(name);
-    };
-    if (name == "-h" || name == "--help") {
-      o.help = args.flag();
-      return o;  // help wins over anything else on the line
-    } else if (name == "--module") {
-      o.module = args.value();
-      if (o.module != "mha" && o.module != "head" && o.module != "cross")
-        throw UsageError(fmt::format("--module expects mha, head or cross, got '{}'", o.module));
-    } else if (name == "--out") {
-      o.out = args.value();
-      if (o.out.empty()) throw UsageError("--out needs a file name");
-    } else if (name == "--embed-dim") {
-      width(o.embed_dim, kMaxWidth);
-    } else if (name == "--head-dim") {
-      width(o.head_dim, kMaxWidth);
-    } else if (name == "--kdim") {
-      width(o.kdim, kMaxWidth);
-    } else if (name == "--vdim") {
-      width(o.vdim, kMaxWidth);
-    } else if (name == "--d-in") {
-      width(o.d_in, kMaxWidth);
-    } else if (name == "--d-k") {
-      width(o.d_k, kMaxWidth);
-    } else if (name == "--d-v") {
-      width(o.d_v, kMaxWidth);
-    } else if (name == "--d-query") {
-      width(o.d_query, kMaxWidth);
-    } else if (name == "--d-context") {
-      width(o.d_context, kMaxWidth);
-    } else if (name == "--heads") {
-      width(o.heads, kMaxHeads);
-    } else if (name == "--no-output-projection") {
-      o.output_projection = !args.flag();
-      o.given.push_back(name);
-    } else if (name == "--bias") {
-      o.bias = args.flag();
-    } else if (name == "--no-bias") {
-      o.bias = !args.flag();
-    } else if (name == "--causal") {
-      o.causal = args.flag();
-    } else if (name == "--top-left") {
-      o.top_left = args.flag();
-    } else if (name == "--seed") {
-      o.seed = parse_integer<uint64_t>(name, args.value(), 0, UINT64_MAX, "a non-negative integer");
-    } else if (name == "--weights") {
-      o.weights = args.value();
-      if (o.weights.empty()) throw UsageError("--weights needs a file name");
-    } else {
-      throw args.unknown();
-    }
-  }
+    });
+  };
+  command_line.add_option("--module", [&](const std::string& value) {
+    if (value != "mha" && value != "head" && value != "cross")
+      throw UsageError(fmt::format("--module expects mha, head or cross, got '{}'", value));
+    o.module = value;
+  });
+  command_line.add_file_option("--out", o.out);
+  add_size("--embed-dim", o.embed_dim, kMaxWidth);
+  add_size("--head-dim", o.head_dim, kMaxWidth);
+  add_size("--kdim", o.kdim, kMaxWidth);
+  add_size("--vdim", o.vdim, kMaxWidth);
+  add_size("--d-in", o.d_in, kMaxWidth);
+  add_size("--d-k", o.d_k, kMaxWidth);
+  add_size("--d-v", o.d_v, kMaxWidth);
+  add_size("--d-query", o.d_query, kMaxWidth);
+  add_size("--d-context", o.d_context, kMaxWidth);
+  add_size("--heads", o.heads, kMaxHeads);
+  command_line.add_flag("--no-output-projection", [&] {
+    o.output_projection = false;
+    o.given.push_back("--no-output-projection");
+  });
+  command_line.add_flag("--bias", [&] { o.bias = true; });
+  command_line.add_flag("--no-bias", [&] { o.bias = false; });
+  command_line.add_flag("--causal", [&] { o.causal = true; });
+  command_line.add_flag("--top-left", [&] { o.top_left = true; });
+  command_line.add_option("--seed", [&](const std::string& value) {
+    o.seed = parse_integer<uint64_t>("--seed", value, 0, UINT64_MAX, "a non-negative integer");
+  });
+  command_line.add_file_option("--weights", o.weights);
+  command_line.parse(argc, argv);
   if (o.module.empty()) throw UsageError("--module is required (mha, head or cross)");
   if (o.out.empty()) throw UsageError("--out is required");
 
@@ -231,7 +208,7 @@ int run(const ExportOptions& o) {
   const Exported exported = build_and_export(o);
   std::ostringstream bytes;
   exported.module.save(bytes);
-  write_file_atomically(o.out, bytes.str());
+  attn::io::write_file_atomically(o.out, bytes.str());
 
   fmt::print("exported {}\n", exported.description);
   fmt::print("  weights: {}\n", o.weights.empty() ? fmt::format("random (seed {})", o.seed) : o.weights);
@@ -252,12 +229,5 @@ int run(const ExportOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return attn_apps::run_main("attn-export", [&] {
-    const auto options = parse_args(argc, argv);
-    if (options.help) {
-      fmt::print("{}", kUsage);
-      return 0;
-    }
-    return run(options);
-  });
+  return attn_apps::run_main("attn-export", kUsage, [&] { return run(parse_args(argc, argv)); });
 }

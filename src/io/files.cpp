@@ -1,4 +1,6 @@
-// Reading and writing whole weight files, and telling their formats apart.
+// Reading whole weight files and telling their formats apart; writing any file atomically (attn/io/files.h).
+
+#include <attn/io/files.h>
 
 #include "io/formats.h"
 
@@ -36,6 +38,10 @@ WeightFormat detect_format(const std::vector<uint8_t>& bytes, const std::string&
               " is not a weight file attn can read: expected a torch.save file (zip or legacy) or safetensors");
 }
 
+}  // namespace attn::io::detail
+
+namespace attn::io {
+
 void write_file_atomically(const std::string& path, const std::string& contents) {
   // Next to the target, so that rename() stays on one file system; the pid keeps concurrent writers apart.
   const std::string tmp = path + ".tmp." + std::to_string(getpid());
@@ -43,7 +49,7 @@ void write_file_atomically(const std::string& path, const std::string& contents)
   TORCH_CHECK(file, "attn::io: cannot open '", tmp, "' for writing: ", std::strerror(errno));
   const bool written = std::fwrite(contents.data(), 1, contents.size(), file) == contents.size();
   const int write_errno = errno;
-  const bool closed = std::fclose(file) == 0;
+  const bool closed = std::fclose(file) == 0;  // fclose flushes: a full disk may only show up here
   if (!written || !closed) {
     const int error = written ? errno : write_errno;
     std::remove(tmp.c_str());
@@ -56,4 +62,4 @@ void write_file_atomically(const std::string& path, const std::string& contents)
   }
 }
 
-}  // namespace attn::io::detail
+}  // namespace attn::io

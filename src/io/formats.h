@@ -28,7 +28,4 @@ TensorMap read_safetensors(const std::vector<uint8_t>& bytes, const std::string&
 std::string torch_zip_bytes(const TensorMap& tensors);
 std::string safetensors_bytes(const TensorMap& tensors);
 
-/// Writes a file next to `path`, then renames it over `path`; throws naming the file and the system error.
-void write_file_atomically(const std::string& path, const std::string& contents);
-
 }  // namespace attn::io::detail

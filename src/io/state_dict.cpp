@@ -1,5 +1,6 @@
 // The public weight API: files to modules and back, all-or-nothing.
 
+#include <attn/io/files.h>
 #include <attn/io/state_dict.h>
 
 #include "io/formats.h"
@@ -105,8 +106,8 @@ void write_tensors(const std::string& path, const std::map<std::string, torch::T
     TORCH_CHECK(t.defined(), "attn::io::write_tensors: tensor '", name, "' is undefined");
   }
   switch (format) {
-    case WeightFormat::TorchZip: return detail::write_file_atomically(path, detail::torch_zip_bytes(tensors));
-    case WeightFormat::Safetensors: return detail::write_file_atomically(path, detail::safetensors_bytes(tensors));
+    case WeightFormat::TorchZip: return write_file_atomically(path, detail::torch_zip_bytes(tensors));
+    case WeightFormat::Safetensors: return write_file_atomically(path, detail::safetensors_bytes(tensors));
     default:
       TORCH_CHECK(false, "attn::io::write_tensors: cannot write the ", format_name(format),
                   " format; use WeightFormat::TorchZip or WeightFormat::Safetensors");

@@ -1,15 +1,16 @@
 // attn-demo: walks through notebook 000 ("Life is short, eat dessert first") with the attn library:
 // tokens -> embedding -> one attention head step by step -> multi-head attention, then shows every
-// head's attention weights as a terminal heatmap and, optionally, as an SVG file.
-// The app uses only the public API (<attn/attn.h>), so it doubles as an example of it.
+// head's attention weights as a terminal heatmap (heatmap.h) and, optionally, as an SVG file (svg.h).
+// The app uses only the public API (<attn/...>), so it doubles as an example of it.
 
 #include <attn/attn.h>
+#include <attn/io/files.h>
 
 #include "app_main.h"
-#include "atomic_file.h"
 #include "command_line.h"
+#include "heatmap.h"
+#include "svg.h"
 
-#include <fmt/color.h>
 #include <fmt/core.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -17,26 +18,18 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <charconv>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <iterator>
 #include <map>
 #include <sstream>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace {
 
-using attn_apps::CommandLine;
 using attn_apps::parse_integer;
 using attn_apps::UsageError;
-using attn_apps::write_file_atomically;
 
 constexpr const char* kDefaultSentence = "Life is short, eat dessert first";
 constexpr uint64_t kDefaultSeed = 123;
@@ -81,7 +74,6 @@ struct DemoOptions {
   std::string device = "auto";
   std::string svg_path;  // empty: no SVG
   bool no_color = false;
-  bool help = false;
 };
 
 // ---------------------------------------------------------------------------------------------------------
@@ -108,38 +100,26 @@ std::map<std::string, int64_t> build_vocabulary(std::vector<std::string> words) 
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Argument parsing.
-
+// Arguments.
 
 DemoOptions parse_args(int argc, char** argv) {
   DemoOptions options;
-  for (CommandLine args(argc, argv); args.next();) {
-    const std::string& name = args.name();
-    const auto value = [&] { return args.value(); };
-    const auto flag = [&] { return args.flag(); };
-    if (name == "-h" || name == "--help") {
-      options.help = flag();
-      return options;  // help wins over anything else on the line
-    } else if (name == "--sentence") {
-      options.sentence = value();
-    } else if (name == "--heads") {
-      options.heads =
-          parse_integer<int64_t>(name, value(), 1, kMaxHeads, fmt::format("an integer in 1..{}", kMaxHeads));
-    } else if (name == "--seed") {
-      options.seed = parse_integer<uint64_t>(name, value(), 0, UINT64_MAX, "a non-negative integer");
-    } else if (name == "--device") {
-      options.device = value();  // checked by attn::resolve_device, which knows what is available
-    } else if (name == "--svg") {
-      options.svg_path = value();
-      if (options.svg_path.empty()) throw UsageError("--svg needs a file name");
-    } else if (name == "--causal") {
-      options.causal = flag();
-    } else if (name == "--no-color") {
-      options.no_color = flag();
-    } else {
-      throw args.unknown();
-    }
-  }
+  attn_apps::CommandLine command_line;
+  command_line.add_option("--sentence", [&](const std::string& value) { options.sentence = value; });
+  command_line.add_option("--heads", [&](const std::string& value) {
+    options.heads =
+        parse_integer<int64_t>("--heads", value, 1, kMaxHeads, fmt::format("an integer in 1..{}", kMaxHeads));
+  });
+  command_line.add_option("--seed", [&](const std::string& value) {
+    options.seed = parse_integer<uint64_t>("--seed", value, 0, UINT64_MAX, "a non-negative integer");
+  });
+  command_line.add_option("--device", [&](const std::string& value) {
+    options.device = value;  // checked by attn::resolve_device, which knows what is available
+  });
+  command_line.add_file_option("--svg", options.svg_path);
+  command_line.add_flag("--causal", [&] { options.causal = true; });
+  command_line.add_flag("--no-color", [&] { options.no_color = true; });
+  command_line.parse(argc, argv);
   if (tokenize(options.sentence).empty()) throw UsageError("--sentence has no words");
   return options;
 }
@@ -192,194 +172,6 @@ void print_with_notebook(const std::string& label, const std::vector<double>& ou
     fmt::print("    notebook: {}  ({})\n", format_values(notebook, spec, scalar),
                close_to(ours, notebook, tol) ? "match" : "DIFFERENT");
 }
-
-size_t code_points(const std::string& text) {
-  return static_cast<size_t>(std::count_if(text.begin(), text.end(), [](char c) {
-    return (static_cast<unsigned char>(c) & 0xC0) != 0x80;  // not a UTF-8 continuation byte
-  }));
-}
-
-// Keeps at most `max_chars` code points (never cutting a UTF-8 character), marking a cut with an ellipsis.
-std::string truncate_label(const std::string& word, size_t max_chars) {
-  if (code_points(word) <= max_chars) return word;
-  size_t kept = 0, end = 0;
-  for (; end < word.size(); ++end) {
-    if ((static_cast<unsigned char>(word[end]) & 0xC0) != 0x80 && kept++ == max_chars - 1) break;
-  }
-  return word.substr(0, end) + "\u2026";
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// Colour: viridis (perceptually uniform, readable in grey and by colour-blind readers), 0 -> 1.
-
-struct Rgb {
-  int r, g, b;
-};
-
-Rgb ramp(double t) {
-  static const Rgb kStops[] = {{68, 1, 84},    {72, 40, 120},  {62, 73, 137},  {49, 104, 142}, {38, 130, 142},
-                               {31, 158, 137}, {53, 183, 121}, {110, 206, 88}, {253, 231, 37}};
-  constexpr int kSegments = sizeof(kStops) / sizeof(kStops[0]) - 1;
-  const double x = std::clamp(std::isfinite(t) ? t : 0.0, 0.0, 1.0) * kSegments;
-  const int i = std::min(static_cast<int>(x), kSegments - 1);
-  const double f = x - i;
-  const auto mix = [f](int a, int b) { return static_cast<int>(std::lround(a + (b - a) * f)); };
-  return {mix(kStops[i].r, kStops[i + 1].r), mix(kStops[i].g, kStops[i + 1].g), mix(kStops[i].b, kStops[i + 1].b)};
-}
-
-// Black text on light cells, white on dark ones (WCAG relative luminance, threshold where both contrast equally).
-bool prefers_black_text(Rgb c) {
-  const auto linear = [](int v) {
-    const double s = v / 255.0;
-    return s <= 0.03928 ? s / 12.92 : std::pow((s + 0.055) / 1.055, 2.4);
-  };
-  return 0.2126 * linear(c.r) + 0.7152 * linear(c.g) + 0.0722 * linear(c.b) > 0.179;
-}
-
-std::string hex(Rgb c) { return fmt::format("#{:02x}{:02x}{:02x}", c.r, c.g, c.b); }
-
-// ---------------------------------------------------------------------------------------------------------
-// Terminal heatmap.
-
-constexpr size_t kLabelChars = 8;
-constexpr int kCellWidth = 9;  // one column wider than the longest label, so labels never touch
-
-std::string colored_cell(double value, bool color) {
-  const std::string text = fmt::format("{:^{}}", fmt::format("{:.2f}", value), kCellWidth);
-  if (!color) return text;
-  const Rgb bg = ramp(value);
-  const auto fg = prefers_black_text(bg) ? fmt::rgb(0, 0, 0) : fmt::rgb(255, 255, 255);
-  return fmt::format(fmt::fg(fg) | fmt::bg(fmt::rgb(bg.r, bg.g, bg.b)), "{}", text);
-}
-
-// weights [T, T] on the CPU; rows are queries, columns keys.
-void print_heatmap(const torch::Tensor& weights, const std::vector<std::string>& tokens, bool color) {
-  const auto values = weights.accessor<double, 2>();
-  std::string header = fmt::format("{:>{}} ", "", kLabelChars);
-  for (const auto& token : tokens) header += fmt::format("{:^{}}", truncate_label(token, kLabelChars), kCellWidth);
-  fmt::print("{}\n", header);
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    std::string row = fmt::format("{:>{}} ", truncate_label(tokens[i], kLabelChars), kLabelChars);
-    for (size_t j = 0; j < tokens.size(); ++j) row += colored_cell(values[i][j], color);
-    fmt::print("{}\n", row);
-  }
-}
-
-void print_legend() {
-  std::string bar;
-  for (int i = 0; i <= 20; ++i) {
-    const Rgb c = ramp(i / 20.0);
-    bar += fmt::format(fmt::bg(fmt::rgb(c.r, c.g, c.b)), " ");
-  }
-  fmt::print("legend: 0 {} 1\n", bar);
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// SVG output.
-
-std::string xml_escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default: out += (static_cast<unsigned char>(c) < 0x20) ? '?' : c;  // control bytes are not valid XML
-    }
-  }
-  return out;
-}
-
-// Where things go: one panel per head, in a grid of up to four columns, above a legend.
-struct SvgLayout {
-  static constexpr int kCell = 40, kPad = 20, kTitle = 28, kLegend = 60, kLabelChars = 12, kCharWidth = 8;
-  int label_space, panel_w, panel_h, columns, width, height;
-
-  SvgLayout(int heads, const std::vector<std::string>& tokens) {
-    size_t longest = 1;
-    for (const auto& token : tokens) longest = std::max(longest, code_points(truncate_label(token, kLabelChars)));
-    const int count = static_cast<int>(tokens.size());
-    label_space = static_cast<int>(longest) * kCharWidth + 10;  // rough text width: no font metrics here
-    panel_w = label_space + count * kCell;
-    panel_h = kTitle + label_space + count * kCell;
-    columns = std::min(heads, 4);
-    const int rows = (heads + columns - 1) / columns;
-    width = std::max(kPad + columns * (panel_w + kPad), 2 * kPad + 520);  // at least as wide as the legend
-    height = kPad + rows * (panel_h + kPad) + kLegend;
-  }
-};
-
-using SvgOut = std::back_insert_iterator<std::string>;
-
-// One head's heatmap: title, row labels, rotated column labels, and a coloured cell with its value per pair.
-void write_svg_panel(SvgOut out, const SvgLayout& layout, const torch::TensorAccessor<double, 2>& values,
-                     const std::vector<std::string>& tokens, int head, int heads) {
-  constexpr int kCell = SvgLayout::kCell;
-  const int px = SvgLayout::kPad + (head % layout.columns) * (layout.panel_w + SvgLayout::kPad);
-  const int py = SvgLayout::kPad + (head / layout.columns) * (layout.panel_h + SvgLayout::kPad);
-  const int gx = px + layout.label_space, gy = py + SvgLayout::kTitle + layout.label_space;  // grid origin
-  fmt::format_to(out, "<g>\n<text x=\"{}\" y=\"{}\" font-size=\"14\" font-weight=\"bold\">head {} of {}</text>\n", px,
-                 py + 18, head + 1, heads);
-  const int count = static_cast<int>(tokens.size());
-  for (int i = 0; i < count; ++i) {
-    const std::string label = xml_escape(truncate_label(tokens[i], SvgLayout::kLabelChars));
-    const int center = i * kCell + kCell / 2;
-    fmt::format_to(out, "<text x=\"{}\" y=\"{}\" dy=\"0.35em\" text-anchor=\"end\">{}</text>\n", gx - 6, gy + center,
-                   label);
-    fmt::format_to(out, "<text transform=\"translate({},{}) rotate(-90)\" dy=\"0.35em\">{}</text>\n", gx + center,
-                   gy - 6, label);
-  }
-  for (int i = 0; i < count; ++i) {
-    for (int j = 0; j < count; ++j) {
-      const Rgb fill = ramp(values[i][j]);
-      const int x = gx + j * kCell, y = gy + i * kCell;
-      fmt::format_to(out, "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>", x, y, kCell, kCell,
-                     hex(fill));
-      fmt::format_to(
-          out,
-          "<text x=\"{}\" y=\"{}\" dy=\"0.35em\" text-anchor=\"middle\" font-size=\"11\" fill=\"{}\">{:.2f}</text>\n",
-          x + kCell / 2, y + kCell / 2, prefers_black_text(fill) ? "black" : "white", values[i][j]);
-    }
-  }
-  fmt::format_to(out, "</g>\n");
-}
-
-void write_svg_legend(SvgOut out, const SvgLayout& layout) {
-  const int x = SvgLayout::kPad, y = layout.height - SvgLayout::kLegend + 10;
-  fmt::format_to(out, "<rect x=\"{}\" y=\"{}\" width=\"200\" height=\"12\" fill=\"url(#ramp)\"/>\n", x, y);
-  fmt::format_to(out, "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">0</text>\n", x, y + 28);
-  fmt::format_to(out, "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">1</text>\n", x + 200, y + 28);
-  fmt::format_to(out, "<text x=\"{}\" y=\"{}\">attention weight (rows: queries, columns: keys)</text>\n", x + 215,
-                 y + 11);
-}
-
-// weights [H, T, T] on the CPU -> a standalone SVG 1.1 document.
-std::string render_svg(const torch::Tensor& weights, const std::vector<std::string>& tokens, bool causal) {
-  const int heads = static_cast<int>(weights.size(0));
-  const SvgLayout layout(heads, tokens);
-  std::string svg;
-  const SvgOut out(svg);
-  fmt::format_to(out,
-                 "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-                 "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"{0}\" height=\"{1}\" "
-                 "viewBox=\"0 0 {0} {1}\" font-family=\"DejaVu Sans, Arial, sans-serif\" font-size=\"12\">\n",
-                 layout.width, layout.height);
-  fmt::format_to(out, "<title>attn-demo: attention weights, {} head(s){}</title>\n", heads, causal ? ", causal" : "");
-  // The legend's gradient samples the same ramp as the cells.
-  fmt::format_to(out, "<defs><linearGradient id=\"ramp\" x1=\"0\" y1=\"0\" x2=\"1\" y2=\"0\">");
-  for (int i = 0; i <= 8; ++i)
-    fmt::format_to(out, "<stop offset=\"{}\" stop-color=\"{}\"/>", i / 8.0, hex(ramp(i / 8.0)));
-  fmt::format_to(out, "</linearGradient></defs>\n<rect width=\"{}\" height=\"{}\" fill=\"white\"/>\n", layout.width,
-                 layout.height);
-  const auto values = weights.accessor<double, 3>();
-  for (int h = 0; h < heads; ++h) write_svg_panel(out, layout, values[h], tokens, h, heads);
-  write_svg_legend(out, layout);
-  fmt::format_to(out, "</svg>\n");
-  return svg;
-}
-
 
 // ---------------------------------------------------------------------------------------------------------
 // The walkthrough.
@@ -489,12 +281,12 @@ int run(const DemoOptions& options) {
   const bool color = use_color(options);
   for (int64_t h = 0; h < options.heads; ++h) {
     fmt::print("\nhead {} of {}\n", h + 1, options.heads);
-    print_heatmap(weights[h], words, color);
+    demo::print_heatmap(weights[h], words, color);
   }
-  if (color) print_legend();
+  if (color) demo::print_legend();
 
   if (!options.svg_path.empty()) {
-    write_file_atomically(options.svg_path, render_svg(weights, words, options.causal));
+    attn::io::write_file_atomically(options.svg_path, demo::render_svg(weights, words, options.causal));
     fmt::print("\nwrote {}\n", options.svg_path);
   }
   return 0;
@@ -503,12 +295,5 @@ int run(const DemoOptions& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return attn_apps::run_main("attn-demo", [&] {
-    const auto options = parse_args(argc, argv);
-    if (options.help) {
-      fmt::print("{}", kUsage);
-      return 0;
-    }
-    return run(options);
-  });
+  return attn_apps::run_main("attn-demo", kUsage, [&] { return run(parse_args(argc, argv)); });
 }
