@@ -5,6 +5,15 @@ DEMO_ARGS ?=
 
 BENCH_ARGS ?= --suite quick
 
+# OpenBLAS's kernel set for this CPU, unless the caller chose one: Debian's OpenBLAS can mistake a newer CPU for
+# an old one and run 5x slower (scripts/openblas-coretype.sh says when). Tests, demo and bench all inherit it.
+ifeq ($(origin OPENBLAS_CORETYPE),undefined)
+  OPENBLAS_CORETYPE := $(shell bash scripts/openblas-coretype.sh)
+  ifneq ($(OPENBLAS_CORETYPE),)
+    export OPENBLAS_CORETYPE
+  endif
+endif
+
 .PHONY: all deps configure build demo test bench install clean
 
 all: build

@@ -116,4 +116,13 @@ void print_ratios(const std::vector<Record>& records, double ceiling);
 /// A JSON list with one object per record that ran or failed (skipped ones are left out).
 std::string to_json(const std::vector<Record>& records, double ceiling, const std::string& device);
 
+// --- blas_info.cpp ---
+/// Which BLAS LibTorch's matrix products run on, e.g. "OpenBLAS 0.3.21 (openmp), kernels SkylakeX"; plus a
+/// warning when OpenBLAS runs generic kernels on a CPU with AVX2 (empty when all is well).
+struct BlasInfo {
+  std::string description;
+  std::string warning;
+};
+BlasInfo blas_info();
+
 }  // namespace bench

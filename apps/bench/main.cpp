@@ -172,6 +172,9 @@ int run_suite(const BenchOptions& options, const char* argv0) {
   fmt::print(stderr, "attn-bench: suite {}, {} configurations, warm-up {}, reps {}, device {}, threads {}\n",
              suite.name, selected.size(), warmup, reps, device,
              options.threads > 0 ? std::to_string(options.threads) : "default");
+  const bench::BlasInfo blas = bench::blas_info();
+  fmt::print(stderr, "attn-bench: BLAS: {}\n", blas.description);
+  if (!blas.warning.empty()) fmt::print(stderr, "attn-bench: warning: {}\n", blas.warning);
 
   const auto start = std::chrono::steady_clock::now();
   std::vector<bench::Record> records;
