@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Compares two attn-bench builds on this machine, alternating them so that drift and noise hit both alike:
+#   scripts/bench-ab.sh OLD_ATTN_BENCH NEW_ATTN_BENCH [ROUNDS] [FILTER...]
+# For ROUNDS rounds (default 3), runs old then new with `--suite quick --filter F` for each FILTER (default: the
+# fused core and training rows at T=2048, fused T=4096, attn's and LibTorch's MultiHeadAttention at T=1024),
+# then prints per configuration the median of each build's runs and new/old. Progress goes to stderr.
+set -euo pipefail
+if [ $# -lt 2 ]; then sed -n '2,6p' "$0" >&2; exit 2; fi
+old=$1 new=$2 rounds=${3:-3}
+shift $(( $# >= 3 ? 3 : 2 ))
+filters=("$@")
+[ ${#filters[@]} -gt 0 ] || filters=("fused/T=2048" "fused/T=4096/noncausal" "mha/attn_mha/T=1024" "mha/torch_mha/T=1024")
+results=$(mktemp)
+trap 'rm -f "$results"' EXIT
+for round in $(seq "$rounds"); do
+  for which in old new; do
+    echo "bench-ab: round $round/$rounds, $which" >&2
+    for f in "${filters[@]}"; do
+      "${!which}" --suite quick --filter "$f" 2>/dev/null |
+        awk -v w="$which" '$1 ~ /\// && $2 ~ /^[0-9.]+$/ {print w, $1, $2}' >>"$results"
+    done
+  done
+done
+awk '
+  { ms[$2, $1] = ms[$2, $1] " " $3; names[$2] = 1 }
+  function median(list,   a, n, i, j, t) {
+    n = split(list, a, " ")
+    for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
+    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+  }
+  END {
+    printf "%-34s %10s %10s %8s\n", "configuration", "old ms", "new ms", "new/old"
+    for (n in names) { o = median(ms[n, "old"]); w = median(ms[n, "new"]); printf "%-34s %10.2f %10.2f %8.3f\n", n, o, w, w / o }
+  }' "$results" | sort
