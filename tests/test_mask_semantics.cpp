@@ -34,6 +34,8 @@ std::string case_name(const ::testing::TestParamInfo<MaskCase>& info) {
   return name;
 }
 
+void PrintTo(const MaskCase& c, std::ostream* os) { *os << case_name({c, 0}); }
+
 class MaskSemantics : public ::testing::TestWithParam<MaskCase> {};
 
 TEST_P(MaskSemantics, EveryPathBlocksExactlyThePairsMasksDefines) {
