@@ -123,7 +123,8 @@ std::vector<BadInput> op_cases() {
       {"op_value_length", [=] { op(q, k, r({1, 2, 4, 6})); }, "value must be [B, H, Tk, d_v] = [1, 2, 5, d_v] to match key"},
       {"op_integer", [=] { op(q.to(torch::kLong), k.to(torch::kLong), v.to(torch::kLong)); }, "query must be float32, float64 or bfloat16, got Long"},
       {"op_dtype_mismatch", [=] { op(q, k.to(torch::kFloat64), v); }, "key is Double but query is Float"},
-      {"op_meta_device", [=] { op(q.to(torch::kMeta), k.to(torch::kMeta), v.to(torch::kMeta)); }, "Could not run 'attn::flash_attention' with arguments from the 'Meta' backend"},
+      // The op has CPU and Meta kernels (test_meta_kernels.cpp); other backends get the dispatcher's error.
+      {"op_sparse_layout", [=] { op(q.to_sparse(), k.to_sparse(), v.to_sparse()); }, "Could not run 'attn::flash_attention' with arguments from the 'SparseCPU' backend"},
       {"op_padding_float", [=] { op(q, k, v, torch::zeros({5})); }, "key_padding_mask must be a bool tensor, got Float"},
       {"op_attend_shape", [=] { op(q, k, v, c10::nullopt, mask({3, 4})); }, "attend_mask must broadcast to [B, H, Tq, Tk] = [1, 2, 3, 5], got shape [3, 4]"},
       {"op_additive_bool", [=] { op(q, k, v, c10::nullopt, c10::nullopt, mask({3, 5})); }, "additive_mask must be floating"},

@@ -72,8 +72,30 @@ std::tuple<torch::Tensor, torch::Tensor> flash_attention_autograd(
   return {out[0], out[1]};
 }
 
+/// The backward op has no derivative of its own. Its Autograd kernel refuses a call that would need one, and
+/// otherwise passes the call on (an explicit kernel, because LibTorch 1.13 has no autograd fallthrough for
+/// custom ops on every device, e.g. the meta device).
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> flash_attention_backward_autograd(
+    const torch::Tensor& grad_output, const torch::Tensor& query, const torch::Tensor& key,
+    const torch::Tensor& value, const torch::Tensor& output, const torch::Tensor& logsumexp,
+    const c10::optional<torch::Tensor>& key_padding_mask, const c10::optional<torch::Tensor>& attend_mask,
+    const c10::optional<torch::Tensor>& additive_mask, bool is_causal, int64_t causal_offset,
+    c10::optional<double> scale) {
+  const bool needs_grad = torch::GradMode::is_enabled() &&
+                          (grad_output.requires_grad() || query.requires_grad() || key.requires_grad() ||
+                           value.requires_grad() || output.requires_grad());
+  TORCH_CHECK(!needs_grad, "attn::flash_attention_backward is not differentiable (double backward); use "
+                           "attn::Backend::Math");
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return flash_attention_backward(grad_output, query, key, value, output, logsumexp, key_padding_mask, attend_mask,
+                                  additive_mask, is_causal, causal_offset, scale);
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(attn, Autograd, m) { m.impl("flash_attention", TORCH_FN(flash_attention_autograd)); }
+TORCH_LIBRARY_IMPL(attn, Autograd, m) {
+  m.impl("flash_attention", TORCH_FN(flash_attention_autograd));
+  m.impl("flash_attention_backward", TORCH_FN(flash_attention_backward_autograd));
+}
 
 }  // namespace attn::ops

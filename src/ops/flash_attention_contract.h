@@ -1,0 +1,44 @@
+#pragma once
+// What every kernel of the attn::flash_attention ops agrees on: the checks of their arguments (the op is a
+// public entry point of its own, reached from C++, Python and TorchScript) and the shapes, dtypes and strides
+// of their results. The CPU kernels (ops/cpu/) and the Meta kernels (ops/meta/, which torch.compile and
+// torch.export trace with) both use it, so the traced shapes are the computed ones.
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Optional.h>
+
+#include <tuple>
+
+namespace attn::ops {
+
+inline constexpr const char* kForwardOp = "attn::flash_attention";
+inline constexpr const char* kBackwardOp = "attn::flash_attention_backward";
+
+struct FlashSizes {
+  int64_t batch, heads, tq, tk, dk, dv;
+};
+
+/// Checks q, k, v ([B, H, T, d], CPU or meta, float32/float64/bfloat16), the masks and the scale.
+FlashSizes check_forward_args(const char* fn, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                              const c10::optional<at::Tensor>& key_padding_mask,
+                              const c10::optional<at::Tensor>& attend_mask,
+                              const c10::optional<at::Tensor>& additive_mask, c10::optional<double> scale);
+
+/// check_forward_args, and that grad_output, output and logsumexp are the forward pass's.
+FlashSizes check_backward_args(const at::Tensor& grad_output, const at::Tensor& query, const at::Tensor& key,
+                               const at::Tensor& value, const at::Tensor& output, const at::Tensor& logsumexp,
+                               const c10::optional<at::Tensor>& key_padding_mask,
+                               const c10::optional<at::Tensor>& attend_mask,
+                               const c10::optional<at::Tensor>& additive_mask, c10::optional<double> scale);
+
+/// The dtype the kernels compute in: float32 for bfloat16 inputs, else the inputs' own.
+at::ScalarType compute_type(const at::Tensor& query);
+
+/// scale, or 1 / sqrt(d_k).
+double resolved_scale(c10::optional<double> scale, int64_t dk);
+
+/// Uninitialised (output, logsumexp) in `options`' device and dtype: output [B, H, Tq, d_v] laid out as
+/// [B, Tq, H, d_v] (so that merging the heads back is a free view), logsumexp [B, H, Tq] contiguous.
+std::tuple<at::Tensor, at::Tensor> empty_forward_results(const FlashSizes& s, const at::TensorOptions& options);
+
+}  // namespace attn::ops
