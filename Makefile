@@ -1,5 +1,18 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Each installs what is missing first.
+# Two LibTorch lanes: TORCH=debian (the default; Debian's LibTorch 1.13 and python3-torch, nothing from PyPI) and
+# TORCH=pip (the LibTorch in PyPI's torch wheel, pinned in scripts/torch-pip.requirements, in .venv-torch/ and
+# build-torch-pip/; docs/torch-pip-lane.md). `make test TORCH=pip` builds and tests that lane.
+TORCH ?= debian
+ifeq ($(TORCH),debian)
 BUILD_DIR ?= build
+else ifeq ($(TORCH),pip)
+BUILD_DIR ?= build-torch-pip
+# The lane's environment (scripts/torch-pip-env.sh): CMake finds the wheel's LibTorch and the CUDA toolkit,
+# the reference scripts and Python tests run on the venv's Python.
+TORCH_PIP_ENV = eval "$$(bash scripts/torch-pip-env.sh)" &&
+else
+$(error TORCH=$(TORCH): the lanes are TORCH=debian (the default) and TORCH=pip)
+endif
 JOBS ?= $(shell nproc)
 DEMO_ARGS ?=
 
@@ -20,9 +33,18 @@ all: build
 
 deps:
 	@bash scripts/install-deps.sh
+ifeq ($(TORCH),pip)
+	@bash scripts/setup-torch-pip.sh
+endif
 
 configure: deps
+ifeq ($(TORCH),pip)
+	$(TORCH_PIP_ENV) cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release \
+	  -DCMAKE_PREFIX_PATH="$$ATTN_TORCH_CMAKE_PREFIX_PATH" -DATTN_PYTHON="$$ATTN_TORCH_PYTHON" \
+	  -DTORCH_CUDA_ARCH_LIST="$$TORCH_CUDA_ARCH_LIST"
+else
 	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release
+endif
 
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
@@ -32,7 +54,7 @@ demo: configure
 	./$(BUILD_DIR)/apps/demo/attn-demo $(DEMO_ARGS)
 
 test: build
-	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+	$(TORCH_PIP_ENV) cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
 # Not one of the two newcomer commands: benchmarks take minutes and want an otherwise idle machine.
 bench: configure

@@ -7,8 +7,19 @@ set_property(CACHE ATTN_TILE_GEMM PROPERTY STRINGS auto aten)
 function(attn_configure_tile_gemm target)
   include(CheckCXXSourceCompiles)
   set(CMAKE_REQUIRED_INCLUDES ${TORCH_INCLUDE_DIRS})
-  set(CMAKE_REQUIRED_LIBRARIES ${TORCH_LIBRARIES})
-  set(CMAKE_REQUIRED_FLAGS "-std=c++17 ${TORCH_CXX_FLAGS}")
+  # The library files, not the torch target: LibTorch 2.x's config makes protobuf::libprotobuf an ALIAS of a
+  # local target, which try_compile cannot bring into its test project.
+  set(CMAKE_REQUIRED_LIBRARIES)
+  foreach(lib torch torch_cpu c10)
+    get_target_property(file ${lib} LOCATION)
+    list(APPEND CMAKE_REQUIRED_LIBRARIES ${file})
+  endforeach()
+  # The standard that attn itself is compiled with: LibTorch 2.x raises it to C++20 (cxx_std_20 on torch).
+  get_target_property(torch_features torch INTERFACE_COMPILE_FEATURES)
+  if(cxx_std_20 IN_LIST torch_features)
+    set(CMAKE_CXX_STANDARD 20)
+  endif()
+  set(CMAKE_REQUIRED_FLAGS "-std=c++${CMAKE_CXX_STANDARD} ${TORCH_CXX_FLAGS}")
   check_cxx_source_compiles([=[
 #include <ATen/native/CPUBlas.h>
 int main() {

@@ -7,7 +7,8 @@
 
 #include <caffe2/serialize/read_adapter_interface.h>
 #include <caffe2/serialize/inline_container.h>
-#include <torch/serialize.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 
 #include <c10/util/Exception.h>
 
@@ -270,8 +271,23 @@ TensorMap read_torch_legacy(const std::vector<uint8_t>& bytes, const std::string
 std::string torch_zip_bytes(const TensorMap& tensors) {
   c10::Dict<std::string, at::Tensor> dict;
   for (const auto& [name, t] : tensors) dict.insert(name, t.detach().to(at::kCPU).contiguous());
-  const std::vector<char> bytes = torch::pickle_save(dict);
-  return std::string(bytes.begin(), bytes.end());
+  // torch::pickle_save without its type tags: it marks the dict as Dict[str, Tensor] with a call to
+  // torch.jit._pickle.restore_type_tag, which torch.load refuses under weights_only=True (PyTorch's default from
+  // 2.6). Untagged, data.pkl is a plain dict of tensors, as torch.save writes a state_dict.
+  std::vector<char> pickle;
+  torch::jit::Pickler pickler([&](const char* data, size_t size) { pickle.insert(pickle.end(), data, data + size); },
+                              nullptr, nullptr, nullptr, nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(dict);
+  pickler.stop();
+  std::string bytes;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) {
+    bytes.append(static_cast<const char*>(data), size);
+    return size;
+  });
+  torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), writer);
+  writer.writeEndOfFile();
+  return bytes;
 }
 
 }  // namespace attn::io::detail

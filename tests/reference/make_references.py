@@ -11,17 +11,18 @@ in float64, and for each of float32 and float64 the outputs and input gradients 
 those inputs cast to that dtype. Nothing here comes from attn's own code.
 
 Sources of truth, by kind:
-  sdpa   torch.nn.functional.scaled_dot_product_attention (F._scaled_dot_product_attention on 1.13) wherever
-         every query keeps a key, with the masks (causal included) passed as F's own bool attn_mask. Where F
-         gives NaN (rows with no allowed key) an explicit formula in PyTorch ops states the documented
-         semantics (zeros); it is itself checked against F wherever both are defined. NaN at masked keys:
-         F on the same inputs with those entries zeroed (PyTorch would let the NaN through).
+  sdpa   torch.nn.functional.scaled_dot_product_attention by its math backend (F._scaled_dot_product_attention
+         on 1.13) wherever every query keeps a key, with the masks (causal included) passed as F's own bool
+         attn_mask. Where F gives NaN (rows with no allowed key) an explicit formula in PyTorch ops states the
+         documented semantics (zeros); it is itself checked against F wherever both are defined. NaN at masked
+         keys: F on the same inputs with those entries zeroed (PyTorch would let the NaN through).
   mha    torch.nn.MultiheadAttention(batch_first=True), masks in PyTorch's own conventions.
   head, cross   F.linear projections and F's attention (the explicit formula where a row keeps no key)
          for one head / cross-attention with given weights.
   nb001, nb003, nb004   the notebooks' own classes, built from the notebooks' seeds.
 """
 import argparse
+import contextlib
 import copy
 import math
 import os
@@ -35,8 +36,24 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 # ----------------------------------------------------------------------------------------------- helpers
 
+def math_backend():
+    """PyTorch's math SDPA backend, its definition of attention (the only one 1.13 has). 2.x's fused CPU kernel
+    rounds differently: where a gradient is exactly zero (one key: softmax is exactly 1) it gives ~1e-7 noise,
+    which no tolerance relative to the reference's own scale can hold."""
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:  # no backend to choose (1.13 has the math one only)
+        return contextlib.nullcontext()
+    return sdpa_kernel(SDPBackend.MATH)
+
+
 def torch_sdpa(q, k, v, attn_mask, scale):
-    """PyTorch's own functional attention (bool mask: True = may attend; float mask: added)."""
+    """PyTorch's own functional attention (bool mask: True = may attend; float mask: added), math backend."""
+    with math_backend():
+        return torch_sdpa_any_version(q, k, v, attn_mask, scale)
+
+
+def torch_sdpa_any_version(q, k, v, attn_mask, scale):
     if hasattr(F, "scaled_dot_product_attention"):
         try:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
