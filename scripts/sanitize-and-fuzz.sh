@@ -17,6 +17,14 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 JOBS=${JOBS:-$(nproc)}
 FUZZERS=(torch_zip torch_legacy safetensors)
 case "$FUZZ_SECONDS" in '' | *[!0-9]*) echo "FUZZ_SECONDS must be a number of seconds, got '$FUZZ_SECONDS'" >&2; exit 2 ;; esac
+# OpenBLAS's kernels for this CPU, as the Makefile sets them (scripts/openblas-coretype.sh). Besides speed: this
+# clang build runs attn's tile loops on one thread, so each tile GEMM is threaded by OpenBLAS itself, and
+# OpenBLAS's generic fallback kernels split it differently for different thread counts, which the
+# thread-count determinism test (rightly) catches.
+if [ -z "${OPENBLAS_CORETYPE+set}" ]; then
+  coretype=$(bash scripts/openblas-coretype.sh)  # the working directory is the repository root
+  [ -z "$coretype" ] || export OPENBLAS_CORETYPE=$coretype
+fi
 
 script_start=$(date +%s)
 summary=()
