@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 namespace attn::ops::cpu {
@@ -96,7 +97,8 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_cpu(const at::Tensor& query, 
                    v = kernel_layout(value, compute);
   const KernelMasks masks(s, key_padding_mask, attend_mask, additive_mask, compute);
 
-  auto [out, lse] = empty_forward_results(s, q.options());
+  at::Tensor out, lse;  // not a structured binding: C++17 lambdas (the dispatch below) cannot capture those
+  std::tie(out, lse) = empty_forward_results(s, q.options());
   AT_DISPATCH_FLOATING_TYPES(compute, "attn::flash_attention", [&] {
     FlashForward<scalar_t> args;
     args.problem = make_problem<scalar_t>(s, q, k, v, masks, is_causal, causal_offset, sc);
