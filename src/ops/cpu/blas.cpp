@@ -4,8 +4,11 @@
 //   ATTN_HAVE_FORTRAN_BLAS    the Fortran ?gemm_ of the BLAS LibTorch links (libblas.so.3: OpenBLAS on Debian)
 //   neither                   at::addmm_ on views of the tiles: correct everywhere, with a few microseconds
 //                             of dispatcher overhead per tile
+// In PyTorch's wheels the Fortran sgemm_ that the dynamic linker binds is MKL's, exported by libtorch_cpu.so.
 
 #include "ops/cpu/blas.h"
+
+#include <dlfcn.h>
 
 #if defined(ATTN_HAVE_CPUBLAS_GEMM)
 #include <ATen/native/CPUBlas.h>
@@ -75,15 +78,40 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, 
 }
 #endif
 
+// Each tile GEMM must run on the thread that calls it: the kernels already run one task per LibTorch thread.
+// OpenBLAS does so inside a parallel region by itself. MKL (linked into PyTorch's wheels) does not: LibTorch's
+// set_num_threads hands MKL the caller's thread count and turns MKL's dynamic adjustment off, so an MKL gemm
+// from a worker may split itself again, which oversubscribes the cores and makes the rounding depend on the
+// thread count. Where the process has MKL, its thread-local setting is pinned to 1 around each call.
+class BlasOnThisThread {
+ public:
+  BlasOnThisThread() : saved_(set_local_threads() ? set_local_threads()(1) : 0) {}
+  ~BlasOnThisThread() {
+    if (set_local_threads()) set_local_threads()(saved_);  // 0 restores "use the global setting"
+  }
+  BlasOnThisThread(const BlasOnThisThread&) = delete;
+  BlasOnThisThread& operator=(const BlasOnThisThread&) = delete;
+
+ private:
+  using SetLocalThreads = int (*)(int);  // MKL's C interface; returns the previous thread-local value
+  static SetLocalThreads set_local_threads() {
+    static const auto fn = reinterpret_cast<SetLocalThreads>(dlsym(RTLD_DEFAULT, "MKL_Set_Num_Threads_Local"));
+    return fn;
+  }
+  int saved_;
+};
+
 }  // namespace
 
 void blas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  const BlasOnThisThread one_thread;
   gemm<float>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 void blas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
                int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  const BlasOnThisThread one_thread;
   gemm<double>(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
