@@ -31,17 +31,23 @@ torch::Tensor torch_attention(const torch::Tensor& query, const torch::Tensor& k
     mask = blocked.logical_not();
   }
 
-  // Neither version takes a scale on every release: fold it into q (relative to the default 1/sqrt(d_k)).
-  torch::Tensor q = query;
-  if (options.scale()) q = query * (*options.scale() * std::sqrt(static_cast<double>(query.size(-1))));
-
   // An undefined tensor would convert to an optional that holds it, which LibTorch then trips over.
   const c10::optional<torch::Tensor> attn_mask = mask.defined() ? c10::optional<torch::Tensor>(mask) : c10::nullopt;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+  // SDPA takes the scale itself since 2.1; nullopt keeps its default 1/sqrt(d_k).
+  const c10::optional<double> scale = options.scale() ? c10::optional<double>(*options.scale()) : c10::nullopt;
+  torch::Tensor out =
+      at::scaled_dot_product_attention(query, key, value, attn_mask, options.dropout(), native_causal, scale);
+#else
+  // 1.13 and 2.0 take no scale: fold it into q, relative to the default 1/sqrt(d_k).
+  const torch::Tensor q =
+      options.scale() ? query * (*options.scale() * std::sqrt(static_cast<double>(query.size(-1)))) : query;
 #if TORCH_VERSION_MAJOR >= 2
   torch::Tensor out = at::scaled_dot_product_attention(q, key, value, attn_mask, options.dropout(), native_causal);
 #else
   torch::Tensor out = std::get<0>(at::_scaled_dot_product_attention(q, key, value, attn_mask, options.dropout(),
                                                                      /*need_attn_weights=*/false, native_causal));
+#endif
 #endif
   if (!mask.defined()) return out;
   // A query with no allowed key: LibTorch gives NaN there; attn's contract is a zero row. This is a
