@@ -1,0 +1,126 @@
+"""torch.compile and torch.export see through attn::flash_attention (PyTorch >= 2 only).
+
+Run by CTest in the LibTorch 2.x lane:
+    .venv-torch/bin/python tests/python/test_compile_export.py --library build-torch-pip/libattn.so
+
+Both need the op's Meta kernels (src/ops/meta/): Dynamo and AOTAutograd trace the forward and the backward op
+on fake tensors, and torch.export records the op in its graph. Every compiled or exported result, forward
+and gradients, is checked against the same op run eagerly on the same inputs, and the eager op against a
+float64 softmax(q k^T * scale + mask) v, so a wrong Meta kernel (wrong shape, dtype or stride) or a wrong
+trace fails here.
+"""
+import argparse
+import math
+import sys
+
+import torch
+
+
+def check(name, ok, detail=""):
+    print(f"{'ok  ' if ok else 'FAIL'} {name}{': ' + detail if detail else ''}")
+    return ok
+
+
+def close(name, actual, expected, tol):
+    err = (actual.double() - expected.double()).abs().max().item()
+    return check(name, actual.shape == expected.shape and err <= tol,
+                 f"shape {tuple(actual.shape)}, max abs err {err:.3e} (tol {tol:.1e})")
+
+
+def attention(q, k, v, padding, scale):
+    """The op as a model would call it: causal self-attention with a key padding mask."""
+    out, _ = torch.ops.attn.flash_attention(q, k, v, padding, None, None, True, 0, scale)
+    return out
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, q, k, v, padding):
+        return attention(q, k, v, padding, self.scale)
+
+
+def float64_reference(q, k, v, padding, scale):
+    """softmax(q k^T * scale) v over the allowed pairs, in float64; a row with no allowed key is 0."""
+    q, k, v = q.double(), k.double(), v.double()
+    T = q.shape[-2]
+    allowed = torch.ones(T, T, dtype=torch.bool).tril() & ~padding.unsqueeze(-2)
+    scores = (q @ k.transpose(-1, -2) * scale).masked_fill(~allowed, -math.inf)
+    weights = torch.softmax(scores, -1).nan_to_num(0.0)
+    return weights @ v
+
+
+def inputs(B, H, T, d, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(B, H, T, d, generator=g, dtype=dtype) for _ in range(3))
+    padding = torch.zeros(B, 1, T, dtype=torch.bool)
+    padding[0, 0, T - 3:] = True  # the last keys of the first batch are padding
+    return q, k, v, padding
+
+
+def forward_and_grads(fn, q, k, v, padding, cotangent):
+    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    out = fn(q, k, v, padding)
+    (out * cotangent).sum().backward()
+    return out.detach(), q.grad, k.grad, v.grad
+
+
+def compare(name, got, want, tol):
+    ok = True
+    for what, a, b in zip(("output", "dq", "dk", "dv"), got, want):
+        ok &= close(f"{name} {what}", a, b, tol)
+    return ok
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--library", required=True, help="path to libattn.so")
+    args = parser.parse_args()
+    torch.ops.load_library(args.library)
+    print(f"torch {torch.__version__}")
+    good = True
+    scale = 0.6 / math.sqrt(32)
+    module = Attention(scale)
+
+    for dtype, tol in ((torch.float32, 2e-5), (torch.float64, 1e-12)):
+        q, k, v, padding = inputs(2, 3, 70, 32, dtype, seed=1)
+        cot = torch.randn(2, 3, 70, 32, generator=torch.Generator().manual_seed(2), dtype=dtype)
+        eager = forward_and_grads(module, q, k, v, padding, cot)
+        good &= close(f"{dtype} eager op against float64", eager[0], float64_reference(q, k, v, padding, scale),
+                      tol * 10)
+
+        # torch.compile, whole graph (a graph break raises): AOTAutograd's trace with the eager backend, and
+        # Inductor, which compiles the code around the op. Forward and backward.
+        for backend in ("aot_eager", "inductor"):
+            torch._dynamo.reset()
+            compiled = torch.compile(module, backend=backend, fullgraph=True)
+            good &= compare(f"{dtype} torch.compile({backend}, fullgraph=True)",
+                            forward_and_grads(compiled, q, k, v, padding, cot), eager, tol)
+
+        # Two sequence lengths through one compiled function. The Meta kernels read concrete sizes, so each
+        # length gets a graph of its own (docs/torch-pip-lane.md); both must match eager.
+        torch._dynamo.reset()
+        twice = torch.compile(module, backend="aot_eager", fullgraph=True)
+        for T in (40, 57):
+            q2, k2, v2, p2 = inputs(1, 2, T, 32, dtype, seed=T)
+            cot2 = torch.randn(1, 2, T, 32, generator=torch.Generator().manual_seed(3), dtype=dtype)
+            good &= compare(f"{dtype} torch.compile T={T}", forward_and_grads(twice, q2, k2, v2, p2, cot2),
+                            forward_and_grads(module, q2, k2, v2, p2, cot2), tol)
+
+        # torch.export: the op is one node of the exported graph, and the exported program runs forward and
+        # backward like the eager op.
+        exported = torch.export.export(module, (q, k, v, padding))
+        ops = {str(n.target) for n in exported.graph.nodes if n.op == "call_function"}
+        good &= check(f"{dtype} torch.export graph calls attn.flash_attention",
+                      "attn.flash_attention.default" in ops, f"ops {sorted(ops)}")
+        good &= compare(f"{dtype} torch.export", forward_and_grads(exported.module(), q, k, v, padding, cot), eager,
+                        tol)
+
+    print("all passed" if good else "FAILURES")
+    return 0 if good else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
