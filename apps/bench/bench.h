@@ -30,9 +30,11 @@ struct Config {
   std::string name;  // unique; what --filter matches and --run-one names, e.g. "core/fused/T=4096/causal"
   Kind kind = Kind::Core;
   std::string impl;  // gemm | fused | math | torch_sdpa | attn_mha | attn_mha_math | torch_mha
+                     // (torch_sdpa: LibTorch's scaled_dot_product_attention, on 2.x its fused CPU flash kernel)
   // Attention: batch, heads, query and key lengths, head width. Gemm: a [Tq, d] x [d, Tk] product.
   int64_t B = 1, H = 1, Tq = 0, Tk = 0, d = 0;
   bool causal = false;
+  std::string dtype = "float32";  // of the inputs (and module): float32 or bfloat16; the GEMM ceiling is float32
   // Caps on the suite's warm-up runs and reps, for the configurations that take many seconds (-1: none).
   int max_warmup = -1, max_reps = -1;
 };
@@ -43,7 +45,6 @@ struct Suite {
   std::vector<Config> configs;  // in the order they run; the GEMM ceiling first
 };
 
-extern const char* const kDtype;  // every configuration runs in float32
 extern const double kMaxScoreBytes;  // larger [B, H, Tq, Tk] scores are skipped (~6 GiB)
 
 /// The named suite ("quick" or "full"); std::nullopt for another name.

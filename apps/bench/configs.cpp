@@ -8,7 +8,6 @@
 
 namespace bench {
 
-const char* const kDtype = "float32";
 const double kMaxScoreBytes = 6.0 * (1 << 30);
 
 namespace {
@@ -19,26 +18,42 @@ constexpr int64_t kGemmN = 2048;  // the ceiling: a 2048³ fp32 torch::mm
 
 // THE SUITE TABLE. Everything a suite runs is derived from one row here. "quick" must finish in under
 // 3 minutes on the 2-core reference machine: measured 2m05s at LibTorch's default of 1 thread there, of which
-// long/fused/T=32768 is 40 s. "full" adds longer sequences and more reps.
+// long/fused/T=32768 is 40 s. "full" adds longer sequences and more reps. "peer" is ours against LibTorch's
+// own SDPA (on 2.x its fused CPU flash kernel) in both dtypes, causal and not, forward and training.
 struct SuiteSpec {
   const char* name;
-  int warmup, reps;                 // defaults, for every configuration without a cap
-  std::vector<int64_t> core_T;      // fused / math / torch_sdpa, causal and not
-  std::vector<int64_t> module_T;    // attn_mha / attn_mha_math / torch_mha
-  std::vector<int64_t> training_T;  // fused / math, forward + backward
-  std::vector<int64_t> long_T;      // fused forward only, no warm-up
-  int long_reps;                    // at most this many reps at long T (each takes many seconds)
+  int warmup, reps;                     // defaults, for every configuration without a cap
+  std::vector<std::string> dtypes;      // of the attention rows (the GEMM ceiling is float32)
+  std::vector<std::string> core_impls;  // forward of the functional core, causal and not
+  std::vector<int64_t> core_T;
+  std::vector<std::string> module_impls;  // multi-head attention modules
+  std::vector<int64_t> module_T;
+  std::vector<std::string> training_impls;  // forward + backward of the functional core
+  std::vector<bool> training_causal;
+  std::vector<int64_t> training_T;
+  std::vector<int64_t> long_T;  // fused forward only, no warm-up
+  int long_reps;                // at most this many reps at long T (each takes many seconds)
 };
+
+const std::vector<std::string> kCoreImpls{"fused", "math", "torch_sdpa"};
+const std::vector<std::string> kModuleImpls{"attn_mha", "attn_mha_math", "torch_mha"};
 
 const SuiteSpec kSuites[] = {
-    {"quick", 1, 3, {1024, 2048, 4096}, {1024, 4096}, {1024, 2048, 4096}, {16384, 32768}, 1},
-    {"full", 2, 5, {1024, 2048, 4096, 8192}, {1024, 2048, 4096, 8192}, {1024, 2048, 4096}, {16384, 32768}, 2},
+    {"quick", 1, 3, {"float32"}, kCoreImpls, {1024, 2048, 4096}, kModuleImpls, {1024, 4096}, {"fused", "math"},
+     {false}, {1024, 2048, 4096}, {16384, 32768}, 1},
+    {"full", 2, 5, {"float32"}, kCoreImpls, {1024, 2048, 4096, 8192}, kModuleImpls, {1024, 2048, 4096, 8192},
+     {"fused", "math", "torch_sdpa"}, {false, true}, {1024, 2048, 4096}, {16384, 32768}, 2},
+    {"peer", 1, 5, {"float32", "bfloat16"}, {"fused", "torch_sdpa"}, {1024, 2048, 4096}, {"attn_mha", "torch_mha"},
+     {1024, 4096}, {"fused", "torch_sdpa"}, {false, true}, {1024, 2048, 4096}, {}, 0},
 };
 
+// Named prefix/impl/T=…[/causal|/noncausal][/dtype]; float32, the default, is not named.
 Config attention(Kind kind, const std::string& prefix, const std::string& impl, int64_t T, bool causal,
-                 bool name_causal) {
+                 bool name_causal, const std::string& dtype = "float32") {
   Config c;
-  c.name = fmt::format("{}/{}/T={}{}", prefix, impl, T, name_causal ? (causal ? "/causal" : "/noncausal") : "");
+  c.name = fmt::format("{}/{}/T={}{}{}", prefix, impl, T, name_causal ? (causal ? "/causal" : "/noncausal") : "",
+                       dtype == "float32" ? "" : "/" + dtype);
+  c.dtype = dtype;
   c.kind = kind;
   c.impl = impl;
   c.B = kB, c.H = kH, c.Tq = T, c.Tk = T, c.d = kD;
@@ -57,15 +72,21 @@ Suite build(const SuiteSpec& spec) {
   gemm.Tq = gemm.Tk = gemm.d = kGemmN;
   out.push_back(gemm);
 
-  for (int64_t T : spec.core_T)
-    for (bool causal : {false, true})
-      for (const char* impl : {"fused", "math", "torch_sdpa"})
-        out.push_back(attention(Kind::Core, "core", impl, T, causal, true));
-  for (int64_t T : spec.module_T)
-    for (const char* impl : {"attn_mha", "attn_mha_math", "torch_mha"})
-      out.push_back(attention(Kind::Module, "mha", impl, T, false, false));
-  for (int64_t T : spec.training_T)
-    for (const char* impl : {"fused", "math"}) out.push_back(attention(Kind::Training, "train", impl, T, false, false));
+  // Training rows are named causal or not only where the suite runs both, so the quick suite's names stay.
+  const bool name_training_causal = spec.training_causal.size() > 1;
+  for (const std::string& dtype : spec.dtypes) {
+    for (int64_t T : spec.core_T)
+      for (bool causal : {false, true})
+        for (const std::string& impl : spec.core_impls)
+          out.push_back(attention(Kind::Core, "core", impl, T, causal, true, dtype));
+    for (int64_t T : spec.module_T)
+      for (const std::string& impl : spec.module_impls)
+        out.push_back(attention(Kind::Module, "mha", impl, T, false, false, dtype));
+    for (int64_t T : spec.training_T)
+      for (bool causal : spec.training_causal)
+        for (const std::string& impl : spec.training_impls)
+          out.push_back(attention(Kind::Training, "train", impl, T, causal, name_training_causal, dtype));
+  }
   for (int64_t T : spec.long_T) {
     Config c = attention(Kind::LongContext, "long", "fused", T, false, false);
     c.max_warmup = 0;
@@ -120,7 +141,7 @@ double flops(const Config& c) {
 }
 
 std::optional<std::string> skip_reason(const Config& c) {
-  const double bytes = 4.0 * c.B * c.H * c.Tq * c.Tk;  // float32 scores
+  const double bytes = (c.dtype == "float32" ? 4.0 : 2.0) * c.B * c.H * c.Tq * c.Tk;  // the scores' dtype
   if (materialises_scores(c) && bytes > kMaxScoreBytes)
     return fmt::format("its [B,H,Tq,Tk] scores would take {:.1f} GiB (> {:.0f})", bytes / (1 << 30),
                        kMaxScoreBytes / (1 << 30));

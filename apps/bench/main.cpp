@@ -79,9 +79,11 @@ Values may also be given as --option=VALUE. Long-context configurations run with
 most 1 (quick) or 2 (full) reps. Implementations that hold the [B,H,Tq,Tk] scores are skipped where those
 would exceed {:.0f} GiB.
 
-Names: gemm/2048, core/IMPL/T=N/causal, core/IMPL/T=N/noncausal, mha/IMPL/T=N, train/IMPL/T=N,
-long/fused/T=N. Examples:
+Names: gemm/2048, core/IMPL/T=N/causal, core/IMPL/T=N/noncausal, mha/IMPL/T=N, train/IMPL/T=N (full and
+peer: train/IMPL/T=N/causal and /noncausal), long/fused/T=N; a bfloat16 row ends in /bfloat16. torch_sdpa is
+LibTorch's scaled_dot_product_attention (on LibTorch 2.x its fused CPU flash kernel). Examples:
   attn-bench --json bench.json
+  attn-bench --suite peer                  # ours against LibTorch's SDPA, float32 and bfloat16
   attn-bench --suite full --filter core/fused/ --reps 5
   attn-bench --filter /causal              # only the causal configurations
 

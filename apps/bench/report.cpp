@@ -20,14 +20,18 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr size_t kNoteWidth = 100;  // a longer error is cut in the table (the JSON keeps all of it)
 
-// The record that measured (kind, impl, T, causal), or nullptr if it did not run or failed.
+// The record that measured (kind, impl, T, causal, dtype), or nullptr if it did not run or failed.
 const Record* find(const std::vector<Record>& records, Kind kind, const std::string& impl, int64_t T,
-                   bool causal = false) {
+                   bool causal = false, const std::string& dtype = "float32") {
   for (const Record& r : records)
-    if (r.config.kind == kind && r.config.impl == impl && r.config.Tq == T && r.config.causal == causal)
+    if (r.config.kind == kind && r.config.impl == impl && r.config.Tq == T && r.config.causal == causal &&
+        r.config.dtype == dtype)
       return r.measurement ? &r : nullptr;
   return nullptr;
 }
+
+// " bfloat16" after a row's description; nothing for float32, the default.
+std::string dtype_suffix(const Config& c) { return c.dtype == "float32" ? "" : " " + c.dtype; }
 
 // "2.31x" faster (peer time / our time), or "n/a" when either side has no time.
 std::string speedup(const Record* ours, const Record* peer) {
@@ -98,17 +102,18 @@ void print_ratios(const std::vector<Record>& records, double ceiling) {
   for (const Record& r : records) {
     const Config& c = r.config;
     if (c.kind != Kind::Core || c.impl != "fused") continue;
-    const Record* fused = find(records, Kind::Core, "fused", c.Tq, c.causal);
-    fmt::print("  core T={} {}: fused vs math {}, vs torch_sdpa {}\n", c.Tq, c.causal ? "causal" : "noncausal",
-               speedup(fused, find(records, Kind::Core, "math", c.Tq, c.causal)),
-               speedup(fused, find(records, Kind::Core, "torch_sdpa", c.Tq, c.causal)));
+    const Record* fused = find(records, Kind::Core, "fused", c.Tq, c.causal, c.dtype);
+    fmt::print("  core T={} {}{}: fused vs math {}, vs torch_sdpa {}\n", c.Tq, c.causal ? "causal" : "noncausal",
+               dtype_suffix(c), speedup(fused, find(records, Kind::Core, "math", c.Tq, c.causal, c.dtype)),
+               speedup(fused, find(records, Kind::Core, "torch_sdpa", c.Tq, c.causal, c.dtype)));
   }
   for (const Record& r : records) {
     const Config& c = r.config;
     if (c.kind != Kind::Core || c.impl != "fused" || c.causal) continue;
-    const Record* dense = find(records, Kind::Core, "fused", c.Tq, false);
-    const Record* causal = find(records, Kind::Core, "fused", c.Tq, true);
-    fmt::print("  core T={} fused causal/noncausal time: {} (about 0.5 if masked tiles are skipped)\n", c.Tq,
+    const Record* dense = find(records, Kind::Core, "fused", c.Tq, false, c.dtype);
+    const Record* causal = find(records, Kind::Core, "fused", c.Tq, true, c.dtype);
+    fmt::print("  core T={}{} fused causal/noncausal time: {} (about 0.5 if masked tiles are skipped)\n", c.Tq,
+               dtype_suffix(c),
                dense && causal
                    ? fmt::format("{:.2f}", causal->measurement->ms_median / dense->measurement->ms_median)
                    : "n/a");
@@ -116,24 +121,26 @@ void print_ratios(const std::vector<Record>& records, double ceiling) {
   for (const Record& r : records) {
     const Config& c = r.config;
     if (c.kind != Kind::Module || c.impl != "attn_mha") continue;
-    const Record* torch_mha = find(records, Kind::Module, "torch_mha", c.Tq);
-    fmt::print("  mha T={}: attn_mha vs torch_mha {}, attn_mha_math vs torch_mha {}\n", c.Tq,
-               speedup(find(records, Kind::Module, "attn_mha", c.Tq), torch_mha),
-               speedup(find(records, Kind::Module, "attn_mha_math", c.Tq), torch_mha));
+    const Record* torch_mha = find(records, Kind::Module, "torch_mha", c.Tq, false, c.dtype);
+    fmt::print("  mha T={}{}: attn_mha vs torch_mha {}, attn_mha_math vs torch_mha {}\n", c.Tq, dtype_suffix(c),
+               speedup(find(records, Kind::Module, "attn_mha", c.Tq, false, c.dtype), torch_mha),
+               speedup(find(records, Kind::Module, "attn_mha_math", c.Tq, false, c.dtype), torch_mha));
   }
   for (const Record& r : records) {
     const Config& c = r.config;
     if (c.kind != Kind::Training || c.impl != "fused") continue;
-    const Record* fused = find(records, Kind::Training, "fused", c.Tq);
-    const Record* math = find(records, Kind::Training, "math", c.Tq);
+    const Record* fused = find(records, Kind::Training, "fused", c.Tq, c.causal, c.dtype);
+    const Record* math = find(records, Kind::Training, "math", c.Tq, c.causal, c.dtype);
+    const Record* sdpa = find(records, Kind::Training, "torch_sdpa", c.Tq, c.causal, c.dtype);
     // Above the process's own baseline, so that the growth with T is visible (linear vs quadratic).
     const auto rss = [](const Record* x) {
       return x ? fmt::format("{:.0f} MiB (+{:.0f})", x->measurement->peak_rss_mib,
                              x->measurement->peak_rss_mib - x->measurement->base_rss_mib)
                : "n/a";
     };
-    fmt::print("  train T={}: fused vs math {}; peak RSS fused {}, math {}\n", c.Tq, speedup(fused, math), rss(fused),
-               rss(math));
+    fmt::print("  train T={} {}{}: fused vs math {}, vs torch_sdpa {}; peak RSS fused {}, math {}, torch_sdpa {}\n",
+               c.Tq, c.causal ? "causal" : "noncausal", dtype_suffix(c), speedup(fused, math), speedup(fused, sdpa),
+               rss(fused), rss(math), rss(sdpa));
   }
   for (const Record& r : records)
     if (r.config.kind == Kind::LongContext && r.measurement)
@@ -160,7 +167,7 @@ std::string to_json(const std::vector<Record>& records, double ceiling, const st
         "\"dtype\": {}, \"device\": {}, \"ms_median\": {}, \"gflops\": {}, \"pct_gemm_ceiling\": {}, "
         "\"peak_rss_mib\": {}",
         json_string(c.name), json_string(c.impl), c.B, c.H, c.Tq, c.Tk, c.d, c.causal ? "true" : "false",
-        json_string(kDtype), json_string(device), json_number(r.measurement ? r.measurement->ms_median : kNaN),
+        json_string(c.dtype), json_string(device), json_number(r.measurement ? r.measurement->ms_median : kNaN),
         json_number(r.gflops()), json_number(r.pct_of(ceiling)),
         json_number(r.measurement ? r.measurement->peak_rss_mib : kNaN));
     if (!r.error.empty()) o += ", \"error\": " + json_string(r.error);

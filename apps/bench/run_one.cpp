@@ -35,6 +35,12 @@ torch::Tensor torch_sdpa(const torch::Tensor& q, const torch::Tensor& k, const t
 #endif
 }
 
+torch::ScalarType scalar_type(const std::string& dtype) {
+  if (dtype == "float32") return torch::kFloat32;
+  if (dtype == "bfloat16") return torch::kBFloat16;
+  throw std::invalid_argument("no dtype '" + dtype + "' in attn-bench (float32 or bfloat16)");
+}
+
 attn::Backend backend_of(const std::string& impl) {
   if (impl == "fused") return attn::Backend::Fused;
   if (impl == "math") return attn::Backend::Math;
@@ -51,10 +57,11 @@ std::function<torch::Tensor()> core_call(const Config& c, torch::Tensor q, torch
 // What one timed call does. The returned callable owns its inputs (and module), built here, untimed.
 std::function<void()> make_workload(const Config& c, const torch::Device& device) {
   torch::manual_seed(0);
-  const auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  const auto opts = torch::TensorOptions().dtype(scalar_type(c.dtype)).device(device);
   switch (c.kind) {
     case Kind::Gemm: {
-      const torch::Tensor a = torch::randn({c.Tq, c.d}, opts), b = torch::randn({c.d, c.Tk}, opts);
+      const auto fp32 = opts.dtype(torch::kFloat32);  // the ceiling is always the float32 GEMM
+      const torch::Tensor a = torch::randn({c.Tq, c.d}, fp32), b = torch::randn({c.d, c.Tk}, fp32);
       return [=] { torch::mm(a, b); };
     }
     case Kind::Core:
@@ -77,7 +84,7 @@ std::function<void()> make_workload(const Config& c, const torch::Device& device
       const int64_t E = c.H * c.d;
       if (c.impl == "torch_mha") {
         torch::nn::MultiheadAttention mha(torch::nn::MultiheadAttentionOptions(E, c.H));
-        mha->to(device);
+        mha->to(device, opts.dtype().toScalarType());
         mha->eval();
         const torch::Tensor x = torch::randn({c.Tq, c.B, E}, opts);  // sequence-first, as 1.13's C++ module wants
         return [=]() mutable { mha->forward(x, x, x, /*key_padding_mask=*/{}, /*need_weights=*/false); };
@@ -86,7 +93,7 @@ std::function<void()> make_workload(const Config& c, const torch::Device& device
       if (c.impl == "attn_mha_math") options.backend(attn::Backend::Math);
       else if (c.impl != "attn_mha") throw std::invalid_argument("unknown module impl '" + c.impl + "'");
       attn::MultiHeadAttention mha(options);
-      mha->to(device);
+      mha->to(device, opts.dtype().toScalarType());
       mha->eval();
       const torch::Tensor x = torch::randn({c.B, c.Tq, E}, opts);
       return [=]() mutable { mha->forward(x, x, x); };
