@@ -11,14 +11,37 @@
 
 namespace bench {
 
+namespace {
+
+// The file of the library that the process's Fortran sgemm_ binds to: the BLAS behind torch::mm and attn's
+// tiles. In PyTorch's wheels that is libtorch_cpu.so itself (MKL linked in), whatever else is loaded.
+std::string sgemm_library() {
+  Dl_info where{};
+  void* sgemm = dlsym(RTLD_DEFAULT, "sgemm_");
+  if (!sgemm || !dladdr(sgemm, &where) || !where.dli_fname) return "";
+  const std::string path = where.dli_fname;
+  return path.substr(path.find_last_of('/') + 1);
+}
+
+}  // namespace
+
 BlasInfo blas_info() {
+  const std::string library = sgemm_library();
+  const std::string from = library.empty() ? "" : fmt::format(" (sgemm_ from {})", library);
+  // MKL's version query, if the process has MKL (PyTorch's wheels and LibTorch zips link it in).
+  using MklVersion = void (*)(char*, int);
+  if (const auto mkl = reinterpret_cast<MklVersion>(dlsym(RTLD_DEFAULT, "MKL_Get_Version_String"))) {
+    char version[256] = {};
+    mkl(version, sizeof(version) - 1);
+    return {fmt::format("{}{}", version, from), ""};
+  }
   // OpenBLAS's own queries, if the BLAS that LibTorch loaded is OpenBLAS (libblas.so.3 is an alternative).
   using Query = char* (*)();
   const auto corename = reinterpret_cast<Query>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
   const auto config = reinterpret_cast<Query>(dlsym(RTLD_DEFAULT, "openblas_get_config"));
-  if (!corename || !config) return {"not OpenBLAS (or LibTorch's own MKL)", ""};
+  if (!corename || !config) return {fmt::format("neither MKL nor OpenBLAS{}", from), ""};
   const std::string core = corename();
-  BlasInfo info{fmt::format("{}, kernels {}", config(), core), ""};
+  BlasInfo info{fmt::format("{}, kernels {}{}", config(), core, from), ""};
   const bool generic = core == "Prescott" || core == "Core2" || core == "Nehalem" || core == "Unknown";
   if (generic && __builtin_cpu_supports("avx2")) {
     info.warning = fmt::format(
