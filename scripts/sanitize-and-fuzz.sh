@@ -59,34 +59,57 @@ CC=clang-14 CXX=clang++-14 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYP
 cmake --build "$BUILD_DIR" -j "$JOBS"
 phase_done "build (clang-14, ASan+UBSan)" "ok"
 
-# --- 3. The test suite under the sanitizers. Left out: the python.* tests, which load libattn.so into
-# /usr/bin/python3 (torch.ops.load_library), a process without the ASan runtime, so an instrumented library
-# cannot load there; and package.consumer, which installs this build and compiles a separate project against it
-# (a packaging test, with no code of attn's to check beyond what the suite runs). Both run in `make test`.
-# The weight-file tests run apart, with the full unwinder (tests/sanitizers/env.sh says why).
-excluded='^(python\..*|package\.consumer)$'
-weight_files='^(Files|WeightFiles|HostileFiles)[./]'
+# --- 3. The test suite under the sanitizers. GoogleTest's cases run in JOBS shards, one process each
+# (GTEST_TOTAL_SHARDS / GTEST_SHARD_INDEX), rather than one process per case as `make test` runs them: under
+# ASan, loading LibTorch takes seconds, and 609 processes took 14 to 28 min. The weight-file suites run apart,
+# with the full unwinder (tests/sanitizers/env.sh says why). Then the ctest tests that are not GoogleTest
+# cases: apps.* and layers.*. Left out: the python.* tests, which load libattn.so into /usr/bin/python3
+# (torch.ops.load_library), a process without the ASan runtime, so an instrumented library cannot load there;
+# and package.consumer, which installs this build and compiles a separate project against it (a packaging
+# test, with no code of attn's to check beyond what the suite runs). Both run in `make test`.
+gtest_binary=$BUILD_DIR/tests/attn_tests
+weight_files='Files/*:HostileFiles.*:WeightFiles.*:WeightFiles/*'
 mkdir -p "$BUILD_DIR/Testing"
-run_ctest() {  # run_ctest LOG CTEST_ARGS...: prints failures (with their output) and the totals
-  local log=$1 status=0
-  shift
-  ctest --test-dir "$BUILD_DIR" -j "$JOBS" --output-on-failure "$@" >"$log" 2>&1 || status=$?
-  grep -v -E '^ *Start +[0-9]+:|Test +#[0-9]+: .*(Passed|\*\*\*Skipped) |\(Skipped\)$|^The following tests did not run' \
-    "$log" | grep -v '^$' || true
+rm -f "$BUILD_DIR"/Testing/sanitize-*.log
+run_shards() {  # run_shards NAME GTEST_FILTER: the matching cases in JOBS processes; prints each failure
+  local name=$1 filter=$2 status=0 i log
+  local pids=()
+  for ((i = 0; i < JOBS; i++)); do
+    GTEST_TOTAL_SHARDS=$JOBS GTEST_SHARD_INDEX=$i "$gtest_binary" --gtest_filter="$filter" --gtest_brief=1 \
+      >"$BUILD_DIR/Testing/sanitize-$name-$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do
+    log=$BUILD_DIR/Testing/sanitize-$name-$i.log
+    if ! wait "${pids[$i]}"; then
+      status=1
+      # A failed case, or a sanitizer report that ended the process: show the end of the shard's output.
+      echo "-- $name shard $i failed; the end of $log:"
+      tail -n 60 "$log"
+    fi
+  done
   return $status
 }
-tests_total=$(ctest --test-dir "$BUILD_DIR" -N -E "$excluded" | sed -n 's/^Total Tests: //p')
+count() {  # count LABEL: the sum over the shards' logs of GoogleTest's "[  LABEL  ] N tests" lines
+  cat "$BUILD_DIR"/Testing/sanitize-*.log | awk -v label="$1" \
+    'index($0, "[  " label) == 1 && $4 ~ /^[0-9]+$/ && $5 ~ /^tests?[.,]/ {s += $4} END {print s + 0}'
+}
 suite_ok=1
-run_ctest "$BUILD_DIR/Testing/sanitize-suite.log" -E "$excluded|$weight_files" || suite_ok=0
-ASAN_OPTIONS="$ASAN_OPTIONS:$ATTN_ASAN_FULL_UNWIND" \
-  run_ctest "$BUILD_DIR/Testing/sanitize-weight-files.log" -R "$weight_files" || suite_ok=0
-failures=$(cat "$BUILD_DIR"/Testing/sanitize-*.log | awk '/tests passed, [0-9]+ tests failed/ {s += $4} END {print s + 0}')
-passed=$(cat "$BUILD_DIR"/Testing/sanitize-*.log | grep -c -E 'Test +#[0-9]+: .* Passed ' || true)
-skipped=$(cat "$BUILD_DIR"/Testing/sanitize-*.log | grep -c -E 'Test +#[0-9]+: .*\*\*\*Skipped ' || true)
+run_shards suite "-$weight_files" || suite_ok=0
+ASAN_OPTIONS="$ASAN_OPTIONS:$ATTN_ASAN_FULL_UNWIND" run_shards weight-files "$weight_files" || suite_ok=0
+cases_total=$("$gtest_binary" --gtest_list_tests | grep -c '^  ' || true)
+passed=$(count "PASSED  ]")
+skipped=$(count "SKIPPED ]")
+others_log=$BUILD_DIR/Testing/sanitize-ctest.log
+ctest --test-dir "$BUILD_DIR" -j "$JOBS" --output-on-failure -R '^(apps|layers)\.' >"$others_log" 2>&1 || {
+  suite_ok=0
+  grep -v -E '^ *Start +[0-9]+:|Test +#[0-9]+: .*Passed ' "$others_log" | grep -v '^$'
+}
+others=$(sed -n 's/.*tests passed, [0-9]* tests failed out of \([0-9]*\)/\1/p' "$others_log")
 if [ "$suite_ok" = 1 ]; then
-  phase_done "tests under ASan+UBSan" "$tests_total tests: $passed passed, $skipped skipped (CUDA), 0 failed"
+  phase_done "tests under ASan+UBSan" "$cases_total cases: $passed passed, $skipped skipped (CUDA); $others more (apps, layers)"
 else
-  phase_done "tests under ASan+UBSan" "FAILED: $failures of $tests_total (logs: $BUILD_DIR/Testing/sanitize-*.log)"
+  phase_done "tests under ASan+UBSan" "FAILED (logs: $BUILD_DIR/Testing/sanitize-*.log)"
   failed=1
 fi
 
