@@ -24,12 +24,19 @@ if [ ! -x "$cuda/bin/nvcc" ]; then
 fi
 # One Python call for what the wheel knows: its directory, and the GPU architectures it was built for
 # (sm_75 ... sm_120; the toolkit's nvcc 13 no longer builds the sm_50 that CMake's autodetection falls back to).
-read -r torch_dir arch_list < <("$python" -c '
+info=$("$python" -c '
 import os, torch
 archs = [a[3:] for a in torch._C._cuda_getArchFlags().split() if a.startswith("sm_")]
-print(os.path.dirname(torch.__file__), ";".join(f"{a[:-1]}.{a[-1]}" for a in archs))')
+print(os.path.dirname(torch.__file__), ";".join(f"{a[:-1]}.{a[-1]}" for a in archs))') ||
+  { echo "torch-pip-env: $python cannot import torch (see above): run scripts/setup-torch-pip.sh" >&2; exit 1; }
+read -r torch_dir arch_list <<< "$info"
 site=$(dirname "$torch_dir")
-rpath_link=$(ls -d "$site"/nvidia/*/lib | paste -sd:)
+rpath_link=$(ls -d "$site"/nvidia/*/lib 2>/dev/null | paste -sd:)
+if [ -z "$rpath_link" ] || [ -z "$arch_list" ]; then
+  echo "torch-pip-env: $site has no nvidia/*/lib or torch lists no GPU architectures: not the environment" \
+       "scripts/setup-torch-pip.sh makes" >&2
+  exit 1
+fi
 
 q() { printf '%q' "$1"; }
 echo "export ATTN_TORCH_PYTHON=$(q "$python")"
