@@ -8,5 +8,7 @@
 #include <attn/modules/attention_head.h>
 #include <attn/modules/cross_attention.h>
 #include <attn/modules/multi_head_attention.h>
+#include <attn/modules/rotary_embedding.h>
 #include <attn/options.h>
+#include <attn/rotary.h>
 #include <attn/version.h>

@@ -1,0 +1,77 @@
+#include <attn/modules/rotary_embedding.h>
+
+#include <ATen/ATen.h>
+
+namespace attn {
+namespace {
+constexpr const char* kFn = "attn::RotaryEmbedding";
+
+const char* pairing_name(RotaryPairing p) { return p == RotaryPairing::HalfSplit ? "HalfSplit" : "Interleaved"; }
+
+const char* scaling_name(RotaryScaling s) {
+  switch (s) {
+    case RotaryScaling::None: return "None";
+    case RotaryScaling::Linear: return "Linear";
+    case RotaryScaling::DynamicNTK: return "DynamicNTK";
+    case RotaryScaling::YaRN: return "YaRN";
+    case RotaryScaling::Llama3: return "Llama3";
+  }
+  return "?";
+}
+}  // namespace
+
+RotaryEmbeddingImpl::RotaryEmbeddingImpl(const RotaryEmbeddingOptions& options_) : options(options_) { reset(); }
+
+void RotaryEmbeddingImpl::reset() {
+  const RotaryFrequencies f = rotary_frequencies(options);  // validates the options
+  inv_freq = register_buffer("inv_freq", f.inv_freq);
+  attention_factor = f.attention_factor;
+}
+
+void RotaryEmbeddingImpl::pretty_print(std::ostream& stream) const {
+  stream << "attn::RotaryEmbedding(rotary_dim=" << options.rotary_dim() << ", base=" << options.base()
+         << ", pairing=" << pairing_name(options.pairing()) << ", scaling=" << scaling_name(options.scaling());
+  if (options.scaling() != RotaryScaling::None) stream << ", factor=" << options.factor();
+  if (options.original_max_position() > 0) stream << ", original_max_position=" << options.original_max_position();
+  stream << ")";
+}
+
+std::tuple<torch::Tensor, torch::Tensor> RotaryEmbeddingImpl::cos_sin(const torch::Tensor& positions,
+                                                                      torch::Dtype dtype) const {
+  TORCH_CHECK(positions.defined(), kFn, ": positions is undefined");
+  RotaryFrequencies f{inv_freq, attention_factor};
+  if (options.scaling() == RotaryScaling::DynamicNTK && positions.numel() > 0) {
+    // transformers' dynamic NTK: the frequencies for a sequence as long as the furthest position.
+    const int64_t seq_len = positions.max().item<int64_t>() + 1;
+    f = rotary_frequencies(options, seq_len);
+  }
+  return rotary_cos_sin(f, positions, dtype);
+}
+
+torch::Tensor RotaryEmbeddingImpl::forward(const torch::Tensor& x, const torch::Tensor& positions) const {
+  TORCH_CHECK(x.defined() && (x.dim() == 3 || x.dim() == 4), kFn,
+              ": x must be [B, H, T, head_dim] or unbatched [H, T, head_dim], got ",
+              x.defined() ? x.sizes() : at::IntArrayRef{});
+  TORCH_CHECK(positions.defined() && (positions.dim() == 1 || (positions.dim() == 2 && x.dim() == 4)), kFn,
+              ": positions must be [T]", x.dim() == 4 ? " or [B, T]" : "", " for x ", x.sizes(), ", got ",
+              positions.defined() ? positions.sizes() : at::IntArrayRef{});
+  const int64_t T = x.size(-2);
+  TORCH_CHECK(positions.size(-1) == T, kFn, ": positions must have x's T = ", T, " entries per row, got positions ",
+              positions.sizes(), " for x ", x.sizes());
+  if (positions.dim() == 2) {
+    TORCH_CHECK(positions.size(0) == x.size(0), kFn, ": positions [B, T] must have x's B = ", x.size(0),
+                " rows, got positions ", positions.sizes(), " for x ", x.sizes());
+  }
+  TORCH_CHECK(positions.device() == x.device(), kFn, ": positions is on ", positions.device(), " but x is on ",
+              x.device());
+  TORCH_CHECK(options.rotary_dim() <= x.size(-1), kFn, ": rotary_dim = ", options.rotary_dim(),
+              " is more than x's head_dim = ", x.size(-1), "; x is ", x.sizes());
+  auto [cos, sin] = cos_sin(positions, x.scalar_type());
+  if (positions.dim() == 2) {  // [B, T, r/2] -> [B, 1, T, r/2]: one angle per row, shared by the heads
+    cos = cos.unsqueeze(1);
+    sin = sin.unsqueeze(1);
+  }
+  return apply_rotary(x, cos, sin, options.pairing());
+}
+
+}  // namespace attn

@@ -1,0 +1,110 @@
+// RoPE's inverse frequencies under each scaling, in float64. Each branch follows the transformers rope init
+// function of the same name (modeling_rope_utils.py), so a checkpoint's rope_scaling config maps field by field
+// (docs/rotary.md).
+
+#include <attn/rotary.h>
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace attn {
+namespace {
+
+constexpr const char* kFn = "attn::rotary_frequencies";
+constexpr double kPi = 3.14159265358979323846;
+
+const char* scaling_name(RotaryScaling s) {
+  switch (s) {
+    case RotaryScaling::None: return "None";
+    case RotaryScaling::Linear: return "Linear";
+    case RotaryScaling::DynamicNTK: return "DynamicNTK";
+    case RotaryScaling::YaRN: return "YaRN";
+    case RotaryScaling::Llama3: return "Llama3";
+  }
+  return "?";
+}
+
+/// base^(-2i/dim) for i in [0, dim/2).
+at::Tensor default_inv_freq(double base, int64_t dim) {
+  const at::Tensor i2 = at::arange(0, dim, 2, at::TensorOptions().dtype(at::kDouble));
+  return at::pow(base, -i2 / static_cast<double>(dim));
+}
+
+/// YaRN: the channel index at which a frequency makes `rotations` turns over `context` positions.
+double correction_dim(double rotations, int64_t dim, double base, int64_t context) {
+  return dim * std::log(context / (rotations * 2 * kPi)) / (2 * std::log(base));
+}
+
+void check(const RotaryEmbeddingOptions& o) {
+  TORCH_CHECK(o.rotary_dim() > 0 && o.rotary_dim() % 2 == 0, kFn, ": rotary_dim must be a positive even number, got ",
+              o.rotary_dim());
+  TORCH_CHECK(std::isfinite(o.base()) && o.base() > 1.0, kFn, ": base must be finite and greater than 1, got ", o.base());
+  if (o.scaling() == RotaryScaling::None) return;
+  TORCH_CHECK(std::isfinite(o.factor()) && o.factor() > 0.0, kFn, ": factor must be positive and finite for ",
+              scaling_name(o.scaling()), " scaling, got ", o.factor());
+  if (o.scaling() == RotaryScaling::Linear) return;
+  TORCH_CHECK(o.original_max_position() > 0, kFn, ": ", scaling_name(o.scaling()),
+              " scaling needs original_max_position (the trained context length), got ", o.original_max_position());
+  if (o.scaling() == RotaryScaling::YaRN) {
+    TORCH_CHECK(o.beta_fast() > 0 && o.beta_slow() > 0, kFn, ": YaRN's beta_fast and beta_slow must be positive, got ",
+                o.beta_fast(), " and ", o.beta_slow());
+  }
+  if (o.scaling() == RotaryScaling::Llama3) {
+    TORCH_CHECK(o.low_freq_factor() > 0 && o.high_freq_factor() > o.low_freq_factor(), kFn,
+                ": Llama3 scaling needs 0 < low_freq_factor < high_freq_factor, got ", o.low_freq_factor(), " and ",
+                o.high_freq_factor());
+  }
+}
+
+}  // namespace
+
+RotaryFrequencies rotary_frequencies(const RotaryEmbeddingOptions& o, int64_t seq_len) {
+  check(o);
+  const int64_t dim = o.rotary_dim();
+  switch (o.scaling()) {
+    case RotaryScaling::None:
+      return {default_inv_freq(o.base(), dim), 1.0};
+    case RotaryScaling::Linear:
+      return {default_inv_freq(o.base(), dim) / o.factor(), 1.0};
+    case RotaryScaling::DynamicNTK: {
+      // Unchanged up to the trained length; beyond it the base grows so the lowest frequency still fits.
+      const double len = static_cast<double>(std::max(seq_len, o.original_max_position()));
+      const double ratio = o.factor() * len / static_cast<double>(o.original_max_position()) - (o.factor() - 1.0);
+      const double base = o.base() * std::pow(ratio, static_cast<double>(dim) / static_cast<double>(dim - 2));
+      return {default_inv_freq(base, dim), 1.0};
+    }
+    case RotaryScaling::YaRN: {
+      const double attention = o.attention_factor() ? *o.attention_factor()
+                               : o.factor() <= 1.0  ? 1.0
+                                                    : 0.1 * std::log(o.factor()) + 1.0;
+      const at::Tensor extrapolation = default_inv_freq(o.base(), dim);
+      const at::Tensor interpolation = extrapolation / o.factor();
+      // Channels below `low` keep their frequency (many turns over the trained context), channels above
+      // `high` are interpolated, and a linear ramp blends the ones between.
+      const double low = std::max(std::floor(correction_dim(o.beta_fast(), dim, o.base(), o.original_max_position())), 0.0);
+      double high = std::min(std::ceil(correction_dim(o.beta_slow(), dim, o.base(), o.original_max_position())),
+                             static_cast<double>(dim - 1));
+      if (high == low) high += 0.001;  // no division by zero
+      const at::Tensor ramp =
+          ((at::arange(dim / 2, at::TensorOptions().dtype(at::kDouble)) - low) / (high - low)).clamp(0.0, 1.0);
+      const at::Tensor keep = 1.0 - ramp;  // 1: extrapolate (keep the frequency), 0: interpolate
+      return {interpolation * (1.0 - keep) + extrapolation * keep, attention};
+    }
+    case RotaryScaling::Llama3: {
+      const at::Tensor inv_freq = default_inv_freq(o.base(), dim);
+      const double context = static_cast<double>(o.original_max_position());
+      const double low_wavelen = context / o.low_freq_factor(), high_wavelen = context / o.high_freq_factor();
+      const at::Tensor wavelen = 2 * kPi / inv_freq;
+      const at::Tensor scaled = at::where(wavelen > low_wavelen, inv_freq / o.factor(), inv_freq);
+      const at::Tensor smooth = (context / wavelen - o.low_freq_factor()) / (o.high_freq_factor() - o.low_freq_factor());
+      const at::Tensor smoothed = (1.0 - smooth) * scaled / o.factor() + smooth * scaled;
+      const at::Tensor medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
+      return {at::where(medium, smoothed, scaled), 1.0};
+    }
+  }
+  TORCH_CHECK(false, kFn, ": unknown RotaryScaling");
+}
+
+}  // namespace attn
