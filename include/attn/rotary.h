@@ -29,6 +29,10 @@ enum class RotaryScaling {
   Llama3,      ///< "llama3": low frequencies / factor, high unchanged, a smooth blend between
 };
 
+/// The enumerator's name ("HalfSplit", "YaRN", ...), for messages and pretty_print.
+const char* to_string(RotaryPairing pairing);
+const char* to_string(RotaryScaling scaling);
+
 struct RotaryEmbeddingOptions {
   /// rotary_dim: how many leading channels of each head rotate (even, at most head_dim). The rest pass
   /// through unchanged ("partial rotary", e.g. 0.25 · head_dim in GPT-NeoX and Phi).

@@ -5,19 +5,6 @@
 namespace attn {
 namespace {
 constexpr const char* kFn = "attn::RotaryEmbedding";
-
-const char* pairing_name(RotaryPairing p) { return p == RotaryPairing::HalfSplit ? "HalfSplit" : "Interleaved"; }
-
-const char* scaling_name(RotaryScaling s) {
-  switch (s) {
-    case RotaryScaling::None: return "None";
-    case RotaryScaling::Linear: return "Linear";
-    case RotaryScaling::DynamicNTK: return "DynamicNTK";
-    case RotaryScaling::YaRN: return "YaRN";
-    case RotaryScaling::Llama3: return "Llama3";
-  }
-  return "?";
-}
 }  // namespace
 
 RotaryEmbeddingImpl::RotaryEmbeddingImpl(const RotaryEmbeddingOptions& options_) : options(options_) { reset(); }
@@ -30,7 +17,7 @@ void RotaryEmbeddingImpl::reset() {
 
 void RotaryEmbeddingImpl::pretty_print(std::ostream& stream) const {
   stream << "attn::RotaryEmbedding(rotary_dim=" << options.rotary_dim() << ", base=" << options.base()
-         << ", pairing=" << pairing_name(options.pairing()) << ", scaling=" << scaling_name(options.scaling());
+         << ", pairing=" << to_string(options.pairing()) << ", scaling=" << to_string(options.scaling());
   if (options.scaling() != RotaryScaling::None) stream << ", factor=" << options.factor();
   if (options.original_max_position() > 0) stream << ", original_max_position=" << options.original_max_position();
   stream << ")";

@@ -15,17 +15,6 @@ namespace {
 constexpr const char* kFn = "attn::rotary_frequencies";
 constexpr double kPi = 3.14159265358979323846;
 
-const char* scaling_name(RotaryScaling s) {
-  switch (s) {
-    case RotaryScaling::None: return "None";
-    case RotaryScaling::Linear: return "Linear";
-    case RotaryScaling::DynamicNTK: return "DynamicNTK";
-    case RotaryScaling::YaRN: return "YaRN";
-    case RotaryScaling::Llama3: return "Llama3";
-  }
-  return "?";
-}
-
 /// base^(-2i/dim) for i in [0, dim/2).
 at::Tensor default_inv_freq(double base, int64_t dim) {
   const at::Tensor i2 = at::arange(0, dim, 2, at::TensorOptions().dtype(at::kDouble));
@@ -43,9 +32,9 @@ void check(const RotaryEmbeddingOptions& o) {
   TORCH_CHECK(std::isfinite(o.base()) && o.base() > 1.0, kFn, ": base must be finite and greater than 1, got ", o.base());
   if (o.scaling() == RotaryScaling::None) return;
   TORCH_CHECK(std::isfinite(o.factor()) && o.factor() > 0.0, kFn, ": factor must be positive and finite for ",
-              scaling_name(o.scaling()), " scaling, got ", o.factor());
+              to_string(o.scaling()), " scaling, got ", o.factor());
   if (o.scaling() == RotaryScaling::Linear) return;
-  TORCH_CHECK(o.original_max_position() > 0, kFn, ": ", scaling_name(o.scaling()),
+  TORCH_CHECK(o.original_max_position() > 0, kFn, ": ", to_string(o.scaling()),
               " scaling needs original_max_position (the trained context length), got ", o.original_max_position());
   if (o.scaling() == RotaryScaling::YaRN) {
     TORCH_CHECK(o.beta_fast() > 0 && o.beta_slow() > 0, kFn, ": YaRN's beta_fast and beta_slow must be positive, got ",
