@@ -68,6 +68,18 @@ TEST(GradCheck, FunctionalWithEveryMaskKind) {
                          {q, k, v}, "causal, Tq < Tk, scale");
 }
 
+// Grouped-query attention: each shared K/V head's gradient gathers its whole group, on the math path and
+// through the fused kernel's backward.
+TEST(GradCheck, GroupedQueryAttention) {
+  torch::manual_seed(12);
+  const torch::Tensor q = leaf({1, 4, 3, 3}), k = leaf({1, 2, 5, 3}), v = leaf({1, 2, 5, 2});
+  for (Backend backend : {Backend::Math, Backend::Fused}) {
+    expect_gradients_match(
+        [&] { return scaled_dot_product_attention(q, k, v, SdpaOptions().causal(true).backend(backend)); }, {q, k, v},
+        std::string("grouped, causal, ") + to_string(backend));
+  }
+}
+
 TEST(GradCheck, AttentionHead) {
   torch::manual_seed(12);
   AttentionHead head(AttentionHeadOptions(4, 3).d_v(5).bias(true).causal(true));

@@ -49,7 +49,7 @@ TEST(MetaKernels, ForwardAndBackwardMatchTheCpuKernelsLayout) {
 TEST(MetaKernels, RefuseWhatTheCpuKernelsRefuse) {
   const torch::Tensor q = torch::randn({1, 2, 3, 4}, torch::kMeta), k = torch::randn({1, 2, 5, 4}, torch::kMeta);
   EXPECT_ERROR_CONTAINS(ops::flash_attention(q, k, torch::randn({1, 2, 6, 4}, torch::kMeta)),
-                        "attn::flash_attention: value must be [B, H, Tk, d_v] = [1, 2, 5, d_v] to match key");
+                        "attn::flash_attention: value must be [B, H_kv, Tk, d_v] = [1, 2, 5, d_v] to match key");
   EXPECT_ERROR_CONTAINS(ops::flash_attention(q, k, k, torch::zeros({1, 2, 4}, torch::dtype(torch::kBool).device(torch::kMeta))),
                         "attn::flash_attention: key_padding_mask must broadcast to [B, H, Tk] = [1, 2, 5]");
   EXPECT_ERROR_CONTAINS(ops::flash_attention(q.to(torch::kHalf), k.to(torch::kHalf), k.to(torch::kHalf)),

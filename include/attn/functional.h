@@ -13,7 +13,11 @@ namespace attn {
 ///
 ///   query [..., Tq, d_k], key [..., Tk, d_k], value [..., Tk, d_v]  ->  [..., Tq, d_v]
 ///
-/// The leading dimensions ("...", e.g. [B, H]) must be equal in all three. d_v may differ from d_k.
+/// The leading dimensions ("...", e.g. [B, H]) must be equal in all three, except for grouped-query and
+/// multi-query attention: key and value may have H_kv heads (dimension -3) where H_kv divides the query's H
+/// heads, and query head h then attends with key/value head h / (H / H_kv), as
+/// `F.scaled_dot_product_attention(enable_gqa=True)` does. No backend copies the shared heads. Masks stay in
+/// the query's layout ([..., H, Tq, Tk]). d_v may differ from d_k.
 /// Floating types only, all three the same dtype and device. See AttentionMasks for the mask conventions
 /// and SdpaOptions for causal alignment, scale and dropout.
 torch::Tensor scaled_dot_product_attention(const torch::Tensor& query, const torch::Tensor& key,

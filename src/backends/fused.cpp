@@ -55,7 +55,11 @@ torch::Tensor fused_attention(const torch::Tensor& query, const torch::Tensor& k
                               const SdpaOptions& options) {
   const at::IntArrayRef lead = query.sizes().slice(0, query.dim() - 2);
   const std::vector<int64_t> folded = folded_lead(lead);
-  const auto fold_input = [&](const torch::Tensor& x) { return fold(x, lead, folded, 2); };
+  // Key and value keep their own leading shape: with grouped heads it differs from the query's in the last.
+  const auto fold_input = [&](const torch::Tensor& x) {
+    const at::IntArrayRef own = x.sizes().slice(0, x.dim() - 2);
+    return fold(x, own, folded_lead(own), 2);
+  };
 
   const AttentionMasks& masks = options.masks();
   const auto optional_mask = [&](const torch::Tensor& m, int64_t trailing) -> c10::optional<torch::Tensor> {

@@ -1,6 +1,7 @@
 // Backend::Math: softmax(q kᵀ · scale + masks) v with the [..., Tq, Tk] scores in memory. The reference the
 // other backends are tested against, and the only one that returns the weights or applies dropout anywhere.
 
+#include "backends/groups.h"
 #include "backends/implementations.h"
 #include "backends/masks.h"
 
@@ -16,16 +17,16 @@ namespace {
 /// NaN or Inf value is still NaN, so a non-finite value at a masked key would leak into the output; here it
 /// is multiplied as 0 and put back (with IEEE semantics) only where the key is allowed.
 torch::Tensor weighted_values(const torch::Tensor& probs, const torch::Tensor& value, const torch::Tensor& blocked) {
-  if (!blocked.defined()) return at::matmul(probs, value);
+  if (!blocked.defined()) return grouped_matmul(probs, value);
   const torch::Tensor finite = value.isfinite();
   // On the CPU the check is a cheap pass that saves two products in the usual all-finite case; on CUDA it
   // would stall the stream, so CUDA always takes the exact path.
-  if (value.is_cpu() && finite.all().item<bool>()) return at::matmul(probs, value);
+  if (value.is_cpu() && finite.all().item<bool>()) return grouped_matmul(probs, value);
 
-  torch::Tensor out = at::matmul(probs, value.masked_fill(finite.logical_not(), 0));
+  torch::Tensor out = grouped_matmul(probs, value.masked_fill(finite.logical_not(), 0));
   const auto dtype = value.scalar_type();
-  const torch::Tensor reach = blocked.logical_not().to(dtype);
-  auto hits = [&](const torch::Tensor& where_bad) { return at::matmul(reach, where_bad.to(dtype)) > 0; };
+  const torch::Tensor reach = blocked.logical_not().to(dtype).expand(probs.sizes());
+  auto hits = [&](const torch::Tensor& where_bad) { return grouped_matmul(reach, where_bad.to(dtype)) > 0; };
   const torch::Tensor pos = hits(value.isposinf());
   const torch::Tensor neg = hits(value.isneginf());
   // NaN wins over Inf: an attended NaN, +Inf meeting -Inf, or a row already NaN (from a NaN score).
@@ -42,7 +43,7 @@ std::tuple<torch::Tensor, torch::Tensor> math_attention(const torch::Tensor& que
                                                         bool need_weights) {
   const double scale = options.scale() ? *options.scale() : 1.0 / std::sqrt(static_cast<double>(query.size(-1)));
   // Scale q before the product, not the scores after it: in float16 an unscaled q·k can overflow to inf.
-  torch::Tensor scores = at::matmul(query * scale, key.transpose(-2, -1));
+  torch::Tensor scores = grouped_matmul(query * scale, key.transpose(-2, -1));
   if (options.masks().additive_mask().defined()) scores = scores + options.masks().additive_mask();
 
   const torch::Tensor blocked =

@@ -2,6 +2,7 @@
 // which on CUDA with LibTorch >= 2 picks FlashAttention, memory-efficient or cuDNN kernels. It takes one
 // mask and aligns causal top-left, so attn's masks are combined into one here.
 
+#include "backends/groups.h"
 #include "backends/implementations.h"
 #include "backends/masks.h"
 
@@ -12,8 +13,18 @@
 #include <limits>
 
 namespace attn::backends {
-torch::Tensor torch_attention(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
+torch::Tensor torch_attention(const torch::Tensor& query, const torch::Tensor& key_in, const torch::Tensor& value_in,
                               const SdpaOptions& options) {
+  // Grouped K/V heads: LibTorch >= 2.5 reads the shared heads itself (enable_gqa); older ones get copies.
+  const int64_t group = kv_group_size(query, key_in);
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+  const torch::Tensor& key = key_in;
+  const torch::Tensor& value = value_in;
+  const bool enable_gqa = group > 1;
+#else
+  const torch::Tensor key = repeat_kv_heads(key_in, group);
+  const torch::Tensor value = repeat_kv_heads(value_in, group);
+#endif
   const int64_t tq = query.size(-2), tk = key.size(-2);
   const AttentionMasks& masks = options.masks();
   // LibTorch's is_causal is top-left and excludes a mask: otherwise causality goes into the mask.
@@ -36,8 +47,13 @@ torch::Tensor torch_attention(const torch::Tensor& query, const torch::Tensor& k
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
   // SDPA takes the scale itself since 2.1; nullopt keeps its default 1/sqrt(d_k).
   const c10::optional<double> scale = options.scale() ? c10::optional<double>(*options.scale()) : c10::nullopt;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+  torch::Tensor out = at::scaled_dot_product_attention(query, key, value, attn_mask, options.dropout(),
+                                                       native_causal, scale, enable_gqa);
+#else
   torch::Tensor out =
       at::scaled_dot_product_attention(query, key, value, attn_mask, options.dropout(), native_causal, scale);
+#endif
 #else
   // 1.13 and 2.0 take no scale: fold it into q, relative to the default 1/sqrt(d_k).
   const torch::Tensor q =

@@ -26,9 +26,23 @@ void check_sdpa_inputs(const char* fn, const torch::Tensor& query, const torch::
   common::check_same_device_dtype(fn, "key", key, "query", query);
   common::check_same_device_dtype(fn, "value", value, "query", query);
   const auto batch = batch_dims(query);
-  TORCH_CHECK(batch_dims(key) == batch && batch_dims(value) == batch, fn,
-              ": query, key and value must share their leading dimensions, got query ", query.sizes(), ", key ",
-              key.sizes(), ", value ", value.sizes());
+  // Grouped-query attention: key and value may have fewer heads (dimension -3) than the query, as long as
+  // they divide its count; every other leading dimension must match.
+  const auto same_or_grouped = [&](const torch::Tensor& t) {
+    auto dims = batch_dims(t);
+    if (dims == batch) return true;
+    if (dims.size() != batch.size() || batch.empty()) return false;
+    const int64_t kv_heads = dims.back(), q_heads = batch.back();
+    dims.back() = q_heads;
+    return dims == batch && kv_heads > 0 && q_heads % kv_heads == 0;
+  };
+  TORCH_CHECK(same_or_grouped(key) && same_or_grouped(value), fn,
+              ": query, key and value must share their leading dimensions, except that key and value may have "
+              "H_kv heads (dimension -3) where H_kv divides the query's heads (grouped-query attention), got query ",
+              query.sizes(), ", key ", key.sizes(), ", value ", value.sizes());
+  TORCH_CHECK(query.dim() < 3 || key.size(-3) == value.size(-3), fn,
+              ": key and value must have the same number of heads (dimension -3), got key ", key.sizes(),
+              " and value ", value.sizes());
   TORCH_CHECK(query.size(-1) > 0, fn, ": d_k (query's last dimension) must be positive, got query ", query.sizes());
   TORCH_CHECK(key.size(-1) == query.size(-1), fn, ": key must be [..., Tk, d_k] with d_k = ", query.size(-1),
               " (query's last dimension), got key ", key.sizes());

@@ -23,22 +23,24 @@ void check_input(const char* fn, const char* arg, const at::Tensor& t, const cha
 
 FlashSizes check_qkv(const char* fn, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   check_input(fn, "query", q, "[B, H, Tq, d_k]");
-  check_input(fn, "key", k, "[B, H, Tk, d_k]");
-  check_input(fn, "value", v, "[B, H, Tk, d_v]");
+  check_input(fn, "key", k, "[B, H_kv, Tk, d_k]");
+  check_input(fn, "value", v, "[B, H_kv, Tk, d_v]");
   common::check_same_device_dtype(fn, "key", k, "query", q);
   common::check_same_device_dtype(fn, "value", v, "query", q);
-  const FlashSizes s{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3)};
+  const FlashSizes s{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3), k.size(1)};
   TORCH_CHECK(s.dk > 0, fn, ": d_k (query's last dimension) must be positive, got query ", q.sizes());
   constexpr int64_t kMaxWidth = std::numeric_limits<int32_t>::max();  // BLAS's 32-bit sizes
   TORCH_CHECK(s.dk <= kMaxWidth && v.size(3) <= kMaxWidth, fn, ": d_k and d_v must be at most ", kMaxWidth,
               " for the fused kernel's BLAS tiles, got query ", q.sizes(), " and value ", v.sizes(),
               "; use attn::Backend::Math");
-  TORCH_CHECK(k.size(0) == s.batch && k.size(1) == s.heads && k.size(3) == s.dk, fn,
-              ": key must be [B, H, Tk, d_k] = [", s.batch, ", ", s.heads, ", Tk, ", s.dk, "] to match query ",
-              q.sizes(), ", got key ", k.sizes());
-  TORCH_CHECK(v.size(0) == s.batch && v.size(1) == s.heads && v.size(2) == s.tk, fn,
-              ": value must be [B, H, Tk, d_v] = [", s.batch, ", ", s.heads, ", ", s.tk, ", d_v] to match key ",
-              k.sizes(), ", got value ", v.sizes());
+  const bool heads_divide = s.kv_heads > 0 && s.heads % s.kv_heads == 0;
+  TORCH_CHECK(k.size(0) == s.batch && heads_divide && k.size(3) == s.dk, fn,
+              ": key must be [B, H_kv, Tk, d_k] = [", s.batch, ", H_kv, Tk, ", s.dk,
+              "] with H_kv dividing the query's ", s.heads, " heads, to match query ", q.sizes(), ", got key ",
+              k.sizes());
+  TORCH_CHECK(v.size(0) == s.batch && v.size(1) == s.kv_heads && v.size(2) == s.tk, fn,
+              ": value must be [B, H_kv, Tk, d_v] = [", s.batch, ", ", s.kv_heads, ", ", s.tk,
+              ", d_v] to match key ", k.sizes(), ", got value ", v.sizes());
   return s;
 }
 

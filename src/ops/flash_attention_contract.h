@@ -16,9 +16,11 @@ inline constexpr const char* kBackwardOp = "attn::flash_attention_backward";
 
 struct FlashSizes {
   int64_t batch, heads, tq, tk, dk, dv;
+  int64_t kv_heads;  ///< key/value heads; divides `heads` (grouped-query attention when smaller)
 };
 
-/// Checks q, k, v ([B, H, T, d], CPU or meta, float32/float64/bfloat16), the masks and the scale.
+/// Checks q [B, H, Tq, d_k], k [B, H_kv, Tk, d_k], v [B, H_kv, Tk, d_v] (H_kv divides H; CPU or meta,
+/// float32/float64/bfloat16), the masks (in the query's heads) and the scale.
 FlashSizes check_forward_args(const char* fn, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                               const c10::optional<at::Tensor>& key_padding_mask,
                               const c10::optional<at::Tensor>& attend_mask,

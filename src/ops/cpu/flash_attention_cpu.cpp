@@ -74,6 +74,7 @@ FlashProblem<T> make_problem(const FlashSizes& s, const at::Tensor& q, const at:
                              const KernelMasks& masks, bool is_causal, int64_t causal_offset, double scale) {
   FlashProblem<T> p;
   p.batch = s.batch, p.heads = s.heads, p.tq = s.tq, p.tk = s.tk, p.dk = s.dk, p.dv = s.dv;
+  p.kv_heads = s.kv_heads;
   p.q = input_view<T>(q), p.k = input_view<T>(k), p.v = input_view<T>(v);
   masks.fill(p);
   p.causal = is_causal;
@@ -130,14 +131,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward_cpu(
   // in a fixed order. The split count does not depend on the thread count, so gradients are bitwise the
   // same whatever at::set_num_threads says.
   const int64_t k_blocks = (s.tk + kBackwardKeyBlock - 1) / kBackwardKeyBlock;
-  const int64_t heads_total = std::max<int64_t>(s.batch * s.heads, 1);
+  const int64_t heads_total = std::max<int64_t>(s.batch * s.kv_heads, 1);
   constexpr int64_t kMinTasks = 16;
   const int64_t wanted = (kMinTasks + heads_total - 1) / heads_total;
   const int64_t splits = std::clamp<int64_t>(wanted, 1, std::max<int64_t>(k_blocks, 1));
 
   at::Tensor grad_q = at::zeros({splits * s.batch, s.heads, s.tq, s.dk}, q.options());
-  at::Tensor grad_k = at::empty({s.batch, s.heads, s.tk, s.dk}, q.options());
-  at::Tensor grad_v = at::empty({s.batch, s.heads, s.tk, s.dv}, q.options());
+  at::Tensor grad_k = at::empty({s.batch, s.kv_heads, s.tk, s.dk}, q.options());
+  at::Tensor grad_v = at::empty({s.batch, s.kv_heads, s.tk, s.dv}, q.options());
   AT_DISPATCH_FLOATING_TYPES(compute, "attn::flash_attention_backward", [&] {
     FlashBackward<scalar_t> args;
     args.problem = make_problem<scalar_t>(s, q, k, v, masks, is_causal, causal_offset, sc);

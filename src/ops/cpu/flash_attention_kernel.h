@@ -21,6 +21,7 @@ struct View4 {
 template <typename T>
 struct FlashProblem {
   int64_t batch = 0, heads = 0, tq = 0, tk = 0, dk = 0, dv = 0;
+  int64_t kv_heads = 0;  // k and v have kv_heads heads, each shared by heads / kv_heads query heads
   View4<const T> q, k, v;
   View4<const bool> key_padding;  // [B, H, 1, Tk] (si unused); data == nullptr when absent; true = padding
   View4<const bool> attend;       // [B, H, Tq, Tk]; true = may attend
@@ -28,6 +29,10 @@ struct FlashProblem {
   bool causal = false;
   int64_t causal_offset = 0;  // key j allowed for query i iff j <= i + causal_offset
   T scale = 1;
+
+  /// How many query heads share one key/value head, and which one query head h reads.
+  int64_t group() const { return heads / kv_heads; }
+  int64_t kv_head(int64_t h) const { return h / group(); }
 };
 
 template <typename T>
@@ -44,8 +49,8 @@ struct FlashBackward {
   const T* lse = nullptr;      // [B, H, Tq] contiguous, from the forward pass
   const T* delta = nullptr;    // [B, H, Tq] contiguous: rowsum(grad_out * out)
   View4<T> grad_q;             // [splits * B, H, Tq, dk], zeroed: split s writes batch s*B + b
-  int64_t splits = 1;          // key blocks are divided among this many tasks per (b, h)
-  View4<T> grad_k, grad_v;     // [B, H, Tk, dk], [B, H, Tk, dv]
+  int64_t splits = 1;          // key blocks are divided among this many tasks per (b, kv head)
+  View4<T> grad_k, grad_v;     // [B, H_kv, Tk, dk], [B, H_kv, Tk, dv]: summed over each group of query heads
 };
 
 /// The instruction sets the kernels are compiled for.

@@ -134,17 +134,17 @@ bool all_finite(const T* x, int64_t rows, int64_t cols, int64_t ld) {
   return !std::isnan(at::vec::vec_reduce_all<T>(std::plus<Vec>(), acc) + tail);
 }
 
-/// For each (b, h, block of `block` rows) of x [B, H, Tk, width]: whether all its elements are finite. One
-/// pass over x per call, so the tiles can choose the plain GEMM without scanning their block again.
+/// For each (b, kv head, block of `block` rows) of x [B, H_kv, Tk, width]: whether all its elements are
+/// finite. One pass over x per call, so the tiles can choose the plain GEMM without scanning their block again.
 template <typename T>
 std::vector<uint8_t> finite_blocks(const FlashProblem<T>& p, const View4<const T>& x, int64_t width,
                                    int64_t block) {
   const int64_t blocks = (p.tk + block - 1) / block;
-  std::vector<uint8_t> flags(p.batch * p.heads * blocks);
+  std::vector<uint8_t> flags(p.batch * p.kv_heads * blocks);
   at::parallel_for(0, static_cast<int64_t>(flags.size()), 8, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const int64_t bh = i / blocks, j0 = (i % blocks) * block;
-      flags[i] = all_finite(x.row(bh / p.heads, bh % p.heads, j0), std::min(block, p.tk - j0), width, x.si);
+      flags[i] = all_finite(x.row(bh / p.kv_heads, bh % p.kv_heads, j0), std::min(block, p.tk - j0), width, x.si);
     }
   });
   return flags;
@@ -243,9 +243,10 @@ void forward(const FlashForward<T>& args) {
     const int64_t key_end =
         p.causal ? std::clamp<int64_t>(i0 + rows + p.causal_offset, 0, p.tk) : p.tk;
     const T* q = p.q.row(b, h, i0);
+    const int64_t hk = p.kv_head(h);
     for (int64_t j0 = 0; j0 < key_end; j0 += kKeyBlock) {
       const int64_t cols = std::min(kKeyBlock, key_end - j0);
-      const T* k = p.k.row(b, h, j0);
+      const T* k = p.k.row(b, hk, j0);
       gemm<T>(false, true, rows, cols, p.dk, p.scale, q, p.q.si, k, p.k.si, T(0), s, kKeyBlock);
       if (masked || tile_crosses_diagonal(p, i0, j0, cols)) mask_tile(p, b, h, i0, rows, j0, cols, s, kKeyBlock);
 
@@ -267,8 +268,8 @@ void forward(const FlashForward<T>& args) {
         st.row_max[r] = new_max;
       }
 
-      const T* v = p.v.row(b, h, j0);
-      if (values_finite[(b * p.heads + h) * k_blocks + j0 / kKeyBlock]) {
+      const T* v = p.v.row(b, hk, j0);
+      if (values_finite[(b * p.kv_heads + hk) * k_blocks + j0 / kKeyBlock]) {
         gemm<T>(false, false, rows, p.dv, cols, T(1), s, kKeyBlock, v, p.v.si, T(1), acc, p.dv);
       } else {
         // 0 · Inf is NaN in a matrix product: add up only the keys with a nonzero weight.
@@ -308,69 +309,73 @@ template <typename T>
 void backward(const FlashBackward<T>& args) {
   const FlashProblem<T>& p = args.problem;
   const int64_t k_blocks = (p.tk + kBackwardKeyBlock - 1) / kBackwardKeyBlock;
-  const int64_t heads_total = p.batch * p.heads;
+  const int64_t kv_heads_total = p.batch * p.kv_heads;
   const bool masked = has_masks(p);
   const int64_t ld = kBackwardKeyBlock;
   const std::vector<uint8_t> keys_finite_blocks = finite_blocks(p, p.k, p.dk, kBackwardKeyBlock);
 
-  run_tasks<BackwardState<T>>(heads_total * args.splits, [&](int64_t t, BackwardState<T>& st) {
+  // One task per (b, kv head, split): it walks every query head of the group, so dK and dV of a shared head
+  // are summed over its group in the task's accumulator, in a fixed order.
+  run_tasks<BackwardState<T>>(kv_heads_total * args.splits, [&](int64_t t, BackwardState<T>& st) {
     const int64_t split = t % args.splits;
-    const int64_t b = (t / args.splits) / p.heads, h = (t / args.splits) % p.heads;
+    const int64_t b = (t / args.splits) / p.kv_heads, hk = (t / args.splits) % p.kv_heads;
     const int64_t kb_begin = split * k_blocks / args.splits, kb_end = (split + 1) * k_blocks / args.splits;
     st.probs.resize(kBackwardQueryBlock * ld);
     st.grad_probs.resize(kBackwardQueryBlock * ld);
     T* prob = st.probs.data();
     T* dprob = st.grad_probs.data();
-    const T* lse = args.lse + (b * p.heads + h) * p.tq;
-    const T* delta = args.delta + (b * p.heads + h) * p.tq;
 
     for (int64_t kb = kb_begin; kb < kb_end; ++kb) {
       const int64_t j0 = kb * kBackwardKeyBlock, cols = std::min(kBackwardKeyBlock, p.tk - j0);
       st.grad_k.assign(cols * p.dk, T(0));
       st.grad_v.assign(cols * p.dv, T(0));
-      const T* k = p.k.row(b, h, j0);
-      const T* v = p.v.row(b, h, j0);
-      const bool keys_finite = keys_finite_blocks[(b * p.heads + h) * k_blocks + kb];
+      const T* k = p.k.row(b, hk, j0);
+      const T* v = p.v.row(b, hk, j0);
+      const bool keys_finite = keys_finite_blocks[(b * p.kv_heads + hk) * k_blocks + kb];
       // Queries before the causal limit of the tile's first key see none of its keys.
       const int64_t q_begin = p.causal ? std::clamp<int64_t>(j0 - p.causal_offset, 0, p.tq) : 0;
-      for (int64_t i0 = q_begin; i0 < p.tq; i0 += kBackwardQueryBlock) {
-        const int64_t rows = std::min(kBackwardQueryBlock, p.tq - i0);
-        const T* q = p.q.row(b, h, i0);
-        const T* dout = args.grad_out.row(b, h, i0);
-        gemm<T>(false, true, rows, cols, p.dk, p.scale, q, p.q.si, k, p.k.si, T(0), prob, ld);
-        if (masked || tile_crosses_diagonal(p, i0, j0, cols)) mask_tile(p, b, h, i0, rows, j0, cols, prob, ld);
-        for (int64_t r = 0; r < rows; ++r) {
-          T* row = prob + r * ld;
-          if (lse[i0 + r] == kNegInf<T>) {
-            std::fill(row, row + cols, T(0));
-          } else {
-            exp_shifted(row, cols, lse[i0 + r]);
-          }
-        }
-        // dV += Pᵀ dO;  dP = dO Vᵀ;  dS = P (dP - delta);  dK += scale dSᵀ Q;  dQ += scale dS K
-        gemm<T>(true, false, cols, p.dv, rows, T(1), prob, ld, dout, args.grad_out.si, T(1), st.grad_v.data(),
-                p.dv);
-        gemm<T>(false, true, rows, cols, p.dv, T(1), dout, args.grad_out.si, v, p.v.si, T(0), dprob, ld);
-        for (int64_t r = 0; r < rows; ++r) softmax_backward_row(prob + r * ld, dprob + r * ld, cols, delta[i0 + r]);
-        gemm<T>(true, false, cols, p.dk, rows, p.scale, dprob, ld, q, p.q.si, T(1), st.grad_k.data(), p.dk);
-        T* dq = args.grad_q.row(split * p.batch + b, h, i0);
-        if (keys_finite) {
-          gemm<T>(false, false, rows, p.dk, cols, p.scale, dprob, ld, k, p.k.si, T(1), dq, args.grad_q.si);
-        } else {
-          // A NaN or Inf key at a blocked pair has dS = 0 there, and 0 · NaN would still poison dQ.
+      for (int64_t h = hk * p.group(); h < (hk + 1) * p.group(); ++h) {
+        const T* lse = args.lse + (b * p.heads + h) * p.tq;
+        const T* delta = args.delta + (b * p.heads + h) * p.tq;
+        for (int64_t i0 = q_begin; i0 < p.tq; i0 += kBackwardQueryBlock) {
+          const int64_t rows = std::min(kBackwardQueryBlock, p.tq - i0);
+          const T* q = p.q.row(b, h, i0);
+          const T* dout = args.grad_out.row(b, h, i0);
+          gemm<T>(false, true, rows, cols, p.dk, p.scale, q, p.q.si, k, p.k.si, T(0), prob, ld);
+          if (masked || tile_crosses_diagonal(p, i0, j0, cols)) mask_tile(p, b, h, i0, rows, j0, cols, prob, ld);
           for (int64_t r = 0; r < rows; ++r) {
-            for (int64_t c = 0; c < cols; ++c) {
-              const T w = dprob[r * ld + c] * p.scale;
-              if (w == T(0)) continue;
-              const T* krow = k + c * p.k.si;
-              for (int64_t e = 0; e < p.dk; ++e) dq[r * args.grad_q.si + e] += w * krow[e];
+            T* row = prob + r * ld;
+            if (lse[i0 + r] == kNegInf<T>) {
+              std::fill(row, row + cols, T(0));
+            } else {
+              exp_shifted(row, cols, lse[i0 + r]);
+            }
+          }
+          // dV += Pᵀ dO;  dP = dO Vᵀ;  dS = P (dP - delta);  dK += scale dSᵀ Q;  dQ += scale dS K
+          gemm<T>(true, false, cols, p.dv, rows, T(1), prob, ld, dout, args.grad_out.si, T(1), st.grad_v.data(),
+                  p.dv);
+          gemm<T>(false, true, rows, cols, p.dv, T(1), dout, args.grad_out.si, v, p.v.si, T(0), dprob, ld);
+          for (int64_t r = 0; r < rows; ++r) softmax_backward_row(prob + r * ld, dprob + r * ld, cols, delta[i0 + r]);
+          gemm<T>(true, false, cols, p.dk, rows, p.scale, dprob, ld, q, p.q.si, T(1), st.grad_k.data(), p.dk);
+          T* dq = args.grad_q.row(split * p.batch + b, h, i0);
+          if (keys_finite) {
+            gemm<T>(false, false, rows, p.dk, cols, p.scale, dprob, ld, k, p.k.si, T(1), dq, args.grad_q.si);
+          } else {
+            // A NaN or Inf key at a blocked pair has dS = 0 there, and 0 · NaN would still poison dQ.
+            for (int64_t r = 0; r < rows; ++r) {
+              for (int64_t c = 0; c < cols; ++c) {
+                const T w = dprob[r * ld + c] * p.scale;
+                if (w == T(0)) continue;
+                const T* krow = k + c * p.k.si;
+                for (int64_t e = 0; e < p.dk; ++e) dq[r * args.grad_q.si + e] += w * krow[e];
+              }
             }
           }
         }
       }
       for (int64_t c = 0; c < cols; ++c) {
-        std::copy_n(st.grad_k.data() + c * p.dk, p.dk, args.grad_k.row(b, h, j0 + c));
-        std::copy_n(st.grad_v.data() + c * p.dv, p.dv, args.grad_v.row(b, h, j0 + c));
+        std::copy_n(st.grad_k.data() + c * p.dk, p.dk, args.grad_k.row(b, hk, j0 + c));
+        std::copy_n(st.grad_v.data() + c * p.dv, p.dv, args.grad_v.row(b, hk, j0 + c));
       }
     }
   });
