@@ -16,10 +16,11 @@ function(attn_add_kernel_variants target)
   set_source_files_properties(${dir}/flash_attention_kernel_avx2.cpp PROPERTIES
     COMPILE_DEFINITIONS "CPU_CAPABILITY=AVX2;CPU_CAPABILITY_AVX2"
     COMPILE_OPTIONS "-mavx2;-mfma;-mf16c" SKIP_PRECOMPILE_HEADERS ON)
-  # (GCC 12 warns falsely inside its own avx512fintrin.h as at::vec uses it; clang has no such warning.)
+  # (GCC 12 warns falsely inside its own avx512fintrin.h as at::vec uses it, bfloat16 conversions included;
+  # clang has no such warning.)
   set_source_files_properties(${dir}/flash_attention_kernel_avx512.cpp PROPERTIES
     COMPILE_DEFINITIONS "CPU_CAPABILITY=AVX512;CPU_CAPABILITY_AVX512"
-    COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mfma;$<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>"
+    COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mfma;$<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>;$<$<CXX_COMPILER_ID:GNU>:-Wno-uninitialized>"
     SKIP_PRECOMPILE_HEADERS ON)
   target_include_directories(${target} PRIVATE ${ATTN_SLEEF_INCLUDE_DIR})
   target_link_libraries(${target} PRIVATE ${ATTN_SLEEF_LIBRARY})

@@ -2,6 +2,7 @@
 
 #include <attn/functional.h>
 
+#include "backends/cache.h"
 #include "backends/dispatch.h"
 #include "backends/validate.h"
 
@@ -9,6 +10,7 @@ namespace attn {
 namespace {
 constexpr const char* kSdpa = "attn::scaled_dot_product_attention";
 constexpr const char* kSdpaWithWeights = "attn::scaled_dot_product_attention_with_weights";
+constexpr const char* kWithCache = "attn::attention_with_kv_cache";
 }  // namespace
 
 torch::Tensor scaled_dot_product_attention(const torch::Tensor& query, const torch::Tensor& key,
@@ -23,6 +25,13 @@ std::tuple<torch::Tensor, torch::Tensor> scaled_dot_product_attention_with_weigh
                                                                                    const SdpaOptions& options) {
   backends::check_sdpa_inputs(kSdpaWithWeights, query, key, value, options);
   return backends::attention(kSdpaWithWeights, query, key, value, options, /*need_weights=*/true);
+}
+
+torch::Tensor attention_with_kv_cache(const torch::Tensor& query, const torch::Tensor& key_cache,
+                                      const torch::Tensor& value_cache, const torch::Tensor& query_starts,
+                                      const torch::Tensor& key_lengths, const SdpaOptions& options) {
+  backends::check_cache_inputs(kWithCache, query, key_cache, value_cache, query_starts, key_lengths, options);
+  return backends::cache_attention(kWithCache, query, key_cache, value_cache, query_starts, key_lengths, options);
 }
 
 Backend resolved_backend(const torch::Tensor& query, const SdpaOptions& options, bool need_weights) {

@@ -3,6 +3,7 @@
 
 #include <attn/device.h>
 #include <attn/functional.h>
+#include <attn/kv_cache.h>
 #include <attn/io/files.h>
 #include <attn/io/state_dict.h>
 #include <attn/modules/attention_head.h>

@@ -30,6 +30,22 @@ std::tuple<torch::Tensor, torch::Tensor> scaled_dot_product_attention_with_weigh
     const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
     const SdpaOptions& options = {});
 
+/// Attention of new queries over a KV cache, read in place (flash_attn_with_kvcache's role; attn::KVCache
+/// holds such caches, and MultiHeadAttention::forward_with_cache(x, cache, layer) calls this after appending).
+///
+///   query [B, H, Tq, d_k], key_cache [B, H_kv, capacity, d_k], value_cache [B, H_kv, capacity, d_v]
+///   query_starts [B], key_lengths [B]: integers, any device
+///
+/// Query t of row b sits at position query_starts[b] + t; it attends the keys j < key_lengths[b], and when
+/// options.causal() only those with j <= query_starts[b] + t. Rows may differ in both (a ragged batch needs no
+/// padding mask). H_kv may divide H (grouped-query attention). options.masks() must be empty; the scale,
+/// dropout and backend apply as in scaled_dot_product_attention. Backend::Auto (or Fused) runs the split-KV
+/// decode kernel for Tq <= 16 on the CPU when no gradient is needed, else the usual choice on the caches'
+/// used prefix. Returns [B, H, Tq, d_v]; a query with no allowed key gets a zero row.
+torch::Tensor attention_with_kv_cache(const torch::Tensor& query, const torch::Tensor& key_cache,
+                                      const torch::Tensor& value_cache, const torch::Tensor& query_starts,
+                                      const torch::Tensor& key_lengths, const SdpaOptions& options = {});
+
 /// The backend that scaled_dot_product_attention (or `_with_weights`, when `need_weights`) would run for
 /// this query and these options: options.backend(), or what Backend::Auto picks. Throws, as the call would,
 /// when the requested backend cannot serve the request (e.g. Backend::Fused with weights or dropout).

@@ -2,6 +2,8 @@
 // Options for the functional core and the three modules, in the PyTorch C++ frontend style: plain structs
 // with chainable TORCH_ARG setters, validated when a module is built (reset()) or a function is called.
 
+#include <attn/rotary.h>
+
 #include <torch/arg.h>
 #include <torch/types.h>
 
@@ -162,6 +164,13 @@ struct MultiHeadAttentionOptions : WithAttentionOptions<MultiHeadAttentionOption
   TORCH_ARG(int64_t, num_heads);
   /// Width of each head. Default: embed_dim / num_heads, which must then divide evenly.
   TORCH_ARG(std::optional<int64_t>, head_dim) = std::nullopt;
+  /// Key/value heads (grouped-query attention; 1 is multi-query). Must divide num_heads; k_proj and v_proj
+  /// then project to num_kv_heads * head_dim, and query head h attends with K/V head h / (num_heads /
+  /// num_kv_heads). Default: num_heads.
+  TORCH_ARG(std::optional<int64_t>, num_kv_heads) = std::nullopt;
+  /// Rotary position embeddings applied to q and k after the projections (rotary_dim <= head_dim). Positions
+  /// are 0..T-1 in forward(query, key, value), and each row's cache positions in forward_with_cache(x, cache, layer).
+  TORCH_ARG(std::optional<RotaryEmbeddingOptions>, rotary) = std::nullopt;
   /// Width of the key and value inputs (cross-attention from another sequence). Default: embed_dim.
   TORCH_ARG(int64_t, kdim);
   TORCH_ARG(int64_t, vdim);

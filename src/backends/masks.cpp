@@ -32,6 +32,18 @@ torch::Tensor blocked_pairs(const AttentionMasks& masks, std::optional<CausalAli
   return blocked;
 }
 
+torch::Tensor cache_blocked(const torch::Tensor& query_starts, const torch::Tensor& key_lengths, int64_t tq,
+                            int64_t tk, bool causal) {
+  auto opts = torch::TensorOptions().dtype(torch::kLong).device(key_lengths.device());
+  const torch::Tensor j = torch::arange(tk, opts).view({1, 1, 1, tk});
+  torch::Tensor blocked = j >= key_lengths.view({-1, 1, 1, 1});
+  if (causal) {
+    const torch::Tensor position = query_starts.view({-1, 1, 1, 1}) + torch::arange(tq, opts).view({1, 1, tq, 1});
+    blocked = blocked.logical_or(j > position);
+  }
+  return blocked.expand({key_lengths.size(0), 1, tq, tk});
+}
+
 torch::Tensor rows_without_keys(const torch::Tensor& blocked) { return blocked.all(-1, /*keepdim=*/true); }
 
 }  // namespace attn::backends

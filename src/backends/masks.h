@@ -35,6 +35,13 @@ inline std::optional<CausalAlignment> causal_of(const SdpaOptions& options) {
   return options.causal() ? std::optional<CausalAlignment>(options.causal_alignment()) : std::nullopt;
 }
 
+/// A KV cache's rule (attention_with_kv_cache): query t of batch row b sits at position query_starts[b] + t,
+/// and key j is blocked for it when j >= key_lengths[b] (not written), or when causal and j > query_starts[b] + t.
+/// [B, 1, Tq, Tk] bool, true = blocked; query_starts and key_lengths are [B] int64 on `device`. The decode
+/// kernel (ops/cpu/decode_attention_kernel_impl.h) applies this rule itself, through key_limit() there.
+torch::Tensor cache_blocked(const torch::Tensor& query_starts, const torch::Tensor& key_lengths, int64_t tq,
+                            int64_t tk, bool causal);
+
 /// [..., Tq, 1] bool: the queries for which `blocked` (from blocked_pairs) leaves no key.
 torch::Tensor rows_without_keys(const torch::Tensor& blocked);
 

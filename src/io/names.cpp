@@ -50,6 +50,9 @@ WeightNames detect_names(const TensorMap& tensors) {
     }
   }
   for (const auto& [name, t] : tensors) {
+    if (starts_with(name, "o_proj.")) return WeightNames::Decoder;
+  }
+  for (const auto& [name, t] : tensors) {
     if (starts_with(name, "heads.")) return WeightNames::Notebook;
     for (const auto& [from, to] : kNotebookPrefixes) {
       if (starts_with(name, from)) return WeightNames::Notebook;
@@ -108,6 +111,11 @@ TensorMap to_attn_names(const TensorMap& tensors, WeightNames names, const Shape
           if (name == from) renamed = to;
         }
         out[renamed] = t;
+      }
+      return out;
+    case WeightNames::Decoder:
+      for (const auto& [name, t] : tensors) {
+        out[starts_with(name, "o_proj.") ? "out_proj." + name.substr(7) : name] = t;
       }
       return out;
   }

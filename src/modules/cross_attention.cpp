@@ -48,17 +48,31 @@ std::tuple<torch::Tensor, torch::Tensor> CrossAttentionImpl::forward_with_weight
   return {out, modules::select_head_weights(weights, head_weights)};
 }
 
+namespace {
+modules::ModuleLayout layout_of(const CrossAttentionOptions& o) {
+  return {kModule, "x", "context", "context",
+          {o.d_query_in(), o.d_context_in(), o.d_context_in(), o.num_heads(), o.d_k(), o.d_v()}};
+}
+}  // namespace
+
 std::tuple<torch::Tensor, torch::Tensor> CrossAttentionImpl::attend(const torch::Tensor& x,
                                                                     const torch::Tensor& context,
                                                                     const AttentionMasks& masks, bool need_weights) {
-  const modules::ModuleLayout layout{kModule,
-                                     "x",
-                                     "context",
-                                     "context",
-                                     {options.d_query_in(), options.d_context_in(), options.d_context_in(),
-                                      options.num_heads(), options.d_k(), options.d_v()}};
-  return modules::attend_heads(layout, x, context, context, {*q_proj, *k_proj, *v_proj}, masks,
+  return modules::attend_heads(layout_of(options), x, context, context, {*q_proj, *k_proj, *v_proj}, masks,
                                modules::sdpa_options(options.attention(), is_training()), need_weights);
+}
+
+ProjectedMemory CrossAttentionImpl::project_memory(const torch::Tensor& context) const {
+  const modules::Heads heads = modules::project_memory(layout_of(options), context, context, {*q_proj, *k_proj, *v_proj});
+  return {heads.k, heads.v};
+}
+
+torch::Tensor CrossAttentionImpl::forward_with_memory(const torch::Tensor& x, const ProjectedMemory& memory,
+                                                      const AttentionMasks& masks) {
+  return std::get<0>(modules::attend_memory(layout_of(options), x, memory.key, memory.value,
+                                            {*q_proj, *k_proj, *v_proj}, masks,
+                                            modules::sdpa_options(options.attention(), is_training()),
+                                            /*need_weights=*/false));
 }
 
 }  // namespace attn

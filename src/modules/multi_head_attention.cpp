@@ -16,6 +16,8 @@ int64_t MultiHeadAttentionImpl::head_dim() const {
   return options.head_dim() ? *options.head_dim() : options.embed_dim() / options.num_heads();
 }
 
+int64_t MultiHeadAttentionImpl::num_kv_heads() const { return options.num_kv_heads().value_or(options.num_heads()); }
+
 void MultiHeadAttentionImpl::reset() {
   modules::check_positive(kModule, "embed_dim", options.embed_dim());
   modules::check_positive(kModule, "num_heads", options.num_heads());
@@ -28,14 +30,27 @@ void MultiHeadAttentionImpl::reset() {
     TORCH_CHECK(options.embed_dim() % options.num_heads() == 0, kModule, ": embed_dim (", options.embed_dim(),
                 ") must be divisible by num_heads (", options.num_heads(), "), or set head_dim explicitly");
   }
+  if (options.num_kv_heads()) {
+    modules::check_positive(kModule, "num_kv_heads", *options.num_kv_heads());
+    TORCH_CHECK(options.num_heads() % *options.num_kv_heads() == 0, kModule, ": num_kv_heads (",
+                *options.num_kv_heads(), ") must divide num_heads (", options.num_heads(), ")");
+  }
   const int64_t inner = modules::checked_width(kModule, "num_heads * head_dim", options.num_heads(), head_dim());
+  const int64_t kv_inner = modules::checked_width(kModule, "num_kv_heads * head_dim", num_kv_heads(), head_dim());
+  if (options.rotary()) {
+    TORCH_CHECK(options.rotary()->rotary_dim() <= head_dim(), kModule, ": rotary.rotary_dim (",
+                options.rotary()->rotary_dim(), ") must be at most head_dim (", head_dim(), ")");
+    rotary = RotaryEmbedding(*options.rotary());  // validates the rest of the rotary options
+  } else {
+    rotary = nullptr;
+  }
   const auto linear = [&](int64_t in, int64_t out) {
     return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(options.bias()));
   };
   // Created in this order so that a seeded build draws the same weights as the notebooks' classes.
   q_proj = register_module("q_proj", linear(options.embed_dim(), inner));
-  k_proj = register_module("k_proj", linear(options.kdim(), inner));
-  v_proj = register_module("v_proj", linear(options.vdim(), inner));
+  k_proj = register_module("k_proj", linear(options.kdim(), kv_inner));
+  v_proj = register_module("v_proj", linear(options.vdim(), kv_inner));
   if (options.output_projection()) {
     out_proj = register_module("out_proj", linear(inner, options.embed_dim()));
   } else {
@@ -46,6 +61,11 @@ void MultiHeadAttentionImpl::reset() {
 void MultiHeadAttentionImpl::pretty_print(std::ostream& stream) const {
   stream << "attn::MultiHeadAttention(embed_dim=" << options.embed_dim()
          << ", num_heads=" << options.num_heads() << ", head_dim=" << head_dim();
+  if (num_kv_heads() != options.num_heads()) stream << ", num_kv_heads=" << num_kv_heads();
+  if (rotary) {
+    stream << ", rotary=";
+    rotary->pretty_print(stream);
+  }
   if (options.kdim() != options.embed_dim() || options.vdim() != options.embed_dim()) {
     stream << ", kdim=" << options.kdim() << ", vdim=" << options.vdim();
   }
@@ -68,20 +88,48 @@ std::tuple<torch::Tensor, torch::Tensor> MultiHeadAttentionImpl::forward_with_we
   return {out, modules::select_head_weights(weights, head_weights)};
 }
 
+modules::ModuleLayout MultiHeadAttentionImpl::layout() const {
+  return {kModule,
+          "query",
+          "key",
+          "value",
+          {options.embed_dim(), options.kdim(), options.vdim(), options.num_heads(), head_dim(), head_dim(),
+           num_kv_heads()}};
+}
+
 std::tuple<torch::Tensor, torch::Tensor> MultiHeadAttentionImpl::attend(
     const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value, const AttentionMasks& masks,
     bool need_weights) {
-  const modules::ModuleLayout layout{kModule,
-                                     "query",
-                                     "key",
-                                     "value",
-                                     {options.embed_dim(), options.kdim(), options.vdim(), options.num_heads(),
-                                      head_dim(), head_dim()}};
-  auto [out, weights] = modules::attend_heads(layout, query, key, value, {*q_proj, *k_proj, *v_proj}, masks,
+  auto [out, weights] = modules::attend_heads(layout(), query, key, value, {*q_proj, *k_proj, *v_proj}, masks,
                                               modules::sdpa_options(options.attention(), is_training()),
-                                              need_weights);
+                                              need_weights, rotary.is_empty() ? nullptr : rotary.get());
   if (out_proj) out = out_proj(out);
   return {out, weights};
+}
+
+torch::Tensor MultiHeadAttentionImpl::forward_with_cache(const torch::Tensor& x, KVCache& cache, int64_t layer,
+                                                         const std::vector<int64_t>& new_lengths) {
+  TORCH_CHECK(options.kdim() == options.embed_dim() && options.vdim() == options.embed_dim(), kModule,
+              ": forward with a KV cache is self-attention, which needs kdim == vdim == embed_dim (got kdim ",
+              options.kdim(), ", vdim ", options.vdim(), ", embed_dim ", options.embed_dim(), ")");
+  torch::Tensor out = modules::attend_with_cache(layout(), x, {*q_proj, *k_proj, *v_proj}, cache, layer, new_lengths,
+                                                 modules::sdpa_options(options.attention(), is_training()),
+                                                 rotary.is_empty() ? nullptr : rotary.get());
+  return out_proj ? out_proj(out) : out;
+}
+
+ProjectedMemory MultiHeadAttentionImpl::project_memory(const torch::Tensor& key, const torch::Tensor& value) const {
+  const modules::Heads heads = modules::project_memory(layout(), key, value, {*q_proj, *k_proj, *v_proj});
+  return {heads.k, heads.v};
+}
+
+torch::Tensor MultiHeadAttentionImpl::forward_with_memory(const torch::Tensor& query, const ProjectedMemory& memory,
+                                                          const AttentionMasks& masks) {
+  torch::Tensor out = std::get<0>(modules::attend_memory(layout(), query, memory.key, memory.value,
+                                                         {*q_proj, *k_proj, *v_proj}, masks,
+                                                         modules::sdpa_options(options.attention(), is_training()),
+                                                         /*need_weights=*/false));
+  return out_proj ? out_proj(out) : out;
 }
 
 }  // namespace attn

@@ -12,4 +12,7 @@ TORCH_LIBRARY(attn, m) {
       "flash_attention_backward(Tensor grad_output, Tensor query, Tensor key, Tensor value, Tensor output, "
       "Tensor logsumexp, Tensor? key_padding_mask, Tensor? attend_mask, Tensor? additive_mask, bool is_causal, "
       "int causal_offset, float? scale) -> (Tensor grad_query, Tensor grad_key, Tensor grad_value)");
+  m.def(
+      "decode_attention(Tensor query, Tensor key_cache, Tensor value_cache, Tensor query_starts, "
+      "Tensor key_lengths, bool is_causal=True, float? scale=None) -> Tensor");
 }

@@ -35,6 +35,9 @@ enum class WeightNames {
   /// The notebooks' classes: W_q/W_k/W_v (001 Attention), heads.N.W_q... (001 MultiHeadedAttention),
   /// w_q/w_k/w_v/w_combine (003), query/key/value/fc_out (004)
   Notebook,
+  /// Decoder-only models (Llama, Mistral, Qwen, SmolLM in transformers): q_proj, k_proj, v_proj and o_proj,
+  /// with k_proj/v_proj num_kv_heads * head_dim wide (options.num_kv_heads)
+  Decoder,
 };
 
 struct LoadOptions {

@@ -2,6 +2,7 @@
 // Cross-attention (notebook 000): queries from one sequence, keys and values from another ("context",
 // e.g. the encoder's output), which may have a different length and a different width.
 
+#include <attn/modules/projected_memory.h>
 #include <attn/options.h>
 
 #include <torch/nn/cloneable.h>
@@ -31,6 +32,13 @@ class CrossAttentionImpl : public torch::nn::Cloneable<CrossAttentionImpl> {
                                                                 const torch::Tensor& context,
                                                                 const AttentionMasks& masks = {},
                                                                 HeadWeights head_weights = HeadWeights::Averaged);
+
+  /// context [B, Tc, d_context_in] (or unbatched) projected into key and value heads once: a decoder reuses it
+  /// on every step instead of projecting the same encoder output again.
+  ProjectedMemory project_memory(const torch::Tensor& context) const;
+  /// forward(x, context, masks) with the context already projected by project_memory(context).
+  torch::Tensor forward_with_memory(const torch::Tensor& x, const ProjectedMemory& memory,
+                                    const AttentionMasks& masks = {});
 
   CrossAttentionOptions options;
   torch::nn::Linear q_proj{nullptr};

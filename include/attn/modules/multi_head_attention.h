@@ -1,6 +1,9 @@
 #pragma once
 // Multi-head attention (notebooks 002-004; torch.nn.MultiheadAttention with batch_first=True).
 
+#include <attn/kv_cache.h>
+#include <attn/modules/projected_memory.h>
+#include <attn/modules/rotary_embedding.h>
 #include <attn/options.h>
 
 #include <torch/nn/cloneable.h>
@@ -9,15 +12,25 @@
 
 #include <ostream>
 #include <tuple>
+#include <vector>
 
 namespace attn {
+namespace modules {
+struct ModuleLayout;
+}
 
 /// query [B, Tq, embed_dim], key [B, Tk, kdim], value [B, Tk, vdim] (or unbatched, without B)
 ///   -> [B, Tq, embed_dim]  (or [B, Tq, num_heads * head_dim] without an output projection).
 ///
 /// Parameters, created in this order with torch::nn::Linear's default init (as the notebooks do):
-///   q_proj [H*hd, embed_dim], k_proj [H*hd, kdim], v_proj [H*hd, vdim], out_proj [embed_dim, H*hd].
+///   q_proj [H*hd, embed_dim], k_proj [H_kv*hd, kdim], v_proj [H_kv*hd, vdim], out_proj [embed_dim, H*hd]
+/// (H_kv = options.num_kv_heads, default H), the layout of Llama-style decoders' q/k/v/o_proj.
 /// Note that torch.nn.MultiheadAttention initialises differently (xavier); load its weights to match it.
+///
+/// Incremental decoding: forward_with_cache(x, cache, layer) appends to a caller-owned KVCache and attends over it
+/// (prefill and decode alike); rotary embeddings (options.rotary) then use each row's cache positions. As
+/// cross-attention, project_memory(key, value) projects an encoder output once for every step.
+/// The module holds no per-call state: threads may share it, each with its own cache.
 class MultiHeadAttentionImpl : public torch::nn::Cloneable<MultiHeadAttentionImpl> {
  public:
   MultiHeadAttentionImpl(int64_t embed_dim, int64_t num_heads)
@@ -36,8 +49,27 @@ class MultiHeadAttentionImpl : public torch::nn::Cloneable<MultiHeadAttentionImp
                                                                 const AttentionMasks& masks = {},
                                                                 HeadWeights head_weights = HeadWeights::Averaged);
 
+  /// Self-attention over a KV cache: x [B, T, embed_dim] holds the next T positions of every row, or of row b
+  /// only its first new_lengths[b] (a right-padded ragged batch; outputs past them are zero). Rotates q and k
+  /// at each row's positions, appends k and v to `layer` of the cache (refused, with nothing written, if a row
+  /// would overflow), then attends causally (when options.causal) over each row's cached prefix.
+  /// Returns [B, T, embed_dim]. For inference: k and v reach the attention through the cache, without a
+  /// gradient. The decode kernel serves T <= 16 on the CPU.
+  /// (Not an overload of forward: LibTorch's ModuleHolder::operator() needs forward to be unique.)
+  torch::Tensor forward_with_cache(const torch::Tensor& x, KVCache& cache, int64_t layer,
+                                   const std::vector<int64_t>& new_lengths = {});
+
+  /// key [B, Tk, kdim], value [B, Tk, vdim] (or unbatched) projected into K/V heads once.
+  ProjectedMemory project_memory(const torch::Tensor& key, const torch::Tensor& value) const;
+  /// Cross-attention of query [B, Tq, embed_dim] over a memory from project_memory(); equal to
+  /// forward(query, key, value, masks) with the key and value it was projected from (no rotary on it).
+  torch::Tensor forward_with_memory(const torch::Tensor& query, const ProjectedMemory& memory,
+                                    const AttentionMasks& masks = {});
+
   /// Width of one head (options.head_dim, or embed_dim / num_heads).
   int64_t head_dim() const;
+  /// Key/value heads (options.num_kv_heads, or num_heads).
+  int64_t num_kv_heads() const;
 
   MultiHeadAttentionOptions options;
   torch::nn::Linear q_proj{nullptr};
@@ -45,8 +77,12 @@ class MultiHeadAttentionImpl : public torch::nn::Cloneable<MultiHeadAttentionImp
   torch::nn::Linear v_proj{nullptr};
   /// Null when options.output_projection() is false.
   torch::nn::Linear out_proj{nullptr};
+  /// The rotary embedding of options.rotary, or null. Not a registered submodule: its frequencies are derived
+  /// from the options, so they stay out of the state_dict (as in transformers' checkpoints).
+  RotaryEmbedding rotary{nullptr};
 
  private:
+  modules::ModuleLayout layout() const;
   std::tuple<torch::Tensor, torch::Tensor> attend(const torch::Tensor& query, const torch::Tensor& key,
                                                   const torch::Tensor& value, const AttentionMasks& masks,
                                                   bool need_weights);

@@ -1,5 +1,6 @@
 #include "modules/common/heads.h"
 
+#include "backends/cache.h"
 #include "backends/dispatch.h"
 #include "common/checks.h"
 
@@ -98,7 +99,7 @@ Heads project(const ModuleLayout& layout, const CallShape& shape, const torch::T
               const torch::Tensor& key, const torch::Tensor& value, const Projections& p) {
   const auto as_batch = [&](const torch::Tensor& x) { return shape.batched ? x : x.unsqueeze(0); };
   const ProjectionWidths& w = layout.widths;
-  const int64_t heads = w.num_heads;
+  const int64_t heads = w.num_heads, kv_heads = w.kv_heads();
   if (query.is_same(key) && key.is_same(value)) {
     // Self-attention: one product with the three weights stacked is faster than three (a wider GEMM), and
     // the q/k/v column slices it yields are views the attention reads in place.
@@ -107,13 +108,32 @@ Heads project(const ModuleLayout& layout, const CallShape& shape, const torch::T
     };
     const torch::Tensor qkv = at::linear(as_batch(query), stacked(p.q.weight, p.k.weight, p.v.weight),
                                          stacked(p.q.bias, p.k.bias, p.v.bias));
-    const int64_t q_width = heads * w.head_dim_qk, k_width = heads * w.head_dim_qk, v_width = heads * w.head_dim_v;
-    return {split_heads(qkv.narrow(-1, 0, q_width), heads), split_heads(qkv.narrow(-1, q_width, k_width), heads),
-            split_heads(qkv.narrow(-1, q_width + k_width, v_width), heads)};
+    const int64_t q_width = heads * w.head_dim_qk, k_width = kv_heads * w.head_dim_qk,
+                  v_width = kv_heads * w.head_dim_v;
+    return {split_heads(qkv.narrow(-1, 0, q_width), heads),
+            split_heads(qkv.narrow(-1, q_width, k_width), kv_heads),
+            split_heads(qkv.narrow(-1, q_width + k_width, v_width), kv_heads)};
   }
   return {split_heads(at::linear(as_batch(query), p.q.weight, p.q.bias), heads),
-          split_heads(at::linear(as_batch(key), p.k.weight, p.k.bias), heads),
-          split_heads(at::linear(as_batch(value), p.v.weight, p.v.bias), heads)};
+          split_heads(at::linear(as_batch(key), p.k.weight, p.k.bias), kv_heads),
+          split_heads(at::linear(as_batch(value), p.v.weight, p.v.bias), kv_heads)};
+}
+
+void rotate(const RotaryEmbeddingImpl* rotary, Heads& heads, const torch::Tensor& q_positions,
+            const torch::Tensor& k_positions) {
+  if (rotary == nullptr) return;
+  // The angles are computed on the CPU (in float64, from the module's CPU copy of the frequencies) and moved
+  // to the heads' device: small next to q and k.
+  const auto apply = [&](const torch::Tensor& x, const torch::Tensor& positions) {
+    auto [cos, sin] = rotary->cos_sin(positions, x.scalar_type());
+    if (positions.dim() == 2) {  // [B, T, r/2] -> [B, 1, T, r/2], shared by the heads
+      cos = cos.unsqueeze(1);
+      sin = sin.unsqueeze(1);
+    }
+    return apply_rotary(x, cos.to(x.device()), sin.to(x.device()), rotary->options.pairing());
+  };
+  heads.q = apply(heads.q, q_positions);
+  heads.k = apply(heads.k, k_positions);
 }
 
 torch::Tensor merge_heads(const torch::Tensor& x, const CallShape& shape) {
@@ -124,13 +144,112 @@ torch::Tensor merge_heads(const torch::Tensor& x, const CallShape& shape) {
 std::tuple<torch::Tensor, torch::Tensor> attend_heads(const ModuleLayout& layout, const torch::Tensor& query,
                                                       const torch::Tensor& key, const torch::Tensor& value,
                                                       const Projections& projections, const AttentionMasks& masks,
-                                                      const SdpaOptions& options, bool need_weights) {
+                                                      const SdpaOptions& options, bool need_weights,
+                                                      const RotaryEmbeddingImpl* rotary) {
   const CallShape shape = check_inputs(layout, query, key, value, projections.q.weight);
   SdpaOptions lifted = options;
   lifted.masks(lift_masks(layout, shape, masks, query));
-  const Heads heads = project(layout, shape, query, key, value, projections);
+  Heads heads = project(layout, shape, query, key, value, projections);
+  if (rotary != nullptr) rotate(rotary, heads, torch::arange(shape.tq), torch::arange(shape.tk));
   auto [out, weights] = backends::attention(layout.module, heads.q, heads.k, heads.v, lifted, need_weights);
   if (!shape.batched && weights.defined()) weights = weights.squeeze(0);
+  return {merge_heads(out, shape), weights};
+}
+
+torch::Tensor attend_with_cache(const ModuleLayout& layout, const torch::Tensor& x, const Projections& projections,
+                                KVCache& cache, int64_t layer, const std::vector<int64_t>& counts,
+                                const SdpaOptions& options, const RotaryEmbeddingImpl* rotary) {
+  const ProjectionWidths& w = layout.widths;
+  TORCH_CHECK(x.defined() && x.dim() == 3, layout.module, ": with a KV cache, x must be batched [B, T, ", w.query_in,
+              "], got ", x.defined() ? x.sizes() : at::IntArrayRef{});
+  const CallShape shape = check_inputs(layout, x, x, x, projections.q.weight);
+  const KVCacheOptions& c = cache.options();
+  const int64_t value_dim = c.value_dim().value_or(c.head_dim());
+  TORCH_CHECK(c.batch() == shape.batch && c.num_kv_heads() == w.kv_heads() && c.head_dim() == w.head_dim_qk &&
+                  value_dim == w.head_dim_v,
+              layout.module, ": the cache holds [B, H_kv, capacity, head_dim] = [", c.batch(), ", ", c.num_kv_heads(),
+              ", ", c.capacity(), ", ", c.head_dim(), "] (value_dim ", value_dim, "), but this call needs [",
+              shape.batch, ", ", w.kv_heads(), ", capacity, ", w.head_dim_qk, "] (value_dim ", w.head_dim_v, ")");
+  TORCH_CHECK(c.dtype() == x.scalar_type() && c.device() == x.device(), layout.module, ": the cache holds ",
+              c10::toString(c.dtype()), " on ", c.device(), " but x is ", common::dtype_name(x), " on ", x.device(),
+              "; build the cache with the model's dtype and device");
+  const int64_t T = shape.tq;
+  TORCH_CHECK(counts.empty() || static_cast<int64_t>(counts.size()) == shape.batch, layout.module,
+              ": new_lengths must have one entry per batch row (", shape.batch, "), got ", counts.size());
+
+  Heads heads = project(layout, shape, x, x, x, projections);
+  const std::vector<int64_t> starts = cache.lengths(layer);  // a copy: append() advances the cache's
+  const torch::Tensor start_tensor = torch::tensor(at::ArrayRef<int64_t>(starts), torch::kLong);
+  if (rotary != nullptr) {
+    const torch::Tensor positions = start_tensor.unsqueeze(1) + torch::arange(T).unsqueeze(0);  // [B, T]
+    rotate(rotary, heads, positions, positions);
+  }
+  cache.append(layer, heads.k.detach(), heads.v.detach(), counts);  // checks every row's room before writing
+  const torch::Tensor lengths = torch::tensor(at::ArrayRef<int64_t>(cache.lengths(layer)), torch::kLong);
+  torch::Tensor out = backends::cache_attention(layout.module, heads.q, cache.keys(layer), cache.values(layer),
+                                                start_tensor, lengths, options);
+  if (!counts.empty()) {
+    // Positions past a row's count are padding: zero, not whatever the rule gives them.
+    const torch::Tensor count_tensor = torch::tensor(at::ArrayRef<int64_t>(counts), torch::kLong).to(x.device());
+    const torch::Tensor padding = torch::arange(T, count_tensor.options()).view({1, 1, T, 1}) >=
+                                  count_tensor.view({-1, 1, 1, 1});
+    out = out.masked_fill(padding, 0.0);
+  }
+  return merge_heads(out, shape);
+}
+
+Heads project_memory(const ModuleLayout& layout, const torch::Tensor& key, const torch::Tensor& value,
+                     const Projections& p) {
+  const ProjectionWidths& w = layout.widths;
+  TORCH_CHECK(key.defined() && value.defined(), layout.module, ": ", layout.key_name, " and ", layout.value_name,
+              " must be defined");
+  TORCH_CHECK(key.dim() == 2 || key.dim() == 3, layout.module, ": ", layout.key_name, " must be [B, T, ", w.key_in,
+              "] or unbatched [T, ", w.key_in, "], got shape ", key.sizes());
+  // The query's checks with the memory standing in for it: ranks, widths, lengths, dtype and device.
+  ModuleLayout as_memory = layout;
+  as_memory.widths.query_in = w.key_in;
+  as_memory.query_name = layout.key_name;
+  const CallShape shape = check_inputs(as_memory, key, key, value, p.q.weight);
+  const auto as_batch = [&](const torch::Tensor& t) { return shape.batched ? t : t.unsqueeze(0); };
+  return {torch::Tensor(), split_heads(at::linear(as_batch(key), p.k.weight, p.k.bias), w.kv_heads()),
+          split_heads(at::linear(as_batch(value), p.v.weight, p.v.bias), w.kv_heads())};
+}
+
+std::tuple<torch::Tensor, torch::Tensor> attend_memory(const ModuleLayout& layout, const torch::Tensor& query,
+                                                       const torch::Tensor& memory_key,
+                                                       const torch::Tensor& memory_value,
+                                                       const Projections& projections, const AttentionMasks& masks,
+                                                       const SdpaOptions& options, bool need_weights) {
+  const ProjectionWidths& w = layout.widths;
+  TORCH_CHECK(query.defined() && (query.dim() == 2 || query.dim() == 3), layout.module, ": ", layout.query_name,
+              " must be [B, T, ", w.query_in, "] or unbatched [T, ", w.query_in, "], got ",
+              query.defined() ? query.sizes() : at::IntArrayRef{});
+  const bool batched = query.dim() == 3;
+  const int64_t batch = batched ? query.size(0) : 1;
+  TORCH_CHECK(memory_key.defined() && memory_value.defined() && memory_key.dim() == 4 && memory_value.dim() == 4 &&
+                  memory_key.size(0) == batch && memory_key.size(1) == w.kv_heads() &&
+                  memory_key.size(3) == w.head_dim_qk && memory_value.sizes().slice(0, 3) == memory_key.sizes().slice(0, 3) &&
+                  memory_value.size(3) == w.head_dim_v,
+              layout.module, ": memory must come from this module's project_memory: key [B, H_kv, Tk, d_k] = [", batch,
+              ", ", w.kv_heads(), ", Tk, ", w.head_dim_qk, "] and value [", batch, ", ", w.kv_heads(), ", Tk, ",
+              w.head_dim_v, "], got key ", memory_key.defined() ? memory_key.sizes() : at::IntArrayRef{}, " and value ",
+              memory_value.defined() ? memory_value.sizes() : at::IntArrayRef{});
+  const int64_t tk = memory_key.size(2);
+  // The query's own checks (width, dtype, device); a zero-width stand-in plays the key and value inputs.
+  ModuleLayout query_only = layout;
+  query_only.widths.key_in = query_only.widths.value_in = w.query_in;
+  check_inputs(query_only, query, query, query, projections.q.weight);
+  TORCH_CHECK(memory_key.device() == query.device() && memory_key.scalar_type() == query.scalar_type(), layout.module,
+              ": memory is ", common::dtype_name(memory_key), " on ", memory_key.device(), " but ", layout.query_name,
+              " is ", common::dtype_name(query), " on ", query.device());
+  const CallShape shape{batched, batch, query.size(-2), tk};
+  SdpaOptions lifted = options;
+  lifted.masks(lift_masks(layout, shape, masks, query));
+  const torch::Tensor q = split_heads(at::linear(batched ? query : query.unsqueeze(0), projections.q.weight,
+                                                 projections.q.bias),
+                                      w.num_heads);
+  auto [out, weights] = backends::attention(layout.module, q, memory_key, memory_value, lifted, need_weights);
+  if (!batched && weights.defined()) weights = weights.squeeze(0);
   return {merge_heads(out, shape), weights};
 }
 

@@ -7,12 +7,15 @@
 // and calls attend_heads(), which runs the steps in order. A later feature hooks into one step: rotary
 // embeddings and a KV-cache append go between project and attend; grouped K/V heads change project's split.
 
+#include <attn/kv_cache.h>
+#include <attn/modules/rotary_embedding.h>
 #include <attn/options.h>
 
 #include <torch/nn/modules/linear.h>
 #include <torch/types.h>
 
 #include <tuple>
+#include <vector>
 
 namespace attn::modules {
 
@@ -24,6 +27,9 @@ struct ProjectionWidths {
   int64_t num_heads = 1;
   int64_t head_dim_qk = 0;  ///< width of q and k per head
   int64_t head_dim_v = 0;   ///< width of v (and the output) per head
+  int64_t num_kv_heads = 0; ///< key/value heads (dividing num_heads); 0 means num_heads
+
+  int64_t kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
 };
 
 /// How a module names its inputs in error messages, and its widths.
@@ -64,14 +70,38 @@ AttentionMasks lift_masks(const ModuleLayout& layout, const CallShape& shape, co
 /// product with the three weights stacked.
 Heads project(const ModuleLayout& layout, const CallShape& shape, const torch::Tensor& query,
               const torch::Tensor& key, const torch::Tensor& value, const Projections& projections);
+/// Between steps 3 and 4: q and k rotated at `positions` ([T] or [B, T] integers on the CPU; q's and k's
+/// own lengths when separate), when the module has rotary embeddings (`rotary` non-null).
+void rotate(const RotaryEmbeddingImpl* rotary, Heads& heads, const torch::Tensor& q_positions,
+            const torch::Tensor& k_positions);
 /// Step 4 is backends::attention. Step 5: [B, H, Tq, d_v] -> [B, Tq, H * d_v] ([Tq, H * d_v] unbatched).
 torch::Tensor merge_heads(const torch::Tensor& x, const CallShape& shape);
 
 /// The five steps: (output [B, Tq, H * d_v], weights [B, H, Tq, Tk] or undefined), without B when unbatched.
+/// With `rotary`, q and k rotate at positions 0..Tq-1 and 0..Tk-1.
 std::tuple<torch::Tensor, torch::Tensor> attend_heads(const ModuleLayout& layout, const torch::Tensor& query,
                                                       const torch::Tensor& key, const torch::Tensor& value,
                                                       const Projections& projections, const AttentionMasks& masks,
-                                                      const SdpaOptions& options, bool need_weights);
+                                                      const SdpaOptions& options, bool need_weights,
+                                                      const RotaryEmbeddingImpl* rotary = nullptr);
+
+/// Self-attention over a KV cache: x [B, T, E] holds the next positions of each row (its first counts[b]
+/// of T when given: a right-padded ragged batch). Projects, rotates at each row's cache positions, appends
+/// k and v to `layer` of the cache (nothing is written if a row would overflow), and attends over each row's
+/// valid prefix. Rows beyond counts[b] get zero outputs. Returns [B, T, H * d_v].
+torch::Tensor attend_with_cache(const ModuleLayout& layout, const torch::Tensor& x, const Projections& projections,
+                                KVCache& cache, int64_t layer, const std::vector<int64_t>& counts,
+                                const SdpaOptions& options, const RotaryEmbeddingImpl* rotary);
+
+/// Keys and values of a memory (an encoder's output), projected once and reused by every decoding step.
+Heads project_memory(const ModuleLayout& layout, const torch::Tensor& key, const torch::Tensor& value,
+                     const Projections& projections);
+/// Steps 1-5 with the K/V heads already projected ([B, H_kv, Tk, d] from project_memory).
+std::tuple<torch::Tensor, torch::Tensor> attend_memory(const ModuleLayout& layout, const torch::Tensor& query,
+                                                       const torch::Tensor& memory_key,
+                                                       const torch::Tensor& memory_value,
+                                                       const Projections& projections, const AttentionMasks& masks,
+                                                       const SdpaOptions& options, bool need_weights);
 
 /// [B, H, Tq, Tk] (or [H, Tq, Tk]) per-head weights in the form the caller asked for.
 torch::Tensor select_head_weights(const torch::Tensor& per_head, HeadWeights head_weights);

@@ -82,8 +82,23 @@ void dispatch_backward(const Args& args) {
     default: return kernel_default::flash_backward(args);
   }
 }
+template <typename Args>
+void dispatch_decode(const Args& args) {
+  switch (active_capability()) {
+#ifdef ATTN_HAVE_AVX512_KERNELS
+    case Capability::Avx512: return kernel_avx512::decode_forward(args);
+#endif
+#ifdef ATTN_HAVE_AVX2_KERNELS
+    case Capability::Avx2: return kernel_avx2::decode_forward(args);
+#endif
+    default: return kernel_default::decode_forward(args);
+  }
+}
 }  // namespace
 
+void decode_forward(const DecodeArgs<float, float>& args) { dispatch_decode(args); }
+void decode_forward(const DecodeArgs<double, double>& args) { dispatch_decode(args); }
+void decode_forward(const DecodeArgs<float, c10::BFloat16>& args) { dispatch_decode(args); }
 void flash_forward(const FlashForward<float>& args) { dispatch_forward(args); }
 void flash_forward(const FlashForward<double>& args) { dispatch_forward(args); }
 void flash_backward(const FlashBackward<float>& args) { dispatch_backward(args); }

@@ -4,6 +4,8 @@
 // time, the way ATen's own CPU kernels are. Everything here is validated by the caller
 // (flash_attention_cpu.cpp): shapes agree, the last dimension of every tensor is contiguous.
 
+#include <c10/util/BFloat16.h>
+
 #include <cstdint>
 
 namespace attn::ops::cpu {
@@ -53,6 +55,26 @@ struct FlashBackward {
   View4<T> grad_k, grad_v;     // [B, H_kv, Tk, dk], [B, H_kv, Tk, dv]: summed over each group of query heads
 };
 
+/// The decode kernel: few queries (Tq <= 16 or so) per batch row against a KV cache. Query t of row b sits at
+/// position query_starts[b] + t; it may attend key j iff j < key_lengths[b] and, when causal,
+/// j <= query_starts[b] + t (backends/masks.h, cache_blocked, states the same rule). The cache element type
+/// KV is the compute type T, or bfloat16 for T = float.
+template <typename T, typename KV>
+struct DecodeArgs {
+  int64_t batch = 0, heads = 0, kv_heads = 0, tq = 0, dk = 0, dv = 0;
+  View4<const T> q;          // [B, H, Tq, dk]
+  View4<const KV> k, v;      // [B, H_kv, capacity, dk|dv]
+  const int64_t* query_starts = nullptr;  // [B]
+  const int64_t* key_lengths = nullptr;   // [B], each <= capacity
+  bool causal = true;
+  T scale = 1;
+  View4<T> out;              // [B, H, Tq, dv]
+};
+
+/// Keys per split of a row's cache: the split depends on the length only, never on the thread count, so
+/// the merged result is bitwise the same at any thread count.
+inline constexpr int64_t kDecodeKeyBlock = 256;
+
 /// The instruction sets the kernels are compiled for.
 enum class Capability { Default, Avx2, Avx512 };
 
@@ -67,14 +89,20 @@ void flash_forward(const FlashForward<float>& args);
 void flash_forward(const FlashForward<double>& args);
 void flash_backward(const FlashBackward<float>& args);
 void flash_backward(const FlashBackward<double>& args);
+void decode_forward(const DecodeArgs<float, float>& args);
+void decode_forward(const DecodeArgs<double, double>& args);
+void decode_forward(const DecodeArgs<float, c10::BFloat16>& args);
 
 /// The per-instruction-set definitions, declared once per variant namespace.
-#define ATTN_DECLARE_FLASH_KERNELS(ns)                     \
-  namespace ns {                                            \
-  void flash_forward(const FlashForward<float>& args);      \
-  void flash_forward(const FlashForward<double>& args);     \
-  void flash_backward(const FlashBackward<float>& args);    \
-  void flash_backward(const FlashBackward<double>& args);   \
+#define ATTN_DECLARE_FLASH_KERNELS(ns)                               \
+  namespace ns {                                                      \
+  void flash_forward(const FlashForward<float>& args);                \
+  void flash_forward(const FlashForward<double>& args);               \
+  void flash_backward(const FlashBackward<float>& args);              \
+  void flash_backward(const FlashBackward<double>& args);             \
+  void decode_forward(const DecodeArgs<float, float>& args);          \
+  void decode_forward(const DecodeArgs<double, double>& args);        \
+  void decode_forward(const DecodeArgs<float, c10::BFloat16>& args);  \
   }
 ATTN_DECLARE_FLASH_KERNELS(kernel_default)
 ATTN_DECLARE_FLASH_KERNELS(kernel_avx2)

@@ -2,3 +2,4 @@
 // flags for this file alone; see CMakeLists.txt).
 #define ATTN_KERNEL_NAMESPACE kernel_avx2
 #include "ops/cpu/flash_attention_kernel_impl.h"
+#include "ops/cpu/decode_attention_kernel_impl.h"

@@ -1,0 +1,79 @@
+#pragma once
+// A key/value cache for incremental decoding, owned by the caller: the modules stay stateless (threads may
+// share them), and one cache serves every layer of a model.
+
+#include <torch/arg.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace attn {
+
+struct KVCacheOptions {
+  KVCacheOptions(int64_t num_layers, int64_t batch, int64_t num_kv_heads, int64_t head_dim, int64_t capacity)
+      : num_layers_(num_layers), batch_(batch), num_kv_heads_(num_kv_heads), head_dim_(head_dim),
+        capacity_(capacity) {}
+  TORCH_ARG(int64_t, num_layers);
+  /// Sequences (batch rows) decoded together.
+  TORCH_ARG(int64_t, batch);
+  TORCH_ARG(int64_t, num_kv_heads);
+  /// Width of each key head.
+  TORCH_ARG(int64_t, head_dim);
+  /// Positions each row can hold; appending past it is refused.
+  TORCH_ARG(int64_t, capacity);
+  /// Width of each value head. Default: head_dim.
+  TORCH_ARG(std::optional<int64_t>, value_dim) = std::nullopt;
+  /// The model's dtype and device.
+  TORCH_ARG(torch::Dtype, dtype) = torch::kFloat32;
+  TORCH_ARG(torch::Device, device) = torch::kCPU;
+};
+
+/// Per layer, keys [B, H_kv, capacity, head_dim] and values [B, H_kv, capacity, value_dim], allocated once
+/// (zeroed) in the options' dtype and on their device, and a length per batch row: positions [0, length) of
+/// row b hold its tokens. Rows may have different lengths (prompts of different lengths, no padding).
+///
+/// MultiHeadAttention::forward_with_cache(x, cache, layer) appends and attends in one call. Used directly:
+///   append(layer, k, v) writes each row's new positions in place, after its current length;
+///   attn::attention_with_kv_cache(q, keys(layer), values(layer), ...) attends over them.
+///
+/// Not synchronised: one thread (or one decoding loop) uses a cache at a time.
+class KVCache {
+ public:
+  explicit KVCache(const KVCacheOptions& options);
+
+  const KVCacheOptions& options() const { return options_; }
+  int64_t num_layers() const { return options_.num_layers(); }
+  int64_t batch() const { return options_.batch(); }
+  int64_t capacity() const { return options_.capacity(); }
+
+  /// The whole buffers of `layer` (all `capacity` positions; only each row's first length(s) are valid).
+  const torch::Tensor& keys(int64_t layer) const;
+  const torch::Tensor& values(int64_t layer) const;
+  /// Valid positions of each batch row in `layer`.
+  const std::vector<int64_t>& lengths(int64_t layer) const;
+
+  /// Writes key [B, H_kv, T, head_dim] and value [B, H_kv, T, value_dim] after each row's current length and
+  /// advances it: row b takes its first `counts[b]` positions of T (default: all T; fewer for a right-padded
+  /// ragged batch). Checks every row's room first: when any would overflow, throws and writes nothing.
+  void append(int64_t layer, const torch::Tensor& key, const torch::Tensor& value,
+              const std::vector<int64_t>& counts = {});
+
+  /// Beam search: row b becomes old row indices[b] (indices: [B] integers in [0, B), repeats allowed), in
+  /// every layer, lengths included.
+  void reorder(const torch::Tensor& indices);
+  /// Shortens every row of every layer to at most `length` positions (speculative decoding's rollback).
+  void truncate(int64_t length);
+  /// Empties every row (the buffers stay allocated).
+  void reset();
+
+ private:
+  void check_layer(const char* fn, int64_t layer) const;
+
+  KVCacheOptions options_;
+  std::vector<torch::Tensor> keys_, values_;
+  std::vector<std::vector<int64_t>> lengths_;
+};
+
+}  // namespace attn

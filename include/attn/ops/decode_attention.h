@@ -1,0 +1,22 @@
+#pragma once
+// The decode operator, `attn::decode_attention`: a few new queries per sequence against a KV cache, split
+// across threads along the keys (FlashDecoding's scheme). Called through the PyTorch dispatcher, like
+// attn::flash_attention; most code reaches it through attn::attention_with_kv_cache or
+// MultiHeadAttention::forward_with_cache(x, cache, layer), which pick it when it is the faster route.
+
+#include <torch/types.h>
+
+namespace attn::ops {
+
+/// Attention of query [B, H, Tq, d_k] over the caches key_cache [B, H_kv, capacity, d_k] and value_cache
+/// [B, H_kv, capacity, d_v] (H_kv divides H; query head h reads cache head h / (H / H_kv)), read in place.
+/// Query t of row b sits at position query_starts[b] + t and may attend key j iff j < key_lengths[b] and,
+/// when is_causal, j <= query_starts[b] + t. query_starts and key_lengths are [B] int64 on the CPU.
+/// float32, float64 or bfloat16 (the caches and the query alike), CPU; bfloat16 is computed in float32.
+/// Not differentiable: an inference kernel. A query with no allowed key gets a zero row.
+torch::Tensor decode_attention(const torch::Tensor& query, const torch::Tensor& key_cache,
+                               const torch::Tensor& value_cache, const torch::Tensor& query_starts,
+                               const torch::Tensor& key_lengths, bool is_causal = true,
+                               c10::optional<double> scale = c10::nullopt);
+
+}  // namespace attn::ops

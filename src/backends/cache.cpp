@@ -1,0 +1,107 @@
+#include "backends/cache.h"
+
+#include "backends/dispatch.h"
+#include "backends/masks.h"
+#include "common/checks.h"
+#include "common/dtypes.h"
+
+#include <attn/ops/decode_attention.h>
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <vector>
+
+namespace attn::backends {
+namespace {
+
+std::vector<int64_t> host_values(const torch::Tensor& t) {
+  const torch::Tensor c = t.to(torch::kCPU, torch::kLong).contiguous();
+  return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+}
+
+torch::Tensor host_tensor(const std::vector<int64_t>& v) {
+  return torch::tensor(at::ArrayRef<int64_t>(v), torch::kLong);
+}
+
+}  // namespace
+
+void check_cache_inputs(const char* fn, const torch::Tensor& query, const torch::Tensor& key_cache,
+                        const torch::Tensor& value_cache, const torch::Tensor& query_starts,
+                        const torch::Tensor& key_lengths, const SdpaOptions& options) {
+  TORCH_CHECK(query.defined() && key_cache.defined() && value_cache.defined(), fn,
+              ": query, key_cache and value_cache must be defined");
+  TORCH_CHECK(query.dim() == 4, fn, ": query must be [B, H, Tq, d_k], got shape ", query.sizes());
+  TORCH_CHECK(key_cache.dim() == 4, fn, ": key_cache must be [B, H_kv, capacity, d_k], got shape ", key_cache.sizes());
+  TORCH_CHECK(value_cache.dim() == 4, fn, ": value_cache must be [B, H_kv, capacity, d_v], got shape ",
+              value_cache.sizes());
+  common::check_floating(fn, "query", query);
+  common::check_same_device_dtype(fn, "key_cache", key_cache, "query", query);
+  common::check_same_device_dtype(fn, "value_cache", value_cache, "query", query);
+  const int64_t B = query.size(0), H = query.size(1), H_kv = key_cache.size(1), capacity = key_cache.size(2);
+  TORCH_CHECK(key_cache.size(0) == B && H_kv > 0 && H % H_kv == 0 && key_cache.size(3) == query.size(3), fn,
+              ": key_cache must be [B, H_kv, capacity, d_k] = [", B, ", H_kv, capacity, ", query.size(3),
+              "] with H_kv dividing the query's ", H, " heads, got key_cache ", key_cache.sizes(), " for query ",
+              query.sizes());
+  TORCH_CHECK(value_cache.size(0) == B && value_cache.size(1) == H_kv && value_cache.size(2) == capacity, fn,
+              ": value_cache must be [B, H_kv, capacity, d_v] = [", B, ", ", H_kv, ", ", capacity,
+              ", d_v] to match key_cache, got value_cache ", value_cache.sizes());
+  TORCH_CHECK(query.size(3) > 0, fn, ": d_k (query's last dimension) must be positive, got query ", query.sizes());
+  for (const auto& [arg, t] : {std::pair<const char*, const torch::Tensor&>{"query_starts", query_starts},
+                               std::pair<const char*, const torch::Tensor&>{"key_lengths", key_lengths}}) {
+    TORCH_CHECK(t.defined() && t.dim() == 1 && t.size(0) == B, fn, ": ", arg, " must be [B] = [", B, "], got ",
+                t.defined() ? t.sizes() : at::IntArrayRef{});
+    TORCH_CHECK(at::isIntegralType(t.scalar_type(), /*includeBool=*/false), fn, ": ", arg,
+                " must hold integers, got ", common::dtype_name(t));
+  }
+  const std::vector<int64_t> starts = host_values(query_starts), lengths = host_values(key_lengths);
+  for (int64_t b = 0; b < B; ++b) {
+    TORCH_CHECK(lengths[b] >= 0 && lengths[b] <= capacity, fn, ": key_lengths[", b, "] = ", lengths[b],
+                " must be in [0, capacity = ", capacity, "]");
+    TORCH_CHECK(starts[b] >= 0, fn, ": query_starts[", b, "] = ", starts[b], " must be >= 0");
+  }
+  TORCH_CHECK(options.masks().empty(), fn,
+              ": takes no masks: query_starts and key_lengths say which keys each query sees (use "
+              "attn::scaled_dot_product_attention on the cache's keys for other masks)");
+  if (options.scale()) TORCH_CHECK(std::isfinite(*options.scale()), fn, ": scale must be finite, got ", *options.scale());
+  TORCH_CHECK(options.dropout() >= 0.0 && options.dropout() <= 1.0, fn, ": dropout must be in [0, 1], got ",
+              options.dropout());
+}
+
+bool uses_decode_kernel(const torch::Tensor& query, const torch::Tensor& key_cache, const torch::Tensor& value_cache,
+                        const SdpaOptions& options) {
+  const bool needs_grad = at::GradMode::is_enabled() &&
+                          (query.requires_grad() || key_cache.requires_grad() || value_cache.requires_grad());
+  const bool backend_ok = options.backend() == Backend::Auto || options.backend() == Backend::Fused;
+  return backend_ok && query.is_cpu() && common::is_fused_kernel_dtype(query.scalar_type()) &&
+         options.dropout() == 0.0 && query.size(2) <= kDecodeMaxQueries && !needs_grad;
+}
+
+torch::Tensor cache_attention(const char* fn, const torch::Tensor& query, const torch::Tensor& key_cache,
+                              const torch::Tensor& value_cache, const torch::Tensor& query_starts,
+                              const torch::Tensor& key_lengths, const SdpaOptions& options) {
+  const std::vector<int64_t> starts = host_values(query_starts), lengths = host_values(key_lengths);
+  if (uses_decode_kernel(query, key_cache, value_cache, options)) {
+    return ops::decode_attention(query, key_cache, value_cache, host_tensor(starts), host_tensor(lengths),
+                                 options.causal(),
+                                 options.scale() ? c10::optional<double>(*options.scale()) : c10::nullopt);
+  }
+  // The general backends read the used prefix of the caches (a view) with the cache rule as a mask, or as
+  // plain bottom-right causality when every row has the same length and its queries are the newest positions.
+  const int64_t tq = query.size(2);
+  const int64_t used = *std::max_element(lengths.begin(), lengths.end());
+  const torch::Tensor k = key_cache.narrow(2, 0, used), v = value_cache.narrow(2, 0, used);
+  const bool uniform = std::all_of(lengths.begin(), lengths.end(), [&](int64_t l) { return l == used; }) &&
+                       std::all_of(starts.begin(), starts.end(), [&](int64_t s) { return s + tq == used; });
+  SdpaOptions general = options;
+  if (uniform) {
+    general.causal_alignment(CausalAlignment::BottomRight);
+  } else {
+    const torch::Tensor blocked = cache_blocked(host_tensor(starts).to(query.device()),
+                                                host_tensor(lengths).to(query.device()), tq, used, options.causal());
+    general.causal(false).masks(AttentionMasks().attend_mask(blocked.logical_not()));
+  }
+  return std::get<0>(attention(fn, query, k, v, general, /*need_weights=*/false));
+}
+
+}  // namespace attn::backends

@@ -1,0 +1,151 @@
+#include <attn/kv_cache.h>
+
+#include "common/checks.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+namespace attn {
+namespace {
+
+constexpr const char* kCache = "attn::KVCache";
+
+void check_positive(const char* arg, int64_t value) {
+  TORCH_CHECK(value > 0, kCache, ": ", arg, " must be positive, got ", value);
+}
+
+}  // namespace
+
+KVCache::KVCache(const KVCacheOptions& options) : options_(options) {
+  check_positive("num_layers", options.num_layers());
+  check_positive("batch", options.batch());
+  check_positive("num_kv_heads", options.num_kv_heads());
+  check_positive("head_dim", options.head_dim());
+  check_positive("capacity", options.capacity());
+  const int64_t value_dim = options.value_dim().value_or(options.head_dim());
+  check_positive("value_dim", value_dim);
+  TORCH_CHECK(c10::isFloatingType(options.dtype()), kCache, ": dtype must be floating, got ",
+              c10::toString(options.dtype()));
+  const auto tensor_options = torch::TensorOptions().dtype(options.dtype()).device(options.device());
+  for (int64_t l = 0; l < options.num_layers(); ++l) {
+    // Zeroed, not empty: the kernels never read past a row's length, but a caller reading the buffer may.
+    keys_.push_back(at::zeros({options.batch(), options.num_kv_heads(), options.capacity(), options.head_dim()},
+                              tensor_options));
+    values_.push_back(
+        at::zeros({options.batch(), options.num_kv_heads(), options.capacity(), value_dim}, tensor_options));
+  }
+  lengths_.assign(options.num_layers(), std::vector<int64_t>(options.batch(), 0));
+}
+
+void KVCache::check_layer(const char* fn, int64_t layer) const {
+  TORCH_CHECK(layer >= 0 && layer < num_layers(), kCache, "::", fn, ": layer must be in [0, ", num_layers(),
+              "), got ", layer);
+}
+
+const torch::Tensor& KVCache::keys(int64_t layer) const {
+  check_layer("keys", layer);
+  return keys_[layer];
+}
+
+const torch::Tensor& KVCache::values(int64_t layer) const {
+  check_layer("values", layer);
+  return values_[layer];
+}
+
+const std::vector<int64_t>& KVCache::lengths(int64_t layer) const {
+  check_layer("lengths", layer);
+  return lengths_[layer];
+}
+
+void KVCache::append(int64_t layer, const torch::Tensor& key, const torch::Tensor& value,
+                     const std::vector<int64_t>& counts) {
+  check_layer("append", layer);
+  const torch::Tensor& kbuf = keys_[layer];
+  const torch::Tensor& vbuf = values_[layer];
+  const int64_t B = batch(), H = options_.num_kv_heads();
+  TORCH_CHECK(key.defined() && key.dim() == 4 && key.size(0) == B && key.size(1) == H &&
+                  key.size(3) == kbuf.size(3),
+              kCache, "::append: key must be [B, H_kv, T, head_dim] = [", B, ", ", H, ", T, ", kbuf.size(3),
+              "], got ", key.defined() ? key.sizes() : at::IntArrayRef{});
+  const int64_t T = key.size(2);
+  TORCH_CHECK(value.defined() && value.dim() == 4 && value.size(0) == B && value.size(1) == H &&
+                  value.size(2) == T && value.size(3) == vbuf.size(3),
+              kCache, "::append: value must be [B, H_kv, T, value_dim] = [", B, ", ", H, ", ", T, ", ", vbuf.size(3),
+              "], got ", value.defined() ? value.sizes() : at::IntArrayRef{});
+  for (const torch::Tensor* t : {&key, &value}) {
+    TORCH_CHECK(t->scalar_type() == kbuf.scalar_type() && t->device() == kbuf.device(), kCache, "::append: ",
+                t == &key ? "key" : "value", " is ", common::dtype_name(*t), " on ", t->device(),
+                " but the cache holds ", common::dtype_name(kbuf), " on ", kbuf.device(),
+                "; build the cache with the model's dtype and device");
+  }
+  std::vector<int64_t> n = counts.empty() ? std::vector<int64_t>(B, T) : counts;
+  TORCH_CHECK(static_cast<int64_t>(n.size()) == B, kCache, "::append: counts must have one entry per batch row (",
+              B, "), got ", n.size());
+  std::vector<int64_t>& len = lengths_[layer];
+  // Every check before any write: an overflow leaves the cache as it was.
+  for (int64_t b = 0; b < B; ++b) {
+    TORCH_CHECK(n[b] >= 0 && n[b] <= T, kCache, "::append: counts[", b, "] must be in [0, T = ", T, "], got ", n[b]);
+    TORCH_CHECK(len[b] + n[b] <= capacity(), kCache, "::append: row ", b, " holds ", len[b], " of ", capacity(),
+                " positions and cannot take ", n[b], " more; nothing was written (build the cache with a larger "
+                "capacity, or truncate/reset it)");
+  }
+  torch::NoGradGuard no_grad;  // the cache holds values, not a graph
+  const bool uniform = std::all_of(n.begin(), n.end(), [&](int64_t c) { return c == n[0]; }) &&
+                       std::all_of(len.begin(), len.end(), [&](int64_t l) { return l == len[0]; });
+  if (uniform) {
+    if (n[0] > 0) {
+      kbuf.narrow(2, len[0], n[0]).copy_(key.narrow(2, 0, n[0]));
+      vbuf.narrow(2, len[0], n[0]).copy_(value.narrow(2, 0, n[0]));
+    }
+  } else {
+    for (int64_t b = 0; b < B; ++b) {
+      if (n[b] == 0) continue;
+      kbuf[b].narrow(1, len[b], n[b]).copy_(key[b].narrow(1, 0, n[b]));
+      vbuf[b].narrow(1, len[b], n[b]).copy_(value[b].narrow(1, 0, n[b]));
+    }
+  }
+  for (int64_t b = 0; b < B; ++b) len[b] += n[b];
+}
+
+void KVCache::reorder(const torch::Tensor& indices) {
+  const int64_t B = batch();
+  TORCH_CHECK(indices.defined() && indices.dim() == 1 && indices.size(0) == B, kCache,
+              "::reorder: indices must be [B] = [", B, "], got ", indices.defined() ? indices.sizes() : at::IntArrayRef{});
+  TORCH_CHECK(!c10::isFloatingType(indices.scalar_type()) && indices.scalar_type() != at::kBool, kCache,
+              "::reorder: indices must be integers, got ", common::dtype_name(indices));
+  const torch::Tensor idx = indices.to(at::kCPU, at::kLong).contiguous();
+  const int64_t* p = idx.data_ptr<int64_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    TORCH_CHECK(p[b] >= 0 && p[b] < B, kCache, "::reorder: indices[", b, "] = ", p[b], " is not a row in [0, ", B,
+                ")");
+  }
+  torch::NoGradGuard no_grad;
+  const torch::Tensor device_idx = idx.to(options_.device());
+  for (int64_t l = 0; l < num_layers(); ++l) {
+    const int64_t used = *std::max_element(lengths_[l].begin(), lengths_[l].end());
+    if (used > 0) {
+      // Only the used prefix moves; index_select gathers into a new tensor first, so rows may repeat.
+      for (torch::Tensor* buf : {&keys_[l], &values_[l]}) {
+        torch::Tensor prefix = buf->narrow(2, 0, used);
+        prefix.copy_(prefix.index_select(0, device_idx));
+      }
+    }
+    std::vector<int64_t> reordered(B);
+    for (int64_t b = 0; b < B; ++b) reordered[b] = lengths_[l][p[b]];
+    lengths_[l] = std::move(reordered);
+  }
+}
+
+void KVCache::truncate(int64_t length) {
+  TORCH_CHECK(length >= 0, kCache, "::truncate: length must be >= 0, got ", length);
+  for (auto& row_lengths : lengths_) {
+    for (int64_t& l : row_lengths) l = std::min(l, length);
+  }
+}
+
+void KVCache::reset() { truncate(0); }
+
+}  // namespace attn

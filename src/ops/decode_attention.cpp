@@ -1,0 +1,18 @@
+// The C++ entry point of the attn::decode_attention op: one dispatcher call.
+
+#include <attn/ops/decode_attention.h>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+namespace attn::ops {
+
+torch::Tensor decode_attention(const torch::Tensor& query, const torch::Tensor& key_cache,
+                               const torch::Tensor& value_cache, const torch::Tensor& query_starts,
+                               const torch::Tensor& key_lengths, bool is_causal, c10::optional<double> scale) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("attn::decode_attention", "")
+                             .typed<decltype(decode_attention)>();
+  return op.call(query, key_cache, value_cache, query_starts, key_lengths, is_causal, scale);
+}
+
+}  // namespace attn::ops

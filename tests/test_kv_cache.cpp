@@ -1,0 +1,322 @@
+// Incremental decoding: attn::KVCache, attention_with_kv_cache (the decode kernel and the general backends on
+// the cache) against a float64 formula, and MultiHeadAttention::forward(x, cache, layer) against the same
+// module's cache-less causal forward; ragged batches, reorder, truncate, overflow, projected memories.
+
+#include "support.h"
+
+#include <attn/ops/decode_attention.h>
+
+#include <cmath>
+#include <vector>
+
+namespace attn::test {
+namespace {
+
+/// [B, 1, Tq, Tk] bool from the cache rule, written out element by element.
+torch::Tensor allowed_pairs(const std::vector<int64_t>& starts, const std::vector<int64_t>& lengths, int64_t tq,
+                            int64_t tk, bool causal) {
+  const int64_t B = static_cast<int64_t>(lengths.size());
+  torch::Tensor allowed = torch::zeros({B, 1, tq, tk}, torch::kBool);
+  auto a = allowed.accessor<bool, 4>();
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < tq; ++t) {
+      for (int64_t j = 0; j < tk; ++j) a[b][0][t][j] = j < lengths[b] && (!causal || j <= starts[b] + t);
+    }
+  }
+  return allowed;
+}
+
+torch::Tensor longs(const std::vector<int64_t>& v) { return torch::tensor(at::ArrayRef<int64_t>(v), torch::kLong); }
+
+struct DecodeCase {
+  int64_t heads, kv_heads, tq;
+  std::vector<int64_t> lengths;  // per row; capacity is the largest + 5
+  bool causal;
+};
+
+// Lengths 1, odd, not multiples of the 256-key split, and past several splits; B x H_kv from 1 (below the
+// thread count) to 16 (above it); Tq 1 and a few queries with causality inside the new positions.
+const std::vector<DecodeCase> kDecodeCases = {
+    {4, 1, 1, {1}, true},
+    {8, 2, 1, {1000}, true},
+    {6, 3, 1, {257, 3}, true},
+    {8, 8, 3, {513, 77}, true},
+    {4, 2, 5, {255, 256, 600}, true},
+    {2, 2, 4, {9, 1200}, false},
+};
+
+class DecodeKernel : public ::testing::TestWithParam<torch::Dtype> {};
+
+TEST_P(DecodeKernel, MatchesFloat64FormulaOnTheCache) {
+  const torch::Dtype dtype = GetParam();
+  uint64_t seed = 300;
+  for (const DecodeCase& c : kDecodeCases) {
+    const int64_t B = static_cast<int64_t>(c.lengths.size());
+    const int64_t capacity = *std::max_element(c.lengths.begin(), c.lengths.end()) + 5, d = 16;
+    SCOPED_TRACE(::testing::Message() << "H=" << c.heads << " H_kv=" << c.kv_heads << " Tq=" << c.tq << " B=" << B
+                                      << " first length " << c.lengths[0]);
+    torch::manual_seed(++seed);
+    const torch::Tensor q = torch::randn({B, c.heads, c.tq, d}, torch::kFloat64);
+    const torch::Tensor kc = torch::randn({B, c.kv_heads, capacity, d}, torch::kFloat64);
+    const torch::Tensor vc = torch::randn({B, c.kv_heads, capacity, d}, torch::kFloat64);
+    std::vector<int64_t> starts;
+    for (int64_t l : c.lengths) starts.push_back(std::max<int64_t>(l - c.tq, 0));
+    const int64_t group = c.heads / c.kv_heads;
+    const torch::Tensor expected =
+        std::get<0>(float64_attention(q, kc.repeat_interleave(group, 1), vc.repeat_interleave(group, 1),
+                                      allowed_pairs(starts, c.lengths, c.tq, capacity, c.causal), 1.0 / std::sqrt(double(d))));
+    for (Backend backend : {Backend::Fused, Backend::Math}) {
+      SCOPED_TRACE(to_string(backend));
+      const torch::Tensor out =
+          attention_with_kv_cache(q.to(dtype), kc.to(dtype), vc.to(dtype), longs(starts), longs(c.lengths),
+                                  SdpaOptions().causal(c.causal).backend(backend));
+      ASSERT_EQ(out.scalar_type(), dtype);
+      EXPECT_CLOSE(out.to(torch::kFloat64), expected, tolerance(dtype));
+    }
+  }
+}
+
+// A fixed split per length and a fixed merge order: the same bits at any thread count.
+TEST_P(DecodeKernel, BitwiseTheSameAtOneTwoAndThreeThreads) {
+  const torch::Dtype dtype = GetParam();
+  torch::manual_seed(9);
+  const torch::Tensor q = torch::randn({1, 8, 1, 32}).to(dtype);
+  const torch::Tensor kc = torch::randn({1, 2, 3000, 32}).to(dtype), vc = torch::randn({1, 2, 3000, 32}).to(dtype);
+  const int old = at::get_num_threads();
+  std::vector<torch::Tensor> outs;
+  for (int threads : {1, 2, 3}) {
+    at::set_num_threads(threads);
+    outs.push_back(ops::decode_attention(q, kc, vc, longs({2990}), longs({2991})));
+  }
+  at::set_num_threads(old);
+  EXPECT_TRUE(torch::equal(outs[0], outs[1]));
+  EXPECT_TRUE(torch::equal(outs[0], outs[2]));
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, DecodeKernel, ::testing::Values(torch::kFloat32, torch::kFloat64, torch::kBFloat16),
+                         [](const ::testing::TestParamInfo<torch::Dtype>& info) { return c10::toString(info.param); });
+
+TEST(DecodeKernel, ANonFiniteValueAtABlockedKeyContributesNothing) {
+  torch::manual_seed(4);
+  const torch::Tensor q = torch::randn({1, 2, 3, 8});
+  const torch::Tensor kc = torch::randn({1, 2, 10, 8});
+  torch::Tensor vc = torch::randn({1, 2, 10, 8});
+  vc.index_put_({0, 0, 9}, INFINITY);  // the last new key: blocked for the first two of the three queries
+  const torch::Tensor out = ops::decode_attention(q, kc, vc, longs({7}), longs({10}));
+  EXPECT_TRUE(torch::isfinite(out.narrow(2, 0, 2)).all().item<bool>());
+  EXPECT_FALSE(torch::isfinite(out.index({0, 0, 2})).all().item<bool>());
+  const torch::Tensor empty = ops::decode_attention(q, kc, vc, longs({0}), longs({0}));
+  EXPECT_TRUE(torch::equal(empty, torch::zeros_like(empty)));  // no key: zero rows, no NaN
+}
+
+TEST(DecodeKernel, RefusesInconsistentArguments) {
+  const torch::Tensor q = torch::randn({2, 4, 1, 8}), kc = torch::randn({2, 2, 10, 8});
+  EXPECT_ERROR_CONTAINS(ops::decode_attention(q, kc, kc, longs({0, 0}), longs({3, 11})),
+                        "key_lengths[1] = 11 must be in [0, capacity = 10]");
+  EXPECT_ERROR_CONTAINS(ops::decode_attention(q, torch::randn({2, 3, 10, 8}), torch::randn({2, 3, 10, 8}),
+                                              longs({0, 0}), longs({1, 1})),
+                        "with H_kv dividing the query's 4 heads");
+  EXPECT_ERROR_CONTAINS(ops::decode_attention(q, kc, kc, longs({0}), longs({1, 1})), "query_starts must be [B] = [2]");
+  EXPECT_ERROR_CONTAINS(attention_with_kv_cache(q, kc, kc, longs({0, 0}), longs({1, 1}),
+                                                SdpaOptions().masks(AttentionMasks().attend_mask(torch::ones({1, 1}, torch::kBool)))),
+                        "takes no masks");
+}
+
+// ---- The cache itself -----------------------------------------------------------------------------------
+
+TEST(KVCache, AppendWritesInPlaceAndOverflowWritesNothing) {
+  KVCache cache(KVCacheOptions(2, 2, 3, 4, 8));
+  const torch::Tensor buffer = cache.keys(1);
+  const void* storage = buffer.data_ptr();
+  const torch::Tensor k = torch::randn({2, 3, 6, 4}), v = torch::randn({2, 3, 6, 4});
+  cache.append(1, k, v, {6, 2});
+  EXPECT_EQ(cache.lengths(1), (std::vector<int64_t>{6, 2}));
+  EXPECT_EQ(cache.lengths(0), (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(cache.keys(1).data_ptr(), storage);  // no reallocation
+  EXPECT_TRUE(torch::equal(cache.keys(1)[0].narrow(1, 0, 6), k[0]));
+  EXPECT_TRUE(torch::equal(cache.values(1)[1].narrow(1, 0, 2), v[1].narrow(1, 0, 2)));
+
+  const torch::Tensor before_k = cache.keys(1).clone(), before_v = cache.values(1).clone();
+  // Row 1 has room for 3 more, row 0 for only 2: nothing is written to either.
+  EXPECT_ERROR_CONTAINS(cache.append(1, torch::randn({2, 3, 3, 4}), torch::randn({2, 3, 3, 4})),
+                        "row 0 holds 6 of 8 positions and cannot take 3 more; nothing was written");
+  EXPECT_EQ(cache.lengths(1), (std::vector<int64_t>{6, 2}));
+  EXPECT_TRUE(torch::equal(cache.keys(1), before_k));
+  EXPECT_TRUE(torch::equal(cache.values(1), before_v));
+
+  EXPECT_ERROR_CONTAINS(cache.append(2, k, v), "layer must be in [0, 2), got 2");
+  EXPECT_ERROR_CONTAINS(cache.append(0, k.to(torch::kFloat64), v.to(torch::kFloat64)), "but the cache holds Float");
+  EXPECT_ERROR_CONTAINS(cache.append(0, torch::randn({2, 2, 1, 4}), v), "key must be [B, H_kv, T, head_dim] = [2, 3, T, 4]");
+  EXPECT_ERROR_CONTAINS(KVCache{KVCacheOptions(1, 1, 1, 4, 0)}, "capacity must be positive");
+
+  cache.truncate(1);
+  EXPECT_EQ(cache.lengths(1), (std::vector<int64_t>{1, 1}));
+  cache.reset();
+  EXPECT_EQ(cache.lengths(1), (std::vector<int64_t>{0, 0}));
+}
+
+TEST(KVCache, ReorderMovesRowsAndLengths) {
+  KVCache cache(KVCacheOptions(1, 3, 1, 2, 5));
+  const torch::Tensor k = torch::arange(3 * 4 * 2, torch::kFloat32).view({3, 1, 4, 2});
+  cache.append(0, k, k, {4, 1, 3});
+  cache.reorder(torch::tensor({2, 0, 2}));
+  EXPECT_EQ(cache.lengths(0), (std::vector<int64_t>{3, 4, 3}));
+  EXPECT_TRUE(torch::equal(cache.keys(0)[0].narrow(1, 0, 3), k[2].narrow(1, 0, 3)));
+  EXPECT_TRUE(torch::equal(cache.keys(0)[1].narrow(1, 0, 4), k[0]));
+  EXPECT_TRUE(torch::equal(cache.values(0)[2].narrow(1, 0, 3), k[2].narrow(1, 0, 3)));
+  EXPECT_ERROR_CONTAINS(cache.reorder(torch::tensor({0, 1, 3})), "indices[2] = 3 is not a row in [0, 3)");
+  EXPECT_ERROR_CONTAINS(cache.reorder(torch::tensor({0, 1})), "indices must be [B] = [3]");
+}
+
+// ---- MultiHeadAttention with a cache ------------------------------------------------------------------
+
+/// A Llama-style attention block: grouped K/V heads, rotary embeddings, no bias, causal.
+MultiHeadAttention decoder_attention(torch::Dtype dtype) {
+  torch::manual_seed(21);
+  auto m = MultiHeadAttention(MultiHeadAttentionOptions(48, 6)
+                                  .num_kv_heads(2)
+                                  .bias(false)
+                                  .causal(true)
+                                  .rotary(RotaryEmbeddingOptions(8).base(500.0)));
+  m->to(dtype);
+  return m;
+}
+
+KVCache cache_for(const MultiHeadAttention& m, int64_t batch, int64_t capacity, torch::Dtype dtype) {
+  return KVCache(KVCacheOptions(1, batch, m->num_kv_heads(), m->head_dim(), capacity).dtype(dtype));
+}
+
+class CachedDecoding : public ::testing::TestWithParam<torch::Dtype> {};
+
+// Prefill, then one token at a time: the same as one causal forward over the whole sequence.
+TEST_P(CachedDecoding, TokenByTokenEqualsOneCausalForward) {
+  const torch::Dtype dtype = GetParam();
+  torch::NoGradGuard no_grad;
+  auto m = decoder_attention(dtype);
+  const torch::Tensor x = torch::randn({2, 41, 48}).to(dtype);
+  const torch::Tensor expected = m(x, x, x);
+  KVCache cache = cache_for(m, 2, 64, dtype);
+  std::vector<torch::Tensor> steps{m->forward_with_cache(x.narrow(1, 0, 20), cache, 0)};  // prefill 20
+  for (int64_t t = 20; t < 41; ++t) steps.push_back(m->forward_with_cache(x.narrow(1, t, 1), cache, 0));
+  EXPECT_EQ(cache.lengths(0), (std::vector<int64_t>{41, 41}));
+  EXPECT_CLOSE(torch::cat(steps, 1).to(torch::kFloat64), expected.to(torch::kFloat64),
+               dtype == torch::kBFloat16 ? 3e-2 : tolerance(dtype) * 10);
+}
+
+// Prompts of different lengths in one (right-padded) batch, then decode steps: each row equals that row run
+// alone.
+TEST_P(CachedDecoding, RaggedBatchEqualsItsRowsRunOneByOne) {
+  const torch::Dtype dtype = GetParam();
+  const double tol = dtype == torch::kBFloat16 ? 3e-2 : tolerance(dtype) * 10;
+  torch::NoGradGuard no_grad;
+  auto m = decoder_attention(dtype);
+  const std::vector<int64_t> prompt = {5, 9, 1};
+  const torch::Tensor x = torch::randn({3, 9 + 4, 48}).to(dtype);  // 9 prompt positions, then 4 decode steps
+  KVCache cache = cache_for(m, 3, 16, dtype);
+  const torch::Tensor prefill = m->forward_with_cache(x.narrow(1, 0, 9), cache, 0, prompt);
+  EXPECT_EQ(cache.lengths(0), prompt);
+  std::vector<torch::Tensor> decoded;
+  for (int64_t s = 0; s < 4; ++s) decoded.push_back(m->forward_with_cache(x.narrow(1, 9 + s, 1), cache, 0));
+  for (int64_t b = 0; b < 3; ++b) {
+    SCOPED_TRACE(::testing::Message() << "row " << b);
+    // Alone: its prompt, then the same 4 tokens.
+    const torch::Tensor row = torch::cat({x[b].narrow(0, 0, prompt[b]), x[b].narrow(0, 9, 4)}).unsqueeze(0);
+    const torch::Tensor alone = m(row, row, row);
+    EXPECT_CLOSE(prefill[b].narrow(0, 0, prompt[b]).to(torch::kFloat64),
+                 alone[0].narrow(0, 0, prompt[b]).to(torch::kFloat64), tol);
+    EXPECT_TRUE(torch::equal(prefill[b].narrow(0, prompt[b], 9 - prompt[b]),
+                             torch::zeros({9 - prompt[b], 48}, prefill.options())));  // padding rows are zero
+    for (int64_t s = 0; s < 4; ++s) {
+      EXPECT_CLOSE(decoded[s][b][0].to(torch::kFloat64), alone[0][prompt[b] + s].to(torch::kFloat64), tol);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CachedDecoding, ::testing::Values(torch::kFloat32, torch::kFloat64, torch::kBFloat16),
+                         [](const ::testing::TestParamInfo<torch::Dtype>& info) { return c10::toString(info.param); });
+
+// Beam search: after reorder, a step equals running the selected rows' histories.
+TEST(CachedDecoding, ReorderEqualsRunningTheSelectedRows) {
+  torch::NoGradGuard no_grad;
+  auto m = decoder_attention(torch::kFloat64);
+  const torch::Tensor x = torch::randn({3, 6, 48}, torch::kFloat64);
+  KVCache cache = cache_for(m, 3, 8, torch::kFloat64);
+  m->forward_with_cache(x.narrow(1, 0, 5), cache, 0);
+  cache.reorder(torch::tensor({1, 1, 0}));
+  const torch::Tensor next = torch::randn({3, 1, 48}, torch::kFloat64);
+  const torch::Tensor out = m->forward_with_cache(next, cache, 0);
+  const int64_t source[] = {1, 1, 0};
+  for (int64_t b = 0; b < 3; ++b) {
+    const torch::Tensor row = torch::cat({x[source[b]].narrow(0, 0, 5), next[b]}).unsqueeze(0);
+    EXPECT_CLOSE(out[b][0], m(row, row, row)[0][5], 1e-9);
+  }
+}
+
+// The module's rotary option against the pieces: projections, attn::RotaryEmbedding at 0..T-1 (tested against
+// a float64 formula in test_rotary.cpp) and a float64 softmax on the grouped heads.
+TEST(CachedDecoding, RotaryOptionRotatesQueriesAndKeysAfterTheProjections) {
+  torch::NoGradGuard no_grad;
+  auto m = decoder_attention(torch::kFloat64);
+  const torch::Tensor x = torch::randn({2, 7, 48}, torch::kFloat64);
+  const auto heads = [](const torch::Tensor& t, int64_t h) { return t.view({2, 7, h, 8}).transpose(1, 2); };
+  RotaryEmbedding rope(RotaryEmbeddingOptions(8).base(500.0));
+  const torch::Tensor pos = torch::arange(7);
+  const torch::Tensor q = rope(heads(m->q_proj(x), 6), pos), k = rope(heads(m->k_proj(x), 2), pos);
+  const torch::Tensor v = heads(m->v_proj(x), 2);
+  const torch::Tensor causal = torch::ones({7, 7}, torch::kBool).tril();
+  const torch::Tensor attended = std::get<0>(
+      float64_attention(q, k.repeat_interleave(3, 1), v.repeat_interleave(3, 1), causal, 1.0 / std::sqrt(8.0)));
+  const torch::Tensor expected = m->out_proj(attended.transpose(1, 2).reshape({2, 7, 48}));
+  EXPECT_CLOSE(m(x, x, x), expected, 1e-10);
+  std::ostringstream printed;
+  m->pretty_print(printed);
+  EXPECT_NE(printed.str().find("num_kv_heads=2, rotary=attn::RotaryEmbedding(rotary_dim=8"), std::string::npos)
+      << printed.str();
+}
+
+TEST(CachedDecoding, RefusesAMismatchedCache) {
+  auto m = decoder_attention(torch::kFloat32);
+  const torch::Tensor x = torch::randn({2, 3, 48});
+  KVCache wrong_heads(KVCacheOptions(1, 2, 6, 8, 10));
+  EXPECT_ERROR_CONTAINS(m->forward_with_cache(x, wrong_heads, 0), "the cache holds [B, H_kv, capacity, head_dim] = [2, 6, 10, 8]");
+  KVCache wrong_dtype(KVCacheOptions(1, 2, 2, 8, 10).dtype(torch::kFloat64));
+  EXPECT_ERROR_CONTAINS(m->forward_with_cache(x, wrong_dtype, 0), "the cache holds Double");
+  KVCache small(KVCacheOptions(1, 2, 2, 8, 2));
+  EXPECT_ERROR_CONTAINS(m->forward_with_cache(x, small, 0), "cannot take 3 more; nothing was written");
+  EXPECT_EQ(small.lengths(0), (std::vector<int64_t>{0, 0}));
+  KVCache ok(KVCacheOptions(1, 2, 2, 8, 10));
+  EXPECT_ERROR_CONTAINS(m->forward_with_cache(x, ok, 0, {1}), "new_lengths must have one entry per batch row (2)");
+  EXPECT_ERROR_CONTAINS(m->forward_with_cache(x[0], ok, 0), "with a KV cache, x must be batched [B, T, 48]");
+  EXPECT_ERROR_CONTAINS(MultiHeadAttention(MultiHeadAttentionOptions(48, 6).num_kv_heads(4)),
+                        "num_kv_heads (4) must divide num_heads (6)");
+  EXPECT_ERROR_CONTAINS(MultiHeadAttention(MultiHeadAttentionOptions(48, 6).rotary(RotaryEmbeddingOptions(10))),
+                        "rotary.rotary_dim (10) must be at most head_dim (8)");
+}
+
+// ---- Memories projected once ----------------------------------------------------------------------------
+
+TEST(ProjectedMemory, CrossAttentionReusesTheProjectedContext) {
+  torch::manual_seed(8);
+  auto cross = CrossAttention(CrossAttentionOptions(16, 24, 8).num_heads(2).bias(true));
+  const torch::Tensor x = torch::randn({2, 5, 16}), context = torch::randn({2, 9, 24});
+  const torch::Tensor padding = torch::rand({2, 9}) < 0.3;
+  const ProjectedMemory memory = cross->project_memory(context);
+  EXPECT_EQ(memory.key.sizes(), (std::vector<int64_t>{2, 2, 9, 8}));
+  const auto masks = AttentionMasks().key_padding_mask(padding);
+  EXPECT_CLOSE(cross->forward_with_memory(x, memory, masks), cross(x, context, masks), 1e-6);
+  // One step of a decoder: a single query against the same memory.
+  EXPECT_CLOSE(cross->forward_with_memory(x.narrow(1, 4, 1), memory, masks), cross(x, context, masks).narrow(1, 4, 1), 1e-6);
+  EXPECT_ERROR_CONTAINS(cross->forward_with_memory(x.narrow(0, 0, 1), memory), "memory must come from this module's project_memory");
+}
+
+TEST(ProjectedMemory, MultiHeadAttentionAsCrossAttention) {
+  torch::manual_seed(9);
+  auto mha = MultiHeadAttention(MultiHeadAttentionOptions(32, 4).kdim(12).vdim(20).num_kv_heads(2));
+  const torch::Tensor q = torch::randn({3, 4, 32}), k = torch::randn({3, 7, 12}), v = torch::randn({3, 7, 20});
+  const ProjectedMemory memory = mha->project_memory(k, v);
+  EXPECT_CLOSE(mha->forward_with_memory(q, memory), mha(q, k, v), 1e-6);
+  EXPECT_ERROR_CONTAINS(mha->project_memory(v, v), "key must have last dimension 12");
+}
+
+}  // namespace
+}  // namespace attn::test
