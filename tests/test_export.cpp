@@ -219,6 +219,8 @@ TEST(Export, MultiHeadAttentionMatchesTheModule) {
                            .causal(causal != 0)
                            .causal_alignment(alignment_of(causal));
         if (explicit_head_dim) options.head_dim(head_dim);
+        // Grouped-query attention in half of the multi-head draws: one K/V head shared by all.
+        if (heads > 1 && rng() % 2) options.num_kv_heads(1);
         for (Backend backend : {Backend::Auto, Backend::Math}) {
           MultiHeadAttention mha(options.backend(backend));
           mha->eval();
@@ -227,6 +229,7 @@ TEST(Export, MultiHeadAttentionMatchesTheModule) {
           expect_same_parameters(*mha, exported);
           expect_same_parameters(*mha, loaded);
           const std::string config = "mha embed=" + std::to_string(embed) + " heads=" + std::to_string(heads) +
+                                     " kv_heads=" + std::to_string(mha->num_kv_heads()) +
                                      " kdim=" + std::to_string(options.kdim()) + " vdim=" +
                                      std::to_string(options.vdim()) + " bias=" + std::to_string(bias) +
                                      " projection=" + std::to_string(projection) + " causal=" + causal_name(causal) +
@@ -270,6 +273,11 @@ TEST(Export, MultiHeadAttentionMatchesTheModule) {
     }
   }
   tally.print("MultiHeadAttention");
+}
+
+TEST(Export, RefusesTheRotaryOption) {
+  MultiHeadAttention mha(MultiHeadAttentionOptions(16, 2).rotary(RotaryEmbeddingOptions(8)));
+  EXPECT_ERROR_CONTAINS(jit::to_torchscript(*mha), "the export does not cover MultiHeadAttention's rotary option");
 }
 
 TEST(Export, AttentionHeadMatchesTheModule) {

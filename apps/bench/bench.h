@@ -24,6 +24,8 @@ enum class Kind {
   Module,       // multi-head attention modules on x [B, T, E] (torch_mha: [T, B, E]), inference
   Training,     // the functional core, forward + backward of out.sum()
   LongContext,  // the fused core at long T, forward only: the point is peak RSS
+  Bandwidth,    // the memory-bandwidth ceiling: a streaming read (sum) of kBandwidthBytes
+  Decode,       // one decoding step: Tq = 1 query per head against a KV cache of Tk positions
 };
 
 struct Config {
@@ -33,6 +35,7 @@ struct Config {
                      // (torch_sdpa: LibTorch's scaled_dot_product_attention, on 2.x its fused CPU flash kernel)
   // Attention: batch, heads, query and key lengths, head width. Gemm: a [Tq, d] x [d, Tk] product.
   int64_t B = 1, H = 1, Tq = 0, Tk = 0, d = 0;
+  int64_t Hkv = 0;  // key/value heads (grouped-query attention); 0 means H
   bool causal = false;
   std::string dtype = "float32";  // of the inputs (and module): float32 or bfloat16; the GEMM ceiling is float32
   // Caps on the suite's warm-up runs and reps, for the configurations that take many seconds (-1: none).
@@ -56,6 +59,12 @@ std::optional<Config> find_config(const std::string& name);
 
 /// FLOPs of one call, by design.md's "Measuring" conventions.
 double flops(const Config& config);
+/// Bytes one call must read from memory: the K/V cache of a decode step, the buffer of the bandwidth
+/// ceiling; 0 for the compute-bound kinds.
+double bytes_read(const Config& config);
+/// Key/value heads of an attention configuration (Hkv, or H when 0).
+inline int64_t kv_heads(const Config& c) { return c.Hkv > 0 ? c.Hkv : c.H; }
+extern const double kBandwidthBytes;
 /// Why the configuration is not run (its scores would not fit), or std::nullopt.
 std::optional<std::string> skip_reason(const Config& config);
 
@@ -106,7 +115,11 @@ struct Record {
   std::string skipped;  // the configuration was not run, and why
   double gflops() const;
   double pct_of(double ceiling_gflops) const;  // NaN when unknown
+  double gbps() const;                         // bytes_read / time, NaN for compute-bound kinds
 };
+
+/// GB/s of the bandwidth ceiling record, NaN if it did not run.
+double bandwidth_gbps(const std::vector<Record>& records);
 
 /// GFLOP/s of the GEMM ceiling record, NaN if it did not run.
 double ceiling_gflops(const std::vector<Record>& records);

@@ -9,6 +9,7 @@
 namespace bench {
 
 const double kMaxScoreBytes = 6.0 * (1 << 30);
+const double kBandwidthBytes = 1.0 * (1 << 30);
 
 namespace {
 
@@ -96,6 +97,48 @@ Suite build(const SuiteSpec& spec) {
   return suite;
 }
 
+// The decode suite (issue 12's shapes): one step of 32 query heads of 128 against a cache of L positions, for
+// B in {1, 8} and 8 or 32 K/V heads, by our decode kernel (attn::attention_with_kv_cache), the math path on the
+// same cache, and LibTorch's SDPA on it; the bandwidth ceiling first. Then prefill with and without GQA.
+constexpr int64_t kDecodeHeads = 32, kDecodeDim = 128;
+// Caches larger than this (K + V, plus the repeated copy SDPA needs without enable_gqa) are skipped.
+constexpr double kMaxCacheBytes = 4.5 * (1 << 30);
+
+Suite build_decode_suite() {
+  Suite suite{"decode", 1, 5, {}};
+  auto& out = suite.configs;
+  Config ceiling;
+  ceiling.name = "bandwidth/sum-1GiB";
+  ceiling.kind = Kind::Bandwidth;
+  ceiling.impl = "sum";
+  out.push_back(ceiling);
+  for (const std::string dtype : {"float32", "bfloat16"})
+    for (int64_t B : {1, 8})
+      for (int64_t Hkv : {8, 32})
+        for (int64_t L : {1024, 8192, 32768})
+          for (const std::string impl : {"decode", "math", "torch_sdpa"}) {
+            Config c;
+            c.name = fmt::format("decode/{}/B={}/Hkv={}/L={}{}", impl, B, Hkv, L,
+                                 dtype == "float32" ? "" : "/" + dtype);
+            c.kind = Kind::Decode;
+            c.impl = impl;
+            c.B = B, c.H = kDecodeHeads, c.Hkv = Hkv, c.Tq = 1, c.Tk = L, c.d = kDecodeDim;
+            c.causal = true;
+            c.dtype = dtype;
+            out.push_back(c);
+          }
+  for (int64_t Hkv : {8, 32}) {
+    Config c;
+    c.name = fmt::format("prefill/fused/T=2048/Hkv={}", Hkv);
+    c.kind = Kind::Core;
+    c.impl = "fused";
+    c.B = 1, c.H = kDecodeHeads, c.Hkv = Hkv, c.Tq = c.Tk = 2048, c.d = kDecodeDim;
+    c.causal = true;
+    out.push_back(c);
+  }
+  return suite;
+}
+
 // Implementations that hold the whole [B, H, Tq, Tk] score matrix in memory.
 bool materialises_scores(const Config& c) {
   return c.kind != Kind::Gemm && c.impl != "fused" && c.impl != "attn_mha";
@@ -106,25 +149,36 @@ bool materialises_scores(const Config& c) {
 std::optional<Suite> make_suite(const std::string& name) {
   for (const auto& spec : kSuites)
     if (name == spec.name) return build(spec);
+  if (name == "decode") return build_decode_suite();
   return std::nullopt;
 }
 
 std::vector<std::string> suite_names() {
   std::vector<std::string> names;
   for (const auto& spec : kSuites) names.emplace_back(spec.name);
+  names.emplace_back("decode");
   return names;
 }
 
 std::optional<Config> find_config(const std::string& name) {
-  for (const auto& spec : kSuites)
-    for (const Config& c : build(spec).configs)
+  for (const std::string& suite : suite_names())
+    for (const Config& c : make_suite(suite)->configs)
       if (c.name == name) return c;
   return std::nullopt;
+}
+
+double bytes_read(const Config& c) {
+  const double element = c.dtype == "float32" ? 4.0 : 2.0;
+  if (c.kind == Kind::Bandwidth) return kBandwidthBytes;
+  if (c.kind == Kind::Decode) return element * c.B * kv_heads(c) * c.Tk * 2.0 * c.d;  // K and V, read once
+  return 0;
 }
 
 double flops(const Config& c) {
   const double B = c.B, H = c.H, Tq = c.Tq, Tk = c.Tk, d = c.d;
   if (c.kind == Kind::Gemm) return 2 * Tq * Tk * d;
+  if (c.kind == Kind::Bandwidth) return 0;
+  if (c.kind == Kind::Decode) return 4 * B * H * Tq * Tk * d;  // every cached key is before the new query
   // Forward attention: QKᵀ and PV, 2·Tq·Tk·d each (4·B·H·Tq·Tk·d; 2·B·H·Tq·Tk·(d_k+d_v) if they differed).
   // Causal does half the pairs.
   const double attention = 4 * B * H * Tq * Tk * d * (c.causal ? 0.5 : 1.0);
@@ -141,6 +195,14 @@ double flops(const Config& c) {
 }
 
 std::optional<std::string> skip_reason(const Config& c) {
+  if (c.kind == Kind::Decode) {
+    const double cache = bytes_read(c);
+    const double repeated = c.impl == "torch_sdpa" && kv_heads(c) < c.H ? cache * c.H / kv_heads(c) : 0;
+    if (cache + repeated > kMaxCacheBytes)
+      return fmt::format("its cache{} would take {:.1f} GiB (> {:.1f})", repeated > 0 ? " and SDPA's repeated K/V" : "",
+                         (cache + repeated) / (1 << 30), kMaxCacheBytes / (1 << 30));
+    return std::nullopt;
+  }
   const double bytes = (c.dtype == "float32" ? 4.0 : 2.0) * c.B * c.H * c.Tq * c.Tk;  // the scores' dtype
   if (materialises_scores(c) && bytes > kMaxScoreBytes)
     return fmt::format("its [B,H,Tq,Tk] scores would take {:.1f} GiB (> {:.0f})", bytes / (1 << 30),

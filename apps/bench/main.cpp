@@ -62,7 +62,8 @@ ratios to stdout.
 
 FLOPs follow FlashAttention's benchmarks: attention 4·B·H·Tq·Tk·d forward, half if causal, backward 2.5×
 forward, plus 2·T·d_in·d_out per projection. "% GEMM" is relative to a 2048³ fp32 torch::mm measured first
-in the same run.
+in the same run. The decode suite is bound by memory instead: "GB/s" is the K/V cache read per step, and
+"% BW" is relative to a streaming read (sum over 1 GiB) measured first in the same run.
 
 Options:
   --suite NAME      which configurations to run (default: quick):
@@ -80,11 +81,14 @@ most 1 (quick) or 2 (full) reps. Implementations that hold the [B,H,Tq,Tk] score
 would exceed {:.0f} GiB.
 
 Names: gemm/2048, core/IMPL/T=N/causal, core/IMPL/T=N/noncausal, mha/IMPL/T=N, train/IMPL/T=N (full and
-peer: train/IMPL/T=N/causal and /noncausal), long/fused/T=N; a bfloat16 row ends in /bfloat16. torch_sdpa is
-LibTorch's scaled_dot_product_attention (on LibTorch 2.x its fused CPU flash kernel). Examples:
+peer: train/IMPL/T=N/causal and /noncausal), long/fused/T=N; decode: bandwidth/sum-1GiB,
+decode/IMPL/B=N/Hkv=N/L=N (one step of 32 query heads of 128 over a cache of L positions; IMPL decode, math,
+torch_sdpa), prefill/fused/T=2048/Hkv=N; a bfloat16 row ends in /bfloat16. torch_sdpa is LibTorch's
+scaled_dot_product_attention (on LibTorch 2.x its fused CPU flash kernel). Examples:
   attn-bench --json bench.json
   attn-bench --suite peer                  # ours against LibTorch's SDPA, float32 and bfloat16
   attn-bench --suite full --filter core/fused/ --reps 5
+  attn-bench --suite decode --filter L=8192  # decode steps against an 8k cache, with the bandwidth ceiling
   attn-bench --filter /causal              # only the causal configurations
 
 Exit status: 0 when the run completed (a configuration that failed is a row with an error, not a failed
@@ -157,8 +161,8 @@ int run_suite(const BenchOptions& options, const char* argv0) {
   for (const bench::Config& c : suite.configs) {
     const bool match = c.name.find(options.filter) != std::string::npos;
     matched |= match;
-    // The GEMM ceiling always runs: every other record's pct_gemm_ceiling is relative to it.
-    if (match || c.kind == bench::Kind::Gemm) selected.push_back(c);
+    // The ceilings always run: every other record's pct_gemm_ceiling (and % BW) is relative to them.
+    if (match || c.kind == bench::Kind::Gemm || c.kind == bench::Kind::Bandwidth) selected.push_back(c);
   }
   if (!matched)
     throw UsageError(fmt::format("--filter '{}' matches no configuration of suite {} (see --list)", options.filter,

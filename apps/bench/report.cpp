@@ -73,6 +73,18 @@ double Record::gflops() const {
 
 double Record::pct_of(double ceiling) const { return gflops() / ceiling * 100; }
 
+double Record::gbps() const {
+  const double bytes = bytes_read(config);
+  if (!measurement || measurement->ms_median <= 0 || bytes <= 0) return kNaN;
+  return bytes / (measurement->ms_median * 1e-3) / 1e9;
+}
+
+double bandwidth_gbps(const std::vector<Record>& records) {
+  for (const Record& r : records)
+    if (r.config.kind == Kind::Bandwidth) return r.gbps();
+  return kNaN;
+}
+
 double ceiling_gflops(const std::vector<Record>& records) {
   for (const Record& r : records)
     if (r.config.kind == Kind::Gemm) return r.gflops();
@@ -82,16 +94,27 @@ double ceiling_gflops(const std::vector<Record>& records) {
 void print_table(const std::vector<Record>& records, double ceiling) {
   size_t width = 4;
   for (const Record& r : records) width = std::max(width, r.config.name.size());
-  fmt::print("{:<{}}  {:>10}  {:>8}  {:>7}  {:>9}  {}\n", "name", width, "ms", "GFLOP/s", "% GEMM", "peak MiB",
-             "note");
+  // Memory-bound rows (the bandwidth ceiling, decode steps) add GB/s and their share of the bandwidth ceiling.
+  bool memory_bound = false;
+  for (const Record& r : records) memory_bound = memory_bound || bytes_read(r.config) > 0;
+  const double bandwidth = bandwidth_gbps(records);
+  fmt::print("{:<{}}  {:>10}  {:>8}  {:>7}  {:>9}", "name", width, "ms", "GFLOP/s", "% GEMM", "peak MiB");
+  if (memory_bound) fmt::print("  {:>7}  {:>5}", "GB/s", "% BW");
+  fmt::print("  note\n");
   for (const Record& r : records) {
     std::string note = !r.error.empty() ? "error: " + r.error : !r.skipped.empty() ? "skipped: " + r.skipped : "";
     if (note.size() > kNoteWidth) note = note.substr(0, kNoteWidth - 3) + "...";
     const double ms = r.measurement ? r.measurement->ms_median : kNaN;
     const double rss = r.measurement ? r.measurement->peak_rss_mib : kNaN;
-    fmt::print("{:<{}}  {:>10}  {:>8}  {:>7}  {:>9}  {}\n", r.config.name, width, number_or_dash(ms, "{:.2f}"),
-               number_or_dash(r.gflops(), "{:.1f}"), number_or_dash(r.pct_of(ceiling), "{:.1f}"),
-               number_or_dash(rss, "{:.0f}"), note);
+    const bool compute = bytes_read(r.config) <= 0 || r.config.kind == Kind::Decode;
+    fmt::print("{:<{}}  {:>10}  {:>8}  {:>7}  {:>9}", r.config.name, width, number_or_dash(ms, "{:.2f}"),
+               number_or_dash(compute ? r.gflops() : kNaN, "{:.1f}"),
+               number_or_dash(compute ? r.pct_of(ceiling) : kNaN, "{:.1f}"), number_or_dash(rss, "{:.0f}"));
+    if (memory_bound) {
+      fmt::print("  {:>7}  {:>5}", number_or_dash(r.gbps(), "{:.1f}"),
+                 number_or_dash(r.gbps() / bandwidth * 100, "{:.0f}"));
+    }
+    fmt::print("  {}\n", note);
   }
 }
 
@@ -142,6 +165,41 @@ void print_ratios(const std::vector<Record>& records, double ceiling) {
                c.Tq, c.causal ? "causal" : "noncausal", dtype_suffix(c), speedup(fused, math), speedup(fused, sdpa),
                rss(fused), rss(math), rss(sdpa));
   }
+  const double bandwidth = bandwidth_gbps(records);
+  if (std::isfinite(bandwidth)) {
+    fmt::print("  bandwidth ceiling (sum over {:.0f} MiB of float32): {:.1f} GB/s\n", kBandwidthBytes / (1 << 20),
+               bandwidth);
+  }
+  // One decode step: ours vs the math path and LibTorch's SDPA on the same cache, and our share of the ceiling.
+  const auto find_decode = [&](const Config& c, const std::string& impl) -> const Record* {
+    for (const Record& r : records)
+      if (r.config.kind == Kind::Decode && r.config.impl == impl && r.config.B == c.B && r.config.Hkv == c.Hkv &&
+          r.config.Tk == c.Tk && r.config.dtype == c.dtype)
+        return r.measurement ? &r : nullptr;
+    return nullptr;
+  };
+  for (const Record& r : records) {
+    const Config& c = r.config;
+    if (c.kind != Kind::Decode || c.impl != "decode" || !r.measurement) continue;
+    fmt::print("  decode B={} H={} Hkv={} L={}{}: {:.3f} ms/token, {:.1f} GB/s ({} of the ceiling); vs math {}, "
+               "vs torch_sdpa {}\n",
+               c.B, c.H, kv_heads(c), c.Tk, dtype_suffix(c), r.measurement->ms_median, r.gbps(),
+               number_or_dash(r.gbps() / bandwidth * 100, "{:.0f}%"), speedup(&r, find_decode(c, "math")),
+               speedup(&r, find_decode(c, "torch_sdpa")));
+  }
+  const Record* gqa = nullptr;
+  const Record* mha = nullptr;
+  for (const Record& r : records) {
+    if (r.config.name.rfind("prefill/", 0) != 0 || !r.measurement) continue;
+    (kv_heads(r.config) < r.config.H ? gqa : mha) = &r;
+  }
+  if (gqa && mha) {
+    fmt::print("  prefill T={} causal, {} query heads: {} K/V heads {:.1f} ms, {} K/V heads {:.1f} ms "
+               "(GQA/MHA time {:.2f})\n",
+               gqa->config.Tq, gqa->config.H, kv_heads(gqa->config), gqa->measurement->ms_median,
+               kv_heads(mha->config), mha->measurement->ms_median,
+               gqa->measurement->ms_median / mha->measurement->ms_median);
+  }
   for (const Record& r : records)
     if (r.config.kind == Kind::LongContext && r.measurement)
       fmt::print("  long T={}: fused forward {:.0f} ms, peak RSS {:.0f} MiB\n", r.config.Tq, r.measurement->ms_median,
@@ -163,10 +221,10 @@ std::string to_json(const std::vector<Record>& records, double ceiling, const st
     if (!r.skipped.empty()) continue;
     const Config& c = r.config;
     std::string o = fmt::format(
-        "  {{\"name\": {}, \"impl\": {}, \"B\": {}, \"H\": {}, \"Tq\": {}, \"Tk\": {}, \"d\": {}, \"causal\": {}, "
-        "\"dtype\": {}, \"device\": {}, \"ms_median\": {}, \"gflops\": {}, \"pct_gemm_ceiling\": {}, "
+        "  {{\"name\": {}, \"impl\": {}, \"B\": {}, \"H\": {}, \"Hkv\": {}, \"Tq\": {}, \"Tk\": {}, \"d\": {}, "
+        "\"causal\": {}, \"dtype\": {}, \"device\": {}, \"ms_median\": {}, \"gflops\": {}, \"pct_gemm_ceiling\": {}, "
         "\"peak_rss_mib\": {}",
-        json_string(c.name), json_string(c.impl), c.B, c.H, c.Tq, c.Tk, c.d, c.causal ? "true" : "false",
+        json_string(c.name), json_string(c.impl), c.B, c.H, kv_heads(c), c.Tq, c.Tk, c.d, c.causal ? "true" : "false",
         json_string(c.dtype), json_string(device), json_number(r.measurement ? r.measurement->ms_median : kNaN),
         json_number(r.gflops()), json_number(r.pct_of(ceiling)),
         json_number(r.measurement ? r.measurement->peak_rss_mib : kNaN));

@@ -27,7 +27,11 @@ double proc_status_mib(const std::string& key) {
 }
 
 torch::Tensor torch_sdpa(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool causal) {
-#if TORCH_VERSION_MAJOR >= 2
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+  // Fewer K/V heads than query heads: LibTorch reads the shared heads itself.
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, causal, /*scale=*/{},
+                                          /*enable_gqa=*/k.size(1) != q.size(1));
+#elif TORCH_VERSION_MAJOR >= 2
   return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, causal);
 #else
   return std::get<0>(at::_scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
@@ -66,9 +70,36 @@ std::function<void()> make_workload(const Config& c, const torch::Device& device
     }
     case Kind::Core:
     case Kind::LongContext: {
-      auto call = core_call(c, torch::randn({c.B, c.H, c.Tq, c.d}, opts), torch::randn({c.B, c.H, c.Tk, c.d}, opts),
-                            torch::randn({c.B, c.H, c.Tk, c.d}, opts));
+      auto call = core_call(c, torch::randn({c.B, c.H, c.Tq, c.d}, opts),
+                            torch::randn({c.B, kv_heads(c), c.Tk, c.d}, opts),
+                            torch::randn({c.B, kv_heads(c), c.Tk, c.d}, opts));
       return [=] { call(); };
+    }
+    case Kind::Bandwidth: {
+      const torch::Tensor x = torch::ones({static_cast<int64_t>(kBandwidthBytes / 4)}, opts.dtype(torch::kFloat32));
+      return [=] { x.sum(); };
+    }
+    case Kind::Decode: {
+      // A full cache of Tk positions and the step's one query per head (the newest position).
+      const torch::Tensor q = torch::randn({c.B, c.H, 1, c.d}, opts);
+      const torch::Tensor k = torch::empty({c.B, kv_heads(c), c.Tk, c.d}, opts).uniform_(-1, 1);
+      const torch::Tensor v = torch::empty({c.B, kv_heads(c), c.Tk, c.d}, opts).uniform_(-1, 1);
+      const torch::Tensor lengths = torch::full({c.B}, c.Tk, torch::kLong), starts = lengths - 1;
+      if (c.impl == "torch_sdpa") {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+        return [=] { torch_sdpa(q, k, v, /*causal=*/false); };  // one query at the end sees every key
+#else
+        // No enable_gqa before 2.5: a user repeats the shared heads, and so does the timed call.
+        const int64_t group = c.H / kv_heads(c);
+        return [=] {
+          torch_sdpa(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), /*causal=*/false);
+        };
+#endif
+      }
+      const auto options =
+          attn::SdpaOptions().causal(true).backend(c.impl == "math" ? attn::Backend::Math : attn::Backend::Auto);
+      if (c.impl != "decode" && c.impl != "math") throw std::invalid_argument("unknown decode impl '" + c.impl + "'");
+      return [=] { attn::attention_with_kv_cache(q, k, v, starts, lengths, options); };
     }
     case Kind::Training: {
       torch::Tensor q = torch::randn({c.B, c.H, c.Tq, c.d}, opts).requires_grad_();

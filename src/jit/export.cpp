@@ -83,8 +83,14 @@ struct Exporter {
 
 torch::jit::Module to_torchscript(const MultiHeadAttentionImpl& module) {
   const auto& o = module.options;
+  // The exported forward mirrors the cache-less forward of plain multi-head attention only.
+  // The exported forward is the cache-less forward; rotary embeddings are not in the TorchScript core.
+  TORCH_CHECK(!o.rotary(), "attn::jit::to_torchscript: the export does not cover MultiHeadAttention's rotary "
+              "option; export the module without it (and rotate q and k outside), or use torch.export on the "
+              "Python side");
   Exporter e("__torch__.attn.MultiHeadAttention", module, o.num_heads(), o.embed_dim(), o.kdim(), o.vdim(),
              o.attention());
+  add_int(e.m, "num_kv_heads", module.num_kv_heads());
   add_int(e.m, "embed_dim", o.embed_dim());
   add_int(e.m, "head_dim", module.head_dim());
   add_int(e.m, "kdim", o.kdim());
@@ -102,6 +108,7 @@ torch::jit::Module to_torchscript(const AttentionHeadImpl& module) {
   const auto& o = module.options;
   Exporter e("__torch__.attn.AttentionHead", module, /*num_heads=*/1, o.d_in(), o.d_in(), o.d_in(),
              o.attention());
+  add_int(e.m, "num_kv_heads", 1);
   add_int(e.m, "d_in", o.d_in());
   add_int(e.m, "d_k", o.d_k());
   add_int(e.m, "d_v", o.d_v());
@@ -116,6 +123,7 @@ torch::jit::Module to_torchscript(const CrossAttentionImpl& module) {
   const auto& o = module.options;
   Exporter e("__torch__.attn.CrossAttention", module, o.num_heads(), o.d_query_in(), o.d_context_in(),
              o.d_context_in(), o.attention());
+  add_int(e.m, "num_kv_heads", o.num_heads());
   add_int(e.m, "d_query_in", o.d_query_in());
   add_int(e.m, "d_context_in", o.d_context_in());
   add_int(e.m, "d_k", o.d_k());

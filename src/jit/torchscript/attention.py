@@ -6,7 +6,7 @@
 # The attention core, shared by the three exported modules. It mirrors src/modules/common/heads.cpp (checks,
 # masks lifted to [B|1, H|1, Tq, Tk], projections, heads) and the Math backend (src/backends/math.cpp), op for
 # op; which (query, key) pairs are blocked follows src/backends/masks.h, and tests/test_mask_semantics.cpp
-# checks that it agrees. It reads the module attributes num_heads, causal, bottom_right, scale, dropout,
+# checks that it agrees. It reads the module attributes num_heads, num_kv_heads, causal, bottom_right, scale, dropout,
 # query_width, key_width and value_width, and the submodules q_proj, k_proj and v_proj.
 
 def _broadcasts_to(self, shape: List[int], target: List[int]) -> bool:
@@ -49,9 +49,9 @@ def _lift_pair_mask(self, name: str, mask: Optional[Tensor], want_bool: bool, qu
         return mask.unsqueeze(0)
     return mask
 
-def _split_heads(self, x: Tensor) -> Tensor:
+def _split_heads(self, x: Tensor, heads: int) -> Tensor:
     # [B, T, H * d] -> [B, H, T, d]
-    return x.view([x.size(0), x.size(1), self.num_heads, x.size(2) // self.num_heads]).transpose(1, 2)
+    return x.view([x.size(0), x.size(1), heads, x.size(2) // heads]).transpose(1, 2)
 
 def _either(self, a: Optional[Tensor], b: Tensor) -> Tensor:
     if a is None:
@@ -162,15 +162,20 @@ def _project_and_attend(self, query: Tensor, key: Tensor, value: Tensor, key_pad
             qkv = torch.linear(query, weight, torch.cat([qb, kb, vb]))
         else:
             qkv = torch.linear(query, weight)
-        qk_width = self.q_proj.weight.size(0)
+        q_width = self.q_proj.weight.size(0)
+        k_width = self.k_proj.weight.size(0)
         v_width = self.v_proj.weight.size(0)
-        q = self._split_heads(qkv.narrow(-1, 0, qk_width))
-        k = self._split_heads(qkv.narrow(-1, qk_width, qk_width))
-        v = self._split_heads(qkv.narrow(-1, 2 * qk_width, v_width))
+        q = self._split_heads(qkv.narrow(-1, 0, q_width), self.num_heads)
+        k = self._split_heads(qkv.narrow(-1, q_width, k_width), self.num_kv_heads)
+        v = self._split_heads(qkv.narrow(-1, q_width + k_width, v_width), self.num_kv_heads)
     else:
-        q = self._split_heads(self.q_proj.forward(query))
-        k = self._split_heads(self.k_proj.forward(key))
-        v = self._split_heads(self.v_proj.forward(value))
+        q = self._split_heads(self.q_proj.forward(query), self.num_heads)
+        k = self._split_heads(self.k_proj.forward(key), self.num_kv_heads)
+        v = self._split_heads(self.v_proj.forward(value), self.num_kv_heads)
+    if self.num_kv_heads != self.num_heads:
+        # grouped-query attention: query head h uses K/V head h // (num_heads // num_kv_heads)
+        k = k.repeat_interleave(self.num_heads // self.num_kv_heads, 1)
+        v = v.repeat_interleave(self.num_heads // self.num_kv_heads, 1)
 
     out = self._attention(q, k, v, padding, attend, additive)
     # [B, H, Tq, d_v] -> [B, Tq, H * d_v]
