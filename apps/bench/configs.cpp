@@ -161,9 +161,11 @@ std::vector<std::string> suite_names() {
 }
 
 std::optional<Config> find_config(const std::string& name) {
-  for (const std::string& suite : suite_names())
-    for (const Config& c : make_suite(suite)->configs)
+  for (const std::string& suite_name : suite_names()) {
+    const Suite suite = *make_suite(suite_name);  // a named copy: the loop below must not outlive it
+    for (const Config& c : suite.configs)
       if (c.name == name) return c;
+  }
   return std::nullopt;
 }
 

@@ -98,6 +98,33 @@ def main():
     expected = torch.softmax(q @ k.transpose(-1, -2) / 4.0 + additive, -1) @ v
     good &= check("additive mask", out, expected, 1e-10)
 
+    # Grouped-query attention (K/V with fewer heads), forward and backward: against F's enable_gqa where PyTorch
+    # has it (>= 2.5), else against F on K/V repeated with repeat_interleave (the same pairing of heads).
+    sdpa = getattr(F, "scaled_dot_product_attention", None)
+    has_gqa = sdpa is not None and "enable_gqa" in (sdpa.__doc__ or "")
+    for H, H_kv in ((8, 2), (6, 1), (9, 3)):
+        q = torch.randn(2, H, 33, 16, dtype=torch.float64, requires_grad=True)
+        k = torch.randn(2, H_kv, 47, 16, dtype=torch.float64, requires_grad=True)
+        v = torch.randn(2, H_kv, 47, 16, dtype=torch.float64, requires_grad=True)
+        out, _ = op(q, k, v, None, None, None, True, 47 - 33, None)
+        q64, k64, v64 = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        causal_ok = torch.ones(33, 47, dtype=torch.bool).tril(47 - 33)
+        if has_gqa:
+            expected = sdpa(q64, k64, v64, attn_mask=causal_ok, enable_gqa=True)
+            how = "F enable_gqa"
+        else:
+            group = H // H_kv
+            expected = torch_attention(q64, k64.repeat_interleave(group, 1), v64.repeat_interleave(group, 1),
+                                       causal_ok.expand(2, H, 33, 47), 1.0 / 4.0)
+            how = "F on repeat_interleave"
+        name = f"GQA H={H} H_kv={H_kv} against {how}"
+        good &= check(name + " output", out.detach(), expected.detach(), 1e-10)
+        cot = torch.randn(out.shape, dtype=torch.float64)
+        (out * cot).sum().backward()
+        (expected * cot).sum().backward()
+        for got, want, what in ((q.grad, q64.grad, "dq"), (k.grad, k64.grad, "dk"), (v.grad, v64.grad, "dv")):
+            good &= check(f"{name} {what}", got, want, 1e-9)
+
     # TorchScript compiles a call to the op and runs it with the same result.
     @torch.jit.script
     def scripted(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,6 @@
 // The decode kernel (split-KV, FlashDecoding's scheme), compiled once per instruction set like the fused
-// kernels: the variant files include it after flash_attention_kernel_impl.h, whose tile helpers (gemm,
-// row_max, exp_shifted_sum, all_finite, run_tasks) it shares. No include guard on purpose.
+// kernels: the variant files include it after flash_attention_kernel_impl.h, whose helpers (row_max,
+// exp_shifted_sum, run_tasks, kNegInf) it shares. No include guard on purpose.
 //
 // Decoding reads the whole cache for a few FLOPs per element, so it is bound by memory bandwidth. Each task
 // takes one split of kDecodeKeyBlock keys of one (batch row, K/V head) and computes, for every query row of
@@ -32,26 +32,46 @@ inline int64_t key_limit(int64_t key_length, int64_t query_start, int64_t t, boo
   return causal ? std::clamp<int64_t>(query_start + t + 1, 0, key_length) : key_length;
 }
 
-/// rows × width elements of a strided cache block as a dense compute-type block: a view when the cache is in
-/// the compute type already, else converted into `scratch` (bfloat16 -> float32, vectorised).
+/// One cache row in the compute type: the row itself, or converted into `scratch` (bfloat16 -> float32).
 template <typename T, typename KV>
-const T* as_compute(const KV* src, int64_t rows, int64_t width, int64_t ld, std::vector<T>& scratch, int64_t& out_ld) {
+const T* row_in(const KV* src, int64_t n, T* scratch) {
   if constexpr (std::is_same_v<T, KV>) {
-    out_ld = ld;
     return src;
   } else {
-    scratch.resize(rows * width);
-    for (int64_t r = 0; r < rows; ++r) {
-      at::vec::convert(src + r * ld, scratch.data() + r * width, width);
-    }
-    out_ld = width;
-    return scratch.data();
+    at::vec::convert(src, scratch, n);
+    return scratch;
   }
+}
+
+/// Σ a[i]·b[i], two accumulators to hide the FMA latency.
+template <typename T>
+T dot(const T* a, const T* b, int64_t n) {
+  using Vec = Vectorized<T>;
+  Vec acc0(T(0)), acc1(T(0));
+  int64_t i = 0;
+  for (; i + 2 * Vec::size() <= n; i += 2 * Vec::size()) {
+    acc0 = at::vec::fmadd(Vec::loadu(a + i), Vec::loadu(b + i), acc0);
+    acc1 = at::vec::fmadd(Vec::loadu(a + i + Vec::size()), Vec::loadu(b + i + Vec::size()), acc1);
+  }
+  for (; i + Vec::size() <= n; i += Vec::size()) acc0 = at::vec::fmadd(Vec::loadu(a + i), Vec::loadu(b + i), acc0);
+  T sum = at::vec::vec_reduce_all<T>(std::plus<Vec>(), acc0 + acc1);
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+/// y += alpha · x.
+template <typename T>
+void axpy(T alpha, const T* x, T* y, int64_t n) {
+  using Vec = Vectorized<T>;
+  const Vec va(alpha);
+  int64_t i = 0;
+  for (; i + Vec::size() <= n; i += Vec::size()) at::vec::fmadd(va, Vec::loadu(x + i), Vec::loadu(y + i)).store(y + i);
+  for (; i < n; ++i) y[i] += alpha * x[i];
 }
 
 template <typename T>
 struct DecodeState {
-  std::vector<T> q, scores, keys, values;
+  std::vector<T> q, scores, row;
 };
 
 template <typename T, typename KV>
@@ -84,22 +104,22 @@ void decode(const DecodeArgs<T, KV>& a) {
         std::copy_n(a.q.row(b, hk * group + i, t), a.dk, st.q.data() + (i * a.tq + t) * a.dk);
       }
     }
-    int64_t ldk = 0, ldv = 0;
-    const T* k = as_compute<T>(a.k.row(b, hk, j0), cols, a.dk, a.k.si, st.keys, ldk);
-    st.scores.resize(rows * std::max<int64_t>(cols, 1));
-    T* s = st.scores.data();
+    // Each K and V row is read once, from memory, and used by every packed query row while it is in L1:
+    // decoding is bound by that read, and a GEMM of a few rows would stream the tile through its packing.
+    st.row.resize(std::max(a.dk, a.dv));
     const int64_t lds = std::max<int64_t>(cols, 1);
-    gemm<T>(false, true, rows, cols, a.dk, a.scale, st.q.data(), a.dk, k, ldk, T(0), s, lds);
+    st.scores.resize(rows * lds);
+    T* s = st.scores.data();
+    for (int64_t c = 0; c < cols; ++c) {
+      const T* k = row_in<T>(a.k.row(b, hk, j0 + c), a.dk, st.row.data());
+      for (int64_t r = 0; r < rows; ++r) s[r * lds + c] = a.scale * dot(st.q.data() + r * a.dk, k, a.dk);
+    }
 
-    bool any_blocked = false;
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t limit = key_limit(a.key_lengths[b], a.query_starts[b], r % a.tq, a.causal);
       const int64_t allowed = std::clamp<int64_t>(limit - j0, 0, cols);
       T* row = s + r * lds;
-      if (allowed < cols) {
-        any_blocked = true;
-        std::fill(row + allowed, row + cols, kNegInf<T>);
-      }
+      std::fill(row + allowed, row + cols, kNegInf<T>);
       m[r] = allowed > 0 ? row_max(row, cols) : kNegInf<T>;
       if (m[r] == kNegInf<T>) {  // no key of this split is allowed for this row
         std::fill(row, row + cols, T(0));
@@ -109,18 +129,13 @@ void decode(const DecodeArgs<T, KV>& a) {
       }
     }
 
-    const T* v = as_compute<T>(a.v.row(b, hk, j0), cols, a.dv, a.v.si, st.values, ldv);
-    if (!any_blocked || all_finite(v, cols, a.dv, ldv)) {
-      gemm<T>(false, false, rows, a.dv, cols, T(1), s, lds, v, ldv, T(0), acc, a.dv);
-    } else {
-      // 0 · Inf is NaN in a matrix product: a NaN or Inf value at a blocked key must contribute nothing.
-      std::fill(acc, acc + rows * a.dv, T(0));
+    // A weight of exactly 0 (a blocked key) is skipped, so a NaN or Inf value there contributes nothing.
+    std::fill(acc, acc + rows * a.dv, T(0));
+    for (int64_t c = 0; c < cols; ++c) {
+      const T* v = row_in<T>(a.v.row(b, hk, j0 + c), a.dv, st.row.data());
       for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t c = 0; c < cols; ++c) {
-          const T w = s[r * lds + c];
-          if (w == T(0)) continue;
-          for (int64_t e = 0; e < a.dv; ++e) acc[r * a.dv + e] += w * v[c * ldv + e];
-        }
+        const T w = s[r * lds + c];
+        if (w != T(0)) axpy(w, v, acc + r * a.dv, a.dv);
       }
     }
   });
