@@ -172,6 +172,26 @@ TEST(WeightFiles, SaveAndLoadRoundTripInBothFormats) {
                         "cannot write the torch legacy format");
 }
 
+// A decoder's attention block (Llama, Mistral, Qwen, SmolLM in transformers): q/k/v/o_proj, narrower k/v.
+TEST(WeightFiles, DecoderNamesLoadIntoGroupedQueryAttention) {
+  const fs::path dir = fs::temp_directory_path() / "attn_io_decoder";
+  fs::create_directories(dir);
+  torch::manual_seed(6);
+  const std::map<std::string, torch::Tensor> tensors = {{"q_proj.weight", torch::randn({24, 24})},
+                                                        {"k_proj.weight", torch::randn({8, 24})},
+                                                        {"v_proj.weight", torch::randn({8, 24})},
+                                                        {"o_proj.weight", torch::randn({24, 24})}};
+  const std::string path = (dir / "block.safetensors").string();
+  io::write_tensors(path, tensors, io::WeightFormat::Safetensors);
+  auto mha = MultiHeadAttention(MultiHeadAttentionOptions(24, 6).num_kv_heads(2).bias(false));
+  io::load_state_dict(*mha, path);
+  EXPECT_TRUE(torch::equal(mha->k_proj->weight, tensors.at("k_proj.weight")));
+  EXPECT_TRUE(torch::equal(mha->out_proj->weight, tensors.at("o_proj.weight")));
+  // The same file does not fit a module whose K/V heads differ: a shape mismatch, named.
+  auto full = MultiHeadAttention(MultiHeadAttentionOptions(24, 6).bias(false));
+  EXPECT_ERROR_CONTAINS(io::load_state_dict(*full, path), "k_proj.weight");
+}
+
 TEST(WeightFiles, AtomicWriteReplacesTheFileOrLeavesItUntouched) {
   const fs::path dir = fs::temp_directory_path() / "attn_io_atomic";
   fs::remove_all(dir);
