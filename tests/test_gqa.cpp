@@ -102,7 +102,7 @@ TEST_P(GroupedQueryAttention, ForwardMatchesRepeatedHeadsInFloat64) {
         const auto options =
             SdpaOptions().masks(masks).causal(ck.causal).causal_alignment(ck.alignment).backend(backend);
         const torch::Tensor actual =
-            scaled_dot_product_attention(p.q.to(dtype), p.k.to(dtype), p.v.to(dtype), options);
+            attn::scaled_dot_product_attention(p.q.to(dtype), p.k.to(dtype), p.v.to(dtype), options);
         ASSERT_EQ(actual.sizes(), expected.sizes());
         EXPECT_CLOSE(actual.to(torch::kFloat64), expected, tolerance(dtype));
       }
@@ -133,9 +133,9 @@ TEST_P(GroupedQueryAttention, BackwardSumsGradientsOverEachGroup) {
           AttentionMasks masks = p.masks;
           if (masks.additive_mask().defined()) masks.additive_mask(masks.additive_mask().to(dt));
           const auto options = SdpaOptions().masks(masks).causal(ck.causal).causal_alignment(ck.alignment).backend(b);
-          const torch::Tensor out = repeat ? scaled_dot_product_attention(q, repeat_heads(k, group),
+          const torch::Tensor out = repeat ? attn::scaled_dot_product_attention(q, repeat_heads(k, group),
                                                                           repeat_heads(v, group), options)
-                                           : scaled_dot_product_attention(q, k, v, options);
+                                           : attn::scaled_dot_product_attention(q, k, v, options);
           (out * cotangent.to(dt)).sum().backward();
           return std::vector<torch::Tensor>{q.grad().to(torch::kFloat64), k.grad().to(torch::kFloat64),
                                             v.grad().to(torch::kFloat64)};
@@ -178,7 +178,7 @@ TEST(GroupedQueryAttentionCuda, MatchesRepeatedHeads) {
   for (Backend b : {Backend::Math, Backend::Torch}) {
     SCOPED_TRACE(to_string(b));
     const torch::Tensor out =
-        scaled_dot_product_attention(cuda(p.q), cuda(p.k), cuda(p.v), SdpaOptions().masks(masks).causal(true).backend(b));
+        attn::scaled_dot_product_attention(cuda(p.q), cuda(p.k), cuda(p.v), SdpaOptions().masks(masks).causal(true).backend(b));
     const torch::Tensor expected = std::get<0>(
         float64_attention(p.q, repeat_heads(p.k, 4), repeat_heads(p.v, 4), p.allowed, 1.0 / std::sqrt(64.0)));
     EXPECT_CLOSE(out.cpu().to(torch::kFloat64), expected, 1e-4);
@@ -187,14 +187,14 @@ TEST(GroupedQueryAttentionCuda, MatchesRepeatedHeads) {
 
 TEST(GroupedQueryAttention, HeadsThatDoNotDivideAreRefused) {
   const torch::Tensor q = torch::randn({1, 6, 4, 8}), k = torch::randn({1, 4, 4, 8});
-  EXPECT_ERROR_CONTAINS(scaled_dot_product_attention(q, k, k),
+  EXPECT_ERROR_CONTAINS(attn::scaled_dot_product_attention(q, k, k),
                         "key and value may have H_kv heads (dimension -3) where H_kv divides the query's heads");
   // Key and value must agree with each other.
   const torch::Tensor k2 = torch::randn({1, 2, 4, 8}), v3 = torch::randn({1, 3, 4, 8});
-  EXPECT_ERROR_CONTAINS(scaled_dot_product_attention(q, k2, v3),
+  EXPECT_ERROR_CONTAINS(attn::scaled_dot_product_attention(q, k2, v3),
                         "key and value must have the same number of heads (dimension -3)");
   // Other leading dimensions still must match.
-  EXPECT_ERROR_CONTAINS(scaled_dot_product_attention(q, torch::randn({2, 3, 4, 8}), torch::randn({2, 3, 4, 8})),
+  EXPECT_ERROR_CONTAINS(attn::scaled_dot_product_attention(q, torch::randn({2, 3, 4, 8}), torch::randn({2, 3, 4, 8})),
                         "must share their leading dimensions");
   // The op itself names its layout.
   EXPECT_ERROR_CONTAINS(ops::flash_attention(q, k, k), "with H_kv dividing the query's 6 heads");
@@ -210,7 +210,7 @@ TEST(GroupedQueryAttention, GroupsOnDimensionMinus3AtRankFive) {
                                                                torch::Tensor(), 1.0 / std::sqrt(8.0)));
   for (Backend b : {Backend::Math, Backend::Fused, Backend::Torch}) {
     SCOPED_TRACE(to_string(b));
-    EXPECT_CLOSE(scaled_dot_product_attention(q, k, v, SdpaOptions().backend(b)), expected, 1e-10);
+    EXPECT_CLOSE(attn::scaled_dot_product_attention(q, k, v, SdpaOptions().backend(b)), expected, 1e-10);
   }
 }
 
