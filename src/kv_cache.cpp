@@ -1,34 +1,29 @@
 #include <attn/kv_cache.h>
 
 #include "common/checks.h"
+#include "common/dtypes.h"
+#include "modules/common/settings.h"
 
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <limits>
-#include <string>
 
 namespace attn {
 namespace {
-
 constexpr const char* kCache = "attn::KVCache";
-
-void check_positive(const char* arg, int64_t value) {
-  TORCH_CHECK(value > 0, kCache, ": ", arg, " must be positive, got ", value);
-}
-
 }  // namespace
 
 KVCache::KVCache(const KVCacheOptions& options) : options_(options) {
-  check_positive("num_layers", options.num_layers());
-  check_positive("batch", options.batch());
-  check_positive("num_kv_heads", options.num_kv_heads());
-  check_positive("head_dim", options.head_dim());
-  check_positive("capacity", options.capacity());
+  using modules::check_positive;
+  check_positive(kCache, "num_layers", options.num_layers());
+  check_positive(kCache, "batch", options.batch());
+  check_positive(kCache, "num_kv_heads", options.num_kv_heads());
+  check_positive(kCache, "head_dim", options.head_dim());
+  check_positive(kCache, "capacity", options.capacity());
   const int64_t value_dim = options.value_dim().value_or(options.head_dim());
-  check_positive("value_dim", value_dim);
-  TORCH_CHECK(c10::isFloatingType(options.dtype()), kCache, ": dtype must be floating, got ",
-              c10::toString(options.dtype()));
+  check_positive(kCache, "value_dim", value_dim);
+  TORCH_CHECK(common::is_attention_dtype(options.dtype()), kCache,
+              ": dtype must be float32, float64, bfloat16 or float16, got ", common::dtype_name(options.dtype()));
   const auto tensor_options = torch::TensorOptions().dtype(options.dtype()).device(options.device());
   for (int64_t l = 0; l < options.num_layers(); ++l) {
     // Zeroed, not empty: the kernels never read past a row's length, but a caller reading the buffer may.

@@ -20,10 +20,6 @@ std::vector<int64_t> host_values(const torch::Tensor& t) {
   return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
 }
 
-torch::Tensor host_tensor(const std::vector<int64_t>& v) {
-  return torch::tensor(at::ArrayRef<int64_t>(v), torch::kLong);
-}
-
 }  // namespace
 
 void check_cache_inputs(const char* fn, const torch::Tensor& query, const torch::Tensor& key_cache,
@@ -80,14 +76,16 @@ bool uses_decode_kernel(const torch::Tensor& query, const torch::Tensor& key_cac
 torch::Tensor cache_attention(const char* fn, const torch::Tensor& query, const torch::Tensor& key_cache,
                               const torch::Tensor& value_cache, const torch::Tensor& query_starts,
                               const torch::Tensor& key_lengths, const SdpaOptions& options) {
-  const std::vector<int64_t> starts = host_values(query_starts), lengths = host_values(key_lengths);
   if (uses_decode_kernel(query, key_cache, value_cache, options)) {
-    return ops::decode_attention(query, key_cache, value_cache, host_tensor(starts), host_tensor(lengths),
+    // The op reads the positions as int64 on the CPU; tensors already so pass through without a copy.
+    const auto host = [](const torch::Tensor& t) { return t.to(torch::kCPU, torch::kLong); };
+    return ops::decode_attention(query, key_cache, value_cache, host(query_starts), host(key_lengths),
                                  options.causal(),
                                  options.scale() ? c10::optional<double>(*options.scale()) : c10::nullopt);
   }
   // The general backends read the used prefix of the caches (a view) with the cache rule as a mask, or as
   // plain bottom-right causality when every row has the same length and its queries are the newest positions.
+  const std::vector<int64_t> starts = host_values(query_starts), lengths = host_values(key_lengths);
   const int64_t tq = query.size(2);
   const int64_t used = *std::max_element(lengths.begin(), lengths.end());
   const torch::Tensor k = key_cache.narrow(2, 0, used), v = value_cache.narrow(2, 0, used);
@@ -97,8 +95,9 @@ torch::Tensor cache_attention(const char* fn, const torch::Tensor& query, const 
   if (uniform) {
     general.causal_alignment(CausalAlignment::BottomRight);
   } else {
-    const torch::Tensor blocked = cache_blocked(host_tensor(starts).to(query.device()),
-                                                host_tensor(lengths).to(query.device()), tq, used, options.causal());
+    const auto on_device = [&](const torch::Tensor& t) { return t.to(query.device(), torch::kLong); };
+    const torch::Tensor blocked =
+        cache_blocked(on_device(query_starts), on_device(key_lengths), tq, used, options.causal());
     general.causal(false).masks(AttentionMasks().attend_mask(blocked.logical_not()));
   }
   return std::get<0>(attention(fn, query, k, v, general, /*need_weights=*/false));

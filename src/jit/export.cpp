@@ -83,7 +83,6 @@ struct Exporter {
 
 torch::jit::Module to_torchscript(const MultiHeadAttentionImpl& module) {
   const auto& o = module.options;
-  // The exported forward mirrors the cache-less forward of plain multi-head attention only.
   // The exported forward is the cache-less forward; rotary embeddings are not in the TorchScript core.
   TORCH_CHECK(!o.rotary(), "attn::jit::to_torchscript: the export does not cover MultiHeadAttention's rotary "
               "option; export the module without it (and rotate q and k outside), or use torch.export on the "

@@ -10,8 +10,6 @@
 #include <vector>
 
 namespace attn::ops {
-namespace {
-
 void check_input(const char* fn, const char* arg, const at::Tensor& t, const char* layout) {
   TORCH_CHECK(t.defined(), fn, ": ", arg, " is undefined");
   TORCH_CHECK(t.dim() == 4, fn, ": ", arg, " must be 4-D ", layout, ", got shape ", t.sizes());
@@ -20,6 +18,8 @@ void check_input(const char* fn, const char* arg, const at::Tensor& t, const cha
   TORCH_CHECK(common::is_fused_kernel_dtype(t.scalar_type()), fn, ": ", arg,
               " must be float32, float64 or bfloat16, got ", common::dtype_name(t));
 }
+
+namespace {
 
 FlashSizes check_qkv(const char* fn, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   check_input(fn, "query", q, "[B, H, Tq, d_k]");

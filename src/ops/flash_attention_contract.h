@@ -14,6 +14,10 @@ namespace attn::ops {
 inline constexpr const char* kForwardOp = "attn::flash_attention";
 inline constexpr const char* kBackwardOp = "attn::flash_attention_backward";
 
+/// One 4-D tensor argument of an op: defined, rank 4 (`layout` names its dimensions in the message), on the
+/// CPU or the meta device, in a dtype the CPU kernels compute.
+void check_input(const char* fn, const char* arg, const at::Tensor& t, const char* layout);
+
 struct FlashSizes {
   int64_t batch, heads, tq, tk, dk, dv;
   int64_t kv_heads;  ///< key/value heads; divides `heads` (grouped-query attention when smaller)

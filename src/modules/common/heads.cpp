@@ -122,18 +122,10 @@ Heads project(const ModuleLayout& layout, const CallShape& shape, const torch::T
 void rotate(const RotaryEmbeddingImpl* rotary, Heads& heads, const torch::Tensor& q_positions,
             const torch::Tensor& k_positions) {
   if (rotary == nullptr) return;
-  // The angles are computed on the CPU (in float64, from the module's CPU copy of the frequencies) and moved
-  // to the heads' device: small next to q and k.
-  const auto apply = [&](const torch::Tensor& x, const torch::Tensor& positions) {
-    auto [cos, sin] = rotary->cos_sin(positions, x.scalar_type());
-    if (positions.dim() == 2) {  // [B, T, r/2] -> [B, 1, T, r/2], shared by the heads
-      cos = cos.unsqueeze(1);
-      sin = sin.unsqueeze(1);
-    }
-    return apply_rotary(x, cos.to(x.device()), sin.to(x.device()), rotary->options.pairing());
-  };
-  heads.q = apply(heads.q, q_positions);
-  heads.k = apply(heads.k, k_positions);
+  // RotaryEmbedding's own forward, with the positions on the heads' device (rotary_cos_sin brings the
+  // frequencies there).
+  heads.q = rotary->forward(heads.q, q_positions.to(heads.q.device()));
+  heads.k = rotary->forward(heads.k, k_positions.to(heads.k.device()));
 }
 
 torch::Tensor merge_heads(const torch::Tensor& x, const CallShape& shape) {
@@ -235,7 +227,7 @@ std::tuple<torch::Tensor, torch::Tensor> attend_memory(const ModuleLayout& layou
               w.head_dim_v, "], got key ", memory_key.defined() ? memory_key.sizes() : at::IntArrayRef{}, " and value ",
               memory_value.defined() ? memory_value.sizes() : at::IntArrayRef{});
   const int64_t tk = memory_key.size(2);
-  // The query's own checks (width, dtype, device); a zero-width stand-in plays the key and value inputs.
+  // The query's own checks (width, dtype, device), with the query standing in for the key and value inputs.
   ModuleLayout query_only = layout;
   query_only.widths.key_in = query_only.widths.value_in = w.query_in;
   check_inputs(query_only, query, query, query, projections.q.weight);

@@ -70,7 +70,7 @@ AttentionMasks lift_masks(const ModuleLayout& layout, const CallShape& shape, co
 /// product with the three weights stacked.
 Heads project(const ModuleLayout& layout, const CallShape& shape, const torch::Tensor& query,
               const torch::Tensor& key, const torch::Tensor& value, const Projections& projections);
-/// Between steps 3 and 4: q and k rotated at `positions` ([T] or [B, T] integers on the CPU; q's and k's
+/// Between steps 3 and 4: q and k rotated at `positions` ([T] or [B, T] integers, any device; q's and k's
 /// own lengths when separate), when the module has rotary embeddings (`rotary` non-null).
 void rotate(const RotaryEmbeddingImpl* rotary, Heads& heads, const torch::Tensor& q_positions,
             const torch::Tensor& k_positions);

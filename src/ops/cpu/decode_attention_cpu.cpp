@@ -2,27 +2,19 @@
 // and calls the decode kernel of this CPU's instruction set.
 
 #include "common/checks.h"
-#include "common/dtypes.h"
 #include "ops/cpu/flash_attention_kernel.h"
+#include "ops/cpu/kernel_layout.h"
+#include "ops/flash_attention_contract.h"
 
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
-#include <limits>
 #include <vector>
 
 namespace attn::ops::cpu {
 namespace {
 
 constexpr const char* kOp = "attn::decode_attention";
-
-void check_4d(const char* arg, const at::Tensor& t, const char* layout) {
-  TORCH_CHECK(t.defined(), kOp, ": ", arg, " is undefined");
-  TORCH_CHECK(t.dim() == 4, kOp, ": ", arg, " must be 4-D ", layout, ", got shape ", t.sizes());
-  TORCH_CHECK(t.device().is_cpu(), kOp, ": ", arg, " is on ", t.device(), "; this op runs on the CPU");
-  TORCH_CHECK(common::is_fused_kernel_dtype(t.scalar_type()), kOp, ": ", arg,
-              " must be float32, float64 or bfloat16, got ", common::dtype_name(t));
-}
 
 /// [B] int64 CPU positions, copied out (the kernel reads them while the caller may not hold them).
 std::vector<int64_t> positions(const char* arg, const at::Tensor& t, int64_t batch) {
@@ -34,14 +26,6 @@ std::vector<int64_t> positions(const char* arg, const at::Tensor& t, int64_t bat
   return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + batch);
 }
 
-/// Unit stride along d, rows that BLAS can address with 32-bit leading dimensions; other layouts are copied.
-at::Tensor kernel_layout(const at::Tensor& t) {
-  const bool unit_d = t.size(-1) <= 1 || t.stride(-1) == 1;
-  const bool rows_apart = t.size(-2) <= 1 || t.stride(-2) >= t.size(-1);
-  const bool fits = t.stride(-2) <= std::numeric_limits<int32_t>::max();
-  return unit_d && rows_apart && fits ? t : t.contiguous();
-}
-
 template <typename T>
 View4<T> view(const at::Tensor& t) {
   return {t.data_ptr<std::remove_const_t<T>>(), t.stride(0), t.stride(1), t.stride(2), 1};
@@ -50,9 +34,9 @@ View4<T> view(const at::Tensor& t) {
 at::Tensor decode_attention_cpu(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
                                 const at::Tensor& query_starts, const at::Tensor& key_lengths, bool is_causal,
                                 c10::optional<double> scale) {
-  check_4d("query", query, "[B, H, Tq, d_k]");
-  check_4d("key_cache", key_cache, "[B, H_kv, capacity, d_k]");
-  check_4d("value_cache", value_cache, "[B, H_kv, capacity, d_v]");
+  check_input(kOp, "query", query, "[B, H, Tq, d_k]");
+  check_input(kOp, "key_cache", key_cache, "[B, H_kv, capacity, d_k]");
+  check_input(kOp, "value_cache", value_cache, "[B, H_kv, capacity, d_v]");
   common::check_same_device_dtype(kOp, "key_cache", key_cache, "query", query);
   common::check_same_device_dtype(kOp, "value_cache", value_cache, "query", query);
   const int64_t B = query.size(0), H = query.size(1), tq = query.size(2), dk = query.size(3);
@@ -77,8 +61,9 @@ at::Tensor decode_attention_cpu(const at::Tensor& query, const at::Tensor& key_c
 
   const bool bf16 = query.scalar_type() == at::kBFloat16;
   const at::ScalarType compute = bf16 ? at::kFloat : query.scalar_type();
-  const at::Tensor q = kernel_layout(query.to(compute));  // the query is small; the caches are read in place
-  const at::Tensor k = kernel_layout(key_cache), v = kernel_layout(value_cache);
+  // The query is small and converted; the caches are read in place, in their own dtype.
+  const at::Tensor q = row_major_layout(query.to(compute));
+  const at::Tensor k = row_major_layout(key_cache), v = row_major_layout(value_cache);
   // [B, Tq, H, d_v] memory, as flash_attention's output: merging the heads back is a free view.
   at::Tensor out = at::empty({B, tq, H, dv}, q.options()).transpose(1, 2);
   const double sc = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(dk));

@@ -2,6 +2,7 @@
 // lays the tensors out for the kernels and calls the variant for this CPU.
 
 #include "ops/cpu/flash_attention_kernel.h"
+#include "ops/cpu/kernel_layout.h"
 #include "ops/flash_attention_contract.h"
 
 #include <ATen/ATen.h>
@@ -11,7 +12,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <limits>
 #include <optional>
 #include <tuple>
 #include <vector>
@@ -19,17 +19,9 @@
 namespace attn::ops::cpu {
 namespace {
 
-/// The kernels need unit stride along d and rows that do not overlap (BLAS reads them as a matrix). Other
-/// layouts, e.g. a stride-0 expanded sequence, are copied; ordinary views pass through untouched.
+/// `t` in the compute type, in a layout the kernels can read (ops/cpu/kernel_layout.h).
 at::Tensor kernel_layout(const at::Tensor& t, at::ScalarType compute) {
-  at::Tensor out = t.scalar_type() == compute ? t : t.to(compute);
-  const bool unit_d = out.size(-1) <= 1 || out.stride(-1) == 1;
-  const bool rows_apart = out.size(-2) <= 1 || out.stride(-2) >= out.size(-1);
-  // BLAS takes 32-bit leading dimensions. A larger row stride (possible on a size-1 dimension, which
-  // contiguous() leaves as it is) gets a fresh, compact copy.
-  const bool fits_blas = out.stride(-2) <= std::numeric_limits<int32_t>::max();
-  if (!fits_blas) return out.clone(at::MemoryFormat::Contiguous);
-  return unit_d && rows_apart ? out : out.contiguous();
+  return row_major_layout(t.scalar_type() == compute ? t : t.to(compute));
 }
 
 template <typename T>
