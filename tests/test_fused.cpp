@@ -3,19 +3,16 @@
 // ways, d_k != d_v, every mask kind, causal in both alignments. Each instruction-set variant of the kernel
 // runs the whole grid.
 
+#include "kernel_variants.h"
 #include "support.h"
 
 #include <attn/ops/flash_attention.h>
-
-#include "ops/cpu/flash_attention_kernel.h"
 
 #include <cmath>
 #include <limits>
 
 namespace attn::test {
 namespace {
-
-using ops::cpu::Capability;
 
 struct Shape {
   int64_t batch, heads, tq, tk, dk, dv;
@@ -86,43 +83,7 @@ SdpaOptions options_for(const CausalKind& c, const AttentionMasks& masks, Backen
   return SdpaOptions().masks(masks).causal(c.causal).causal_alignment(c.alignment).backend(backend);
 }
 
-/// Runs the test with the kernel variant forced, and restores the detected one afterwards.
-class CapabilityScope {
- public:
-  explicit CapabilityScope(Capability c) { ops::cpu::force_capability(c); }
-  ~CapabilityScope() { ops::cpu::reset_capability(); }
-};
-
-struct FusedParam {
-  Capability capability;
-  torch::Dtype dtype;
-};
-
-std::string fused_param_name(const ::testing::TestParamInfo<FusedParam>& info) {
-  return std::string(ops::cpu::capability_name(info.param.capability)) + "_" +
-         c10::toString(info.param.dtype);
-}
-
-std::vector<FusedParam> fused_grid() {
-  std::vector<FusedParam> grid;
-  for (Capability c : {Capability::Default, Capability::Avx2, Capability::Avx512}) {
-    for (torch::Dtype d : {torch::kFloat32, torch::kFloat64, torch::kBFloat16}) grid.push_back({c, d});
-  }
-  return grid;
-}
-
-class FusedKernel : public ::testing::TestWithParam<FusedParam> {
- protected:
-  void SetUp() override {
-    scope_ = std::make_unique<CapabilityScope>(GetParam().capability);
-    // A variant this CPU lacks runs as the best one it has; say which one actually ran.
-    RecordProperty("kernel_variant", ops::cpu::capability_name(ops::cpu::active_capability()));
-  }
-  void TearDown() override { scope_.reset(); }
-
- private:
-  std::unique_ptr<CapabilityScope> scope_;
-};
+class FusedKernel : public KernelVariantTest {};
 
 // Forward: fused output against the float64 math path, which the PyTorch reference tests pin.
 TEST_P(FusedKernel, ForwardMatchesFloat64Reference) {
@@ -187,7 +148,7 @@ TEST_P(FusedKernel, BackwardMatchesFloat64Reference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, FusedKernel, ::testing::ValuesIn(fused_grid()), fused_param_name);
+INSTANTIATE_TEST_SUITE_P(Variants, FusedKernel, ::testing::ValuesIn(kernel_grid()), kernel_param_name);
 
 // An independent reference for the bool masks: attention written out element by element in float64.
 TEST(FusedKernelReference, BoolMasksAgainstElementwiseFloat64) {

@@ -2,6 +2,7 @@
 // the cache) against a float64 formula, and MultiHeadAttention::forward(x, cache, layer) against the same
 // module's cache-less causal forward; ragged batches, reorder, truncate, overflow, projected memories.
 
+#include "kernel_variants.h"
 #include "support.h"
 
 #include <attn/ops/decode_attention.h>
@@ -32,39 +33,44 @@ struct DecodeCase {
   int64_t heads, kv_heads, tq;
   std::vector<int64_t> lengths;  // per row; capacity is the largest + 5
   bool causal;
+  int64_t dk, dv;
 };
 
 // Lengths 1, odd, not multiples of the 256-key split, and past several splits; B x H_kv from 1 (below the
-// thread count) to 16 (above it); Tq 1 and a few queries with causality inside the new positions.
+// thread count) to 16 (above it); Tq 1 and a few queries with causality inside the new positions. The
+// packed rows (group x Tq) run from 1 to 16, so register tiles come full and partial; the head sizes take
+// the kernels' two-vector, one-vector and scalar steps (128, 16, 40 = 32 + 8, 24, 72) with d_k != d_v.
 const std::vector<DecodeCase> kDecodeCases = {
-    {4, 1, 1, {1}, true},
-    {8, 2, 1, {1000}, true},
-    {6, 3, 1, {257, 3}, true},
-    {8, 8, 3, {513, 77}, true},
-    {4, 2, 5, {255, 256, 600}, true},
-    {2, 2, 4, {9, 1200}, false},
+    {4, 1, 1, {1}, true, 16, 16},
+    {8, 2, 1, {1000}, true, 128, 128},
+    {6, 3, 1, {257, 3}, true, 40, 40},
+    {8, 8, 3, {513, 77}, true, 64, 24},
+    {4, 2, 5, {255, 256, 600}, true, 16, 16},
+    {2, 2, 4, {9, 1200}, false, 128, 72},
+    {16, 2, 2, {300, 41}, true, 32, 32},
+    {6, 1, 1, {700}, false, 24, 40},
 };
 
-class DecodeKernel : public ::testing::TestWithParam<torch::Dtype> {};
+class DecodeKernel : public KernelVariantTest {};
 
 TEST_P(DecodeKernel, MatchesFloat64FormulaOnTheCache) {
-  const torch::Dtype dtype = GetParam();
+  const torch::Dtype dtype = GetParam().dtype;
   uint64_t seed = 300;
   for (const DecodeCase& c : kDecodeCases) {
     const int64_t B = static_cast<int64_t>(c.lengths.size());
-    const int64_t capacity = *std::max_element(c.lengths.begin(), c.lengths.end()) + 5, d = 16;
+    const int64_t capacity = *std::max_element(c.lengths.begin(), c.lengths.end()) + 5;
     SCOPED_TRACE(::testing::Message() << "H=" << c.heads << " H_kv=" << c.kv_heads << " Tq=" << c.tq << " B=" << B
-                                      << " first length " << c.lengths[0]);
+                                      << " first length " << c.lengths[0] << " dk=" << c.dk << " dv=" << c.dv);
     torch::manual_seed(++seed);
-    const torch::Tensor q = torch::randn({B, c.heads, c.tq, d}, torch::kFloat64);
-    const torch::Tensor kc = torch::randn({B, c.kv_heads, capacity, d}, torch::kFloat64);
-    const torch::Tensor vc = torch::randn({B, c.kv_heads, capacity, d}, torch::kFloat64);
+    const torch::Tensor q = torch::randn({B, c.heads, c.tq, c.dk}, torch::kFloat64);
+    const torch::Tensor kc = torch::randn({B, c.kv_heads, capacity, c.dk}, torch::kFloat64);
+    const torch::Tensor vc = torch::randn({B, c.kv_heads, capacity, c.dv}, torch::kFloat64);
     std::vector<int64_t> starts;
     for (int64_t l : c.lengths) starts.push_back(std::max<int64_t>(l - c.tq, 0));
     const int64_t group = c.heads / c.kv_heads;
     const torch::Tensor expected =
         std::get<0>(float64_attention(q, kc.repeat_interleave(group, 1), vc.repeat_interleave(group, 1),
-                                      allowed_pairs(starts, c.lengths, c.tq, capacity, c.causal), 1.0 / std::sqrt(double(d))));
+                                      allowed_pairs(starts, c.lengths, c.tq, capacity, c.causal), 1.0 / std::sqrt(double(c.dk))));
     for (Backend backend : {Backend::Fused, Backend::Math}) {
       SCOPED_TRACE(to_string(backend));
       const torch::Tensor out =
@@ -78,7 +84,7 @@ TEST_P(DecodeKernel, MatchesFloat64FormulaOnTheCache) {
 
 // A fixed split per length and a fixed merge order: the same bits at any thread count.
 TEST_P(DecodeKernel, BitwiseTheSameAtOneTwoAndThreeThreads) {
-  const torch::Dtype dtype = GetParam();
+  const torch::Dtype dtype = GetParam().dtype;
   torch::manual_seed(9);
   const torch::Tensor q = torch::randn({1, 8, 1, 32}).to(dtype);
   const torch::Tensor kc = torch::randn({1, 2, 3000, 32}).to(dtype), vc = torch::randn({1, 2, 3000, 32}).to(dtype);
@@ -93,14 +99,12 @@ TEST_P(DecodeKernel, BitwiseTheSameAtOneTwoAndThreeThreads) {
   EXPECT_TRUE(torch::equal(outs[0], outs[2]));
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, DecodeKernel, ::testing::Values(torch::kFloat32, torch::kFloat64, torch::kBFloat16),
-                         [](const ::testing::TestParamInfo<torch::Dtype>& info) { return c10::toString(info.param); });
-
-TEST(DecodeKernel, ANonFiniteValueAtABlockedKeyContributesNothing) {
+TEST_P(DecodeKernel, ANonFiniteValueAtABlockedKeyContributesNothing) {
+  const torch::Dtype dtype = GetParam().dtype;
   torch::manual_seed(4);
-  const torch::Tensor q = torch::randn({1, 2, 3, 8});
-  const torch::Tensor kc = torch::randn({1, 2, 10, 8});
-  torch::Tensor vc = torch::randn({1, 2, 10, 8});
+  const torch::Tensor q = torch::randn({1, 2, 3, 8}).to(dtype);
+  const torch::Tensor kc = torch::randn({1, 2, 10, 8}).to(dtype);
+  torch::Tensor vc = torch::randn({1, 2, 10, 8}).to(dtype);
   vc.index_put_({0, 0, 9}, INFINITY);  // the last new key: blocked for the first two of the three queries
   const torch::Tensor out = ops::decode_attention(q, kc, vc, longs({7}), longs({10}));
   EXPECT_TRUE(torch::isfinite(out.narrow(2, 0, 2)).all().item<bool>());
@@ -108,6 +112,9 @@ TEST(DecodeKernel, ANonFiniteValueAtABlockedKeyContributesNothing) {
   const torch::Tensor empty = ops::decode_attention(q, kc, vc, longs({0}), longs({0}));
   EXPECT_TRUE(torch::equal(empty, torch::zeros_like(empty)));  // no key: zero rows, no NaN
 }
+
+INSTANTIATE_TEST_SUITE_P(Variants, DecodeKernel, ::testing::ValuesIn(kernel_grid()), kernel_param_name);
+
 
 TEST(DecodeKernel, RefusesInconsistentArguments) {
   const torch::Tensor q = torch::randn({2, 4, 1, 8}), kc = torch::randn({2, 2, 10, 8});

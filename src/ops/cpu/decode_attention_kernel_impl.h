@@ -8,12 +8,15 @@
 // per group), the split's running max, sum and unnormalised output. A second pass merges the splits of each
 // (row, K/V head) with their log-sum-exp, in split order. Splits are fixed by the length, so every thread
 // count gives the same bits, and B × H_kv smaller than the thread count still keeps every core busy.
+// Within a split, the products run in register tiles (register_tiles.h) and the rows ahead are prefetched,
+// so the arithmetic and the memory latency stay under the time the rows take to stream in.
 
 #ifndef ATTN_KERNEL_NAMESPACE
 #error "define ATTN_KERNEL_NAMESPACE before including decode_attention_kernel_impl.h"
 #endif
 
 #include "ops/cpu/flash_attention_kernel.h"
+#include "ops/cpu/register_tiles.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/functional.h>
@@ -32,46 +35,70 @@ inline int64_t key_limit(int64_t key_length, int64_t query_start, int64_t t, boo
   return causal ? std::clamp<int64_t>(query_start + t + 1, 0, key_length) : key_length;
 }
 
-/// One cache row in the compute type: the row itself, or converted into `scratch` (bfloat16 -> float32).
+/// y += alpha · x, x widened from the cache type.
 template <typename T, typename KV>
-const T* row_in(const KV* src, int64_t n, T* scratch) {
-  if constexpr (std::is_same_v<T, KV>) {
-    return src;
-  } else {
-    at::vec::convert(src, scratch, n);
-    return scratch;
-  }
-}
-
-/// Σ a[i]·b[i], two accumulators to hide the FMA latency.
-template <typename T>
-T dot(const T* a, const T* b, int64_t n) {
-  using Vec = Vectorized<T>;
-  Vec acc0(T(0)), acc1(T(0));
-  int64_t i = 0;
-  for (; i + 2 * Vec::size() <= n; i += 2 * Vec::size()) {
-    acc0 = at::vec::fmadd(Vec::loadu(a + i), Vec::loadu(b + i), acc0);
-    acc1 = at::vec::fmadd(Vec::loadu(a + i + Vec::size()), Vec::loadu(b + i + Vec::size()), acc1);
-  }
-  for (; i + Vec::size() <= n; i += Vec::size()) acc0 = at::vec::fmadd(Vec::loadu(a + i), Vec::loadu(b + i), acc0);
-  T sum = at::vec::vec_reduce_all<T>(std::plus<Vec>(), acc0 + acc1);
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-/// y += alpha · x.
-template <typename T>
-void axpy(T alpha, const T* x, T* y, int64_t n) {
+void axpy(T alpha, const KV* x, T* y, int64_t n) {
   using Vec = Vectorized<T>;
   const Vec va(alpha);
   int64_t i = 0;
-  for (; i + Vec::size() <= n; i += Vec::size()) at::vec::fmadd(va, Vec::loadu(x + i), Vec::loadu(y + i)).store(y + i);
-  for (; i < n; ++i) y[i] += alpha * x[i];
+  for (; i + Vec::size() <= n; i += Vec::size()) {
+    at::vec::fmadd(va, load_one<T>(x + i), Vec::loadu(y + i)).store(y + i);
+  }
+  for (; i < n; ++i) y[i] += alpha * static_cast<T>(x[i]);
+}
+
+/// Keys ahead of the one being scored whose rows are requested from memory (a few µs of DRAM latency ahead).
+inline constexpr int64_t kPrefetchKeys = 16;
+
+/// Asks for `count` rows of `width` elements at p (stride `stride`) to be brought into the cache.
+template <typename KV>
+inline void prefetch_rows(const KV* p, int64_t stride, int64_t count, int64_t width) {
+  constexpr int64_t kLine = 64 / sizeof(KV);
+  for (int64_t r = 0; r < count; ++r) {
+    for (int64_t e = 0; e < width; e += kLine) __builtin_prefetch(p + r * stride + e);
+  }
+}
+
+/// score_tile for a run-time row count (1 to kTileRows) over n keys: full tiles of kScoreKeys, then one key
+/// at a time. The same keys' value rows (v, stride vs) are prefetched alongside, so the weighted sum that
+/// follows reads them from L2 while this sweep waits on memory for the keys anyway.
+template <typename T, typename KV>
+void score_rows(int64_t rows, const T* q, const KV* k, int64_t ks, const KV* v, int64_t vs, int64_t n, int64_t dk,
+                int64_t dv, T scale, T* s, int64_t lds) {
+  auto sweep = [&](auto rows_c) {
+    constexpr int R = decltype(rows_c)::value;
+    int64_t c = 0;
+    for (; c + kScoreKeys <= n; c += kScoreKeys) {
+      const int64_t ahead = std::min<int64_t>(kScoreKeys, n - c - kPrefetchKeys);
+      prefetch_rows(k + (c + kPrefetchKeys) * ks, ks, ahead, dk);
+      prefetch_rows(v + (c + kPrefetchKeys) * vs, vs, ahead, dv);
+      score_tile<R, kScoreKeys>(q, k + c * ks, ks, dk, scale, s + c, lds);
+    }
+    for (; c < n; ++c) score_tile<R, 1>(q, k + c * ks, ks, dk, scale, s + c, lds);
+  };
+  switch (rows) {
+    case 1: return sweep(std::integral_constant<int, 1>{});
+    case 2: return sweep(std::integral_constant<int, 2>{});
+    case 3: return sweep(std::integral_constant<int, 3>{});
+    default: return sweep(std::integral_constant<int, 4>{});
+  }
+}
+
+/// weighted_sum_tile for a run-time row count (1 to kTileRows).
+template <typename T, typename KV>
+void weighted_sum_rows(int64_t rows, const T* w, int64_t ldw, int64_t n, const KV* v, int64_t vs, int64_t dv, T* out) {
+  switch (rows) {
+    case 1: return weighted_sum_tile<1>(w, ldw, n, v, vs, dv, out);
+    case 2: return weighted_sum_tile<2>(w, ldw, n, v, vs, dv, out);
+    case 3: return weighted_sum_tile<3>(w, ldw, n, v, vs, dv, out);
+    default: return weighted_sum_tile<4>(w, ldw, n, v, vs, dv, out);
+  }
 }
 
 template <typename T>
 struct DecodeState {
-  std::vector<T> q, scores, row;
+  std::vector<T> q, scores;
+  std::vector<int64_t> allowed;
 };
 
 template <typename T, typename KV>
@@ -104,38 +131,48 @@ void decode(const DecodeArgs<T, KV>& a) {
         std::copy_n(a.q.row(b, hk * group + i, t), a.dk, st.q.data() + (i * a.tq + t) * a.dk);
       }
     }
-    // Each K and V row is read once, from memory, and used by every packed query row while it is in L1:
-    // decoding is bound by that read, and a GEMM of a few rows would stream the tile through its packing.
-    st.row.resize(std::max(a.dk, a.dv));
+    // Scores and weighted sums run in register tiles of kTileRows packed rows: each K and V row comes from
+    // memory once per split and serves every row of the group while it is in L1 or L2. (A GEMM of so few
+    // rows would stream the tile through its packing instead.)
     const int64_t lds = std::max<int64_t>(cols, 1);
     st.scores.resize(rows * lds);
     T* s = st.scores.data();
-    for (int64_t c = 0; c < cols; ++c) {
-      const T* k = row_in<T>(a.k.row(b, hk, j0 + c), a.dk, st.row.data());
-      for (int64_t r = 0; r < rows; ++r) s[r * lds + c] = a.scale * dot(st.q.data() + r * a.dk, k, a.dk);
+    const KV* k = a.k.row(b, hk, j0);
+    const KV* v = a.v.row(b, hk, j0);
+    for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
+      score_rows(std::min<int64_t>(kTileRows, rows - r0), st.q.data() + r0 * a.dk, k, a.k.si, v, a.v.si, cols, a.dk,
+                 a.dv, a.scale, s + r0 * lds, lds);
     }
 
+    st.allowed.resize(rows);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t limit = key_limit(a.key_lengths[b], a.query_starts[b], r % a.tq, a.causal);
       const int64_t allowed = std::clamp<int64_t>(limit - j0, 0, cols);
+      st.allowed[r] = allowed;
       T* row = s + r * lds;
       std::fill(row + allowed, row + cols, kNegInf<T>);
       m[r] = allowed > 0 ? row_max(row, cols) : kNegInf<T>;
       if (m[r] == kNegInf<T>) {  // no key of this split is allowed for this row
         std::fill(row, row + cols, T(0));
         l[r] = T(0);
+        st.allowed[r] = 0;
       } else {
         l[r] = exp_shifted_sum(row, cols, m[r]);
       }
     }
 
-    // A weight of exactly 0 (a blocked key) is skipped, so a NaN or Inf value there contributes nothing.
+    // The keys every row of a tile may attend go through the tile; a row's remaining allowed keys (causal
+    // rows of a multi-query step) go row by row. A blocked key never enters a product, so a NaN or Inf
+    // value there contributes nothing.
     std::fill(acc, acc + rows * a.dv, T(0));
-    for (int64_t c = 0; c < cols; ++c) {
-      const T* v = row_in<T>(a.v.row(b, hk, j0 + c), a.dv, st.row.data());
-      for (int64_t r = 0; r < rows; ++r) {
-        const T w = s[r * lds + c];
-        if (w != T(0)) axpy(w, v, acc + r * a.dv, a.dv);
+    for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
+      const int64_t tile = std::min<int64_t>(kTileRows, rows - r0);
+      const int64_t common = *std::min_element(st.allowed.begin() + r0, st.allowed.begin() + r0 + tile);
+      weighted_sum_rows(tile, s + r0 * lds, lds, common, v, a.v.si, a.dv, acc + r0 * a.dv);
+      for (int64_t r = r0; r < r0 + tile; ++r) {
+        for (int64_t c = common; c < st.allowed[r]; ++c) {
+          if (s[r * lds + c] != T(0)) axpy(s[r * lds + c], v + c * a.v.si, acc + r * a.dv, a.dv);
+        }
       }
     }
   });
