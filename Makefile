@@ -61,7 +61,9 @@ bench: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target attn-bench
 	./$(BUILD_DIR)/apps/bench/attn-bench $(BENCH_ARGS)
 
-install: build
+# The library alone (headers, libattn.so, the CMake package): it builds no test and no app.
+install: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target attn
 	cmake --install $(BUILD_DIR) $(if $(PREFIX),--prefix $(PREFIX))
 
 clean:

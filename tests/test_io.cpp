@@ -33,8 +33,14 @@ std::shared_ptr<torch::nn::Module> make_module(const ReferenceCase& c) {
 }
 
 void load(torch::nn::Module& m, const std::string& path) {
-  if (auto* mha = dynamic_cast<MultiHeadAttentionImpl*>(&m)) return io::load_state_dict(*mha, path);
-  if (auto* head = dynamic_cast<AttentionHeadImpl*>(&m)) return io::load_state_dict(*head, path);
+  if (auto* mha = dynamic_cast<MultiHeadAttentionImpl*>(&m)) {
+    io::load_state_dict(*mha, path);
+    return;
+  }
+  if (auto* head = dynamic_cast<AttentionHeadImpl*>(&m)) {
+    io::load_state_dict(*head, path);
+    return;
+  }
   FAIL() << "unexpected module";
 }
 
@@ -218,6 +224,126 @@ TEST(WeightFiles, AtomicWriteReplacesTheFileOrLeavesItUntouched) {
 
 // Writes, for tests/python/test_weights_from_cpp.py: our MultiHeadAttention's weights under
 // torch.nn.MultiheadAttention's names (zip and safetensors), its inputs and our outputs.
+// ---- real checkpoints: prefixes, nested keys, non-tensor entries, non-strict loads, tensors in memory
+
+std::string weights_file(const std::string& name) { return std::string(ATTN_WEIGHTS_DIR) + "/" + name; }
+
+/// The self-attention of the nn.TransformerEncoderLayer that make_weights.py trained, run on its input.
+torch::Tensor encoder_self_attention(MultiHeadAttentionImpl& mha, const ReferenceCase& io) {
+  torch::NoGradGuard no_grad;
+  mha.eval();
+  const torch::Tensor x = io.tensor("query");
+  return mha.forward(x, x, x);
+}
+
+TEST(Checkpoints, PrefixLoadsTheAttentionOfATransformerEncoderLayer) {
+  const ReferenceCase io("encoder_layer.io", ATTN_WEIGHTS_DIR);
+  auto mha = MultiHeadAttention(MultiHeadAttentionOptions(16, 4));
+  const io::LoadResult result =
+      io::load_state_dict(*mha, weights_file("encoder_layer.zip.pt"), io::LoadOptions().prefix("self_attn."));
+  EXPECT_TRUE(result.missing.empty() && result.unexpected.empty() && result.skipped.empty());
+  EXPECT_CLOSE(encoder_self_attention(*mha, io), io.tensor("expected"), 1e-5);
+}
+
+TEST(Checkpoints, WithoutThePrefixTheErrorNamesIt) {
+  auto mha = MultiHeadAttention(MultiHeadAttentionOptions(16, 4));
+  const auto before = snapshot(*mha);
+  EXPECT_ERROR_CONTAINS(io::load_state_dict(*mha, weights_file("encoder_layer.zip.pt")),
+                        "pass LoadOptions().prefix(\"self_attn.\")");
+  expect_unchanged(*mha, before);
+  EXPECT_ERROR_CONTAINS(io::load_state_dict(*mha, weights_file("encoder_layer.zip.pt"), io::LoadOptions().prefix("attn.")),
+                        "no tensor under the prefix 'attn.'; its names start with: ");
+  expect_unchanged(*mha, before);
+}
+
+// {"model": state_dict, "step": 5, "name": "run-1", "lr": 0.1, "history": [...]}, in both torch.save formats.
+TEST(Checkpoints, NestedCheckpointReadsUnderAKeyAndSkipsWhatIsNotATensor) {
+  const ReferenceCase io("encoder_layer.io", ATTN_WEIGHTS_DIR);
+  const std::vector<std::string> skipped = {"step (int)", "name (str)", "lr (float)", "history (list)"};
+  for (const char* file : {"checkpoint.zip.pt", "checkpoint.legacy.pt"}) {
+    SCOPED_TRACE(file);
+    const io::TensorFile whole = io::read_tensor_file(weights_file(file));
+    EXPECT_EQ(whole.skipped, skipped);
+    EXPECT_EQ(whole.tensors.count("model.self_attn.in_proj_weight"), 1u);
+
+    const io::TensorFile model = io::read_tensor_file(weights_file(file), io::ReadOptions().key("model"));
+    EXPECT_TRUE(model.skipped.empty());
+    EXPECT_EQ(model.tensors.size(), whole.tensors.size());
+    EXPECT_TRUE(torch::equal(model.tensors.at("self_attn.in_proj_weight"),
+                             whole.tensors.at("model.self_attn.in_proj_weight")));
+    EXPECT_ERROR_CONTAINS(io::read_tensors(weights_file(file), io::ReadOptions().key("optimizer")),
+                          "no tensor under the key 'optimizer'; its top-level keys: model, step, name, lr, history");
+
+    auto mha = MultiHeadAttention(MultiHeadAttentionOptions(16, 4));
+    const io::LoadResult result =
+        io::load_state_dict(*mha, weights_file(file), io::LoadOptions().prefix("model.self_attn."));
+    EXPECT_EQ(result.skipped, skipped);
+    EXPECT_CLOSE(encoder_self_attention(*mha, io), io.tensor("expected"), 1e-5);
+  }
+}
+
+TEST(Checkpoints, NonStrictLoadListsWhatItIgnoredAndKeepsTheRest) {
+  // The file's out_proj has no place in a module without an output projection: ignored, and listed.
+  auto no_out = MultiHeadAttention(MultiHeadAttentionOptions(16, 4).output_projection(false));
+  const auto result = io::load_state_dict(*no_out, weights_file("encoder_layer.zip.pt"),
+                                          io::LoadOptions().prefix("self_attn.").strict(false));
+  EXPECT_EQ(result.unexpected, (std::vector<std::string>{"out_proj.bias", "out_proj.weight"}));
+  EXPECT_TRUE(result.missing.empty());
+  const torch::Tensor in_proj = io::read_tensors(weights_file("encoder_layer.zip.pt")).at("self_attn.in_proj_weight");
+  EXPECT_TRUE(torch::equal(no_out->q_proj->weight, in_proj.narrow(0, 0, 16)));
+
+  // Strict, the same load is refused and changes nothing.
+  auto strict = MultiHeadAttention(MultiHeadAttentionOptions(16, 4).output_projection(false));
+  const auto before = snapshot(*strict);
+  EXPECT_ERROR_CONTAINS(io::load_state_dict(*strict, weights_file("encoder_layer.zip.pt"),
+                                            io::LoadOptions().prefix("self_attn.")),
+                        "Unexpected: out_proj.bias, out_proj.weight.");
+  expect_unchanged(*strict, before);
+
+  // Mis-shaped is an error even when not strict.
+  auto narrow = MultiHeadAttention(MultiHeadAttentionOptions(8, 2));
+  const auto narrow_before = snapshot(*narrow);
+  EXPECT_ERROR_CONTAINS(io::load_state_dict(*narrow, weights_file("encoder_layer.zip.pt"),
+                                            io::LoadOptions().prefix("self_attn.").strict(false)),
+                        "Mis-shaped: ");
+  expect_unchanged(*narrow, narrow_before);
+}
+
+TEST(Checkpoints, LoadsFromTensorsInMemoryWithoutTouchingThem) {
+  const ReferenceCase io("encoder_layer.io", ATTN_WEIGHTS_DIR);
+  std::map<std::string, torch::Tensor> tensors = io::read_tensors(weights_file("encoder_layer.zip.pt"));
+  for (auto& [name, t] : tensors) t = t.to(torch::kFloat64);  // another dtype than the module's
+  std::map<std::string, torch::Tensor> copies;
+  for (const auto& [name, t] : tensors) copies[name] = t.clone();
+
+  auto mha = MultiHeadAttention(MultiHeadAttentionOptions(16, 4));
+  io::load_state_dict(*mha, tensors, io::LoadOptions().prefix("self_attn."));
+  EXPECT_CLOSE(encoder_self_attention(*mha, io), io.tensor("expected"), 1e-5);
+  for (const auto& [name, t] : tensors) EXPECT_TRUE(torch::equal(t, copies.at(name))) << name;
+
+  // Without the biases, non-strict: they keep their values and are listed as missing.
+  std::map<std::string, torch::Tensor> weights_only = {{"q_proj.weight", torch::ones({16, 16})},
+                                                       {"k_proj.weight", torch::ones({16, 16})},
+                                                       {"v_proj.weight", torch::ones({16, 16})},
+                                                       {"out_proj.weight", torch::ones({16, 16})}};
+  const torch::Tensor bias_before = mha->q_proj->bias.clone();
+  const auto result = io::load_state_dict(*mha, weights_only, io::LoadOptions().strict(false));
+  EXPECT_EQ(result.missing, (std::vector<std::string>{"k_proj.bias", "out_proj.bias", "q_proj.bias", "v_proj.bias"}));
+  EXPECT_TRUE(torch::equal(mha->q_proj->bias, bias_before));
+  EXPECT_TRUE(torch::equal(mha->q_proj->weight, torch::ones({16, 16})));
+  EXPECT_ERROR_CONTAINS(io::load_state_dict(*mha, weights_only), "the tensor map does not fit");
+}
+
+TEST(Checkpoints, TorchScriptArchivesAndPickledModulesGetTheirOwnErrors) {
+  auto mha = MultiHeadAttention(MultiHeadAttentionOptions(4, 1));
+  EXPECT_ERROR_CONTAINS(io::load_state_dict(*mha, weights_file("torchscript.pt")),
+                        "is a TorchScript archive (torch.jit.save)");
+  EXPECT_ERROR_CONTAINS(io::read_tensors(weights_file("torchscript.pt")), "torch::jit::load");
+  EXPECT_ERROR_CONTAINS(io::load_state_dict(*mha, weights_file("pickled_module.pt")),
+                        "holds a pickled Python object");
+  EXPECT_ERROR_CONTAINS(io::read_tensors(weights_file("pickled_module.pt")), "torch.save(model.state_dict(), path)");
+}
+
 TEST(IoForPython, WritesWeights) {
   fs::create_directories(ATTN_IO_OUT_DIR);
   struct Config {

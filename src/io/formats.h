@@ -20,6 +20,12 @@ std::vector<uint8_t> read_file(const std::string& path);
 /// The format, from the first bytes; throws if it is none of them.
 WeightFormat detect_format(const std::vector<uint8_t>& bytes, const std::string& path);
 
+/// The torch.save formats may hold entries that are not tensors (a checkpoint's step, config, optimizer
+/// lists): they are skipped, and listed in `skipped` as "name (kind)" when it is given.
+TensorMap read_torch_zip(const std::vector<uint8_t>& bytes, const std::string& path, std::vector<std::string>* skipped);
+TensorMap read_torch_legacy(const std::vector<uint8_t>& bytes, const std::string& path,
+                            std::vector<std::string>* skipped);
+/// The same, for callers that do not need the list (the fuzz targets).
 TensorMap read_torch_zip(const std::vector<uint8_t>& bytes, const std::string& path);
 TensorMap read_torch_legacy(const std::vector<uint8_t>& bytes, const std::string& path);
 TensorMap read_safetensors(const std::vector<uint8_t>& bytes, const std::string& path);

@@ -133,7 +133,11 @@ PickleRef Reader::global(const std::string& module, const std::string& name) {
   };
   bool ok = module == "torch" && name.size() > 7 && name.compare(name.size() - 7, 7, "Storage") == 0;
   for (const char* a : allowed) ok = ok || full == a;
-  if (!ok) fail("refusing to load '" + full + "': a weight file may only hold tensors and dicts of them");
+  // Not malformed, just not data: torch.save(model) pickles the module's class (and whatever else a pickle
+  // can call), which would run code on load.
+  TORCH_CHECK(ok, "attn::io: ", what_, ": refusing to load '", full, "': the file holds a pickled Python object, ",
+              "not only tensors and dicts of them (torch.save(model) pickles the whole module, and loading it would ",
+              "run code). In Python, save the weights with torch.save(model.state_dict(), path)");
   PickleRef g = make(Kind::Global);
   g->text = full;
   return g;

@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <sstream>
 
 namespace attn::io {
@@ -39,39 +40,129 @@ std::string join(const std::vector<std::string>& items) {
   return out;
 }
 
-void load_into(torch::nn::Module& module, const std::string& path, const LoadOptions& options) {
-  const TensorMap file = read_tensors(path, options.format());
+/// The tensors of `tensors` under `prefix`, with the prefix removed.
+TensorMap under_prefix(const TensorMap& tensors, const std::string& prefix) {
+  if (prefix.empty()) return tensors;
+  TensorMap out;
+  for (const auto& [name, t] : tensors) {
+    if (name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0) out[name.substr(prefix.size())] = t;
+  }
+  return out;
+}
+
+/// The distinct first components of the names ("model", "optimizer"), for messages; at most 12.
+std::string first_components(const TensorMap& tensors, const std::vector<std::string>& skipped) {
+  std::vector<std::string> heads;
+  auto add = [&](const std::string& name) {
+    const std::string head = name.substr(0, name.find_first_of(". "));
+    if (std::find(heads.begin(), heads.end(), head) == heads.end()) heads.push_back(head);
+  };
+  for (const auto& [name, t] : tensors) add(name);
+  for (const auto& name : skipped) add(name);
+  if (heads.size() > 12) {
+    heads.resize(12);
+    heads.push_back("...");
+  }
+  return join(heads);
+}
+
+/// The file's tensors as the module's names, or what keeps them from fitting.
+struct Fit {
+  TensorMap mapped;
+  std::vector<std::string> missing, unexpected, misshaped;
+  bool perfect() const { return missing.empty() && unexpected.empty() && misshaped.empty(); }
+};
+
+Fit fit(const TensorMap& tensors, WeightNames names, const ShapeMap& expected) {
+  Fit f;
+  f.mapped = detail::to_attn_names(tensors, names, expected);
+  for (const auto& [name, shape] : expected) {
+    const auto it = f.mapped.find(name);
+    if (it == f.mapped.end()) {
+      f.missing.push_back(name);
+    } else if (it->second.sizes().vec() != shape) {
+      f.misshaped.push_back(c10::str(name, " (file ", it->second.sizes(), ", module ", at::IntArrayRef(shape), ")"));
+    } else if (!at::isFloatingType(it->second.scalar_type())) {
+      f.misshaped.push_back(c10::str(name, " (file holds ", c10::toString(it->second.scalar_type()),
+                                     ", expected a floating-point tensor)"));
+    }
+  }
+  for (const auto& [name, t] : f.mapped) {
+    if (!expected.count(name)) f.unexpected.push_back(name);
+  }
+  return f;
+}
+
+/// When the names do not fit as they are, a prefix under which they would ("self_attn." for a saved
+/// nn.TransformerEncoderLayer), for the error message; empty if none does.
+std::string prefix_that_fits(const TensorMap& tensors, WeightNames names, const ShapeMap& expected) {
+  std::vector<std::string> candidates;
+  for (const auto& [name, t] : tensors) {
+    for (size_t dot = name.find('.'); dot != std::string::npos && candidates.size() < 64; dot = name.find('.', dot + 1)) {
+      const std::string prefix = name.substr(0, dot + 1);
+      if (std::find(candidates.begin(), candidates.end(), prefix) == candidates.end()) candidates.push_back(prefix);
+    }
+  }
+  for (const std::string& prefix : candidates) {
+    try {
+      const Fit f = fit(under_prefix(tensors, prefix), names, expected);
+      if (f.missing.empty() && f.misshaped.empty()) return prefix;
+    } catch (const c10::Error&) {  // names that no convention explains under this prefix
+    }
+  }
+  return "";
+}
+
+LoadResult load_into(torch::nn::Module& module, const TensorMap& all, std::vector<std::string> skipped,
+                     const std::string& source, const LoadOptions& options) {
+  const std::string& prefix = options.prefix();
+  const TensorMap tensors = under_prefix(all, prefix);
+  TORCH_CHECK(prefix.empty() || !tensors.empty(), "attn::io::load_state_dict: ", source, " has no tensor under the ",
+              "prefix '", prefix, "'; its names start with: ", first_components(all, skipped));
   auto params = module.named_parameters();
   ShapeMap expected;
   for (const auto& p : params) expected[p.key()] = p.value().sizes().vec();
-  const TensorMap mapped = detail::to_attn_names(file, options.names(), expected);
+  const Fit f = fit(tensors, options.names(), expected);
 
   // Check everything before touching the module, so that a bad file leaves it exactly as it was.
-  std::vector<std::string> missing, unexpected, misshaped;
-  for (const auto& [name, shape] : expected) {
-    const auto it = mapped.find(name);
-    if (it == mapped.end()) {
-      missing.push_back(name);
-    } else if (it->second.sizes().vec() != shape) {
-      misshaped.push_back(c10::str(name, " (file ", it->second.sizes(), ", module ", at::IntArrayRef(shape), ")"));
-    } else if (!at::isFloatingType(it->second.scalar_type())) {
-      misshaped.push_back(c10::str(name, " (file holds ", c10::toString(it->second.scalar_type()),
-                                   ", expected a floating-point tensor)"));
-    }
-  }
-  for (const auto& [name, t] : mapped) {
-    if (!expected.count(name)) unexpected.push_back(name);
-  }
-  if (!missing.empty() || !unexpected.empty() || !misshaped.empty()) {
-    std::string message = c10::str("attn::io::load_state_dict: '", path, "' does not fit ", module_description(module),
+  const bool refused = !f.misshaped.empty() || (options.strict() && !f.perfect());
+  if (refused) {
+    std::string message = c10::str("attn::io::load_state_dict: ", source, " does not fit ", module_description(module),
                                    "; the module is unchanged.");
-    if (!missing.empty()) message += " Missing: " + join(missing) + ".";
-    if (!unexpected.empty()) message += " Unexpected: " + join(unexpected) + ".";
-    if (!misshaped.empty()) message += " Mis-shaped: " + join(misshaped) + ".";
+    if (options.strict() && !f.missing.empty()) message += " Missing: " + join(f.missing) + ".";
+    if (options.strict() && !f.unexpected.empty()) message += " Unexpected: " + join(f.unexpected) + ".";
+    if (!f.misshaped.empty()) message += " Mis-shaped: " + join(f.misshaped) + ".";
+    if (!f.missing.empty()) {
+      const std::string hint = prefix_that_fits(tensors, options.names(), expected);
+      if (!hint.empty()) {
+        message += c10::str(" The module's weights are there under the prefix '", prefix + hint,
+                            "': pass LoadOptions().prefix(\"", prefix + hint, "\").");
+      }
+    }
     TORCH_CHECK(false, message);
   }
   torch::NoGradGuard no_grad;
-  for (auto& p : params) p.value().copy_(mapped.at(p.key()));  // converts dtype and device
+  for (auto& p : params) {
+    const auto it = f.mapped.find(p.key());
+    if (it != f.mapped.end()) p.value().copy_(it->second);  // converts dtype and device
+  }
+  LoadResult result;
+  result.missing = f.missing;
+  result.unexpected = f.unexpected;
+  result.skipped = std::move(skipped);
+  return result;
+}
+
+LoadResult load_file(torch::nn::Module& module, const std::string& path, const LoadOptions& options) {
+  TensorFile file = read_tensor_file(path, ReadOptions().format(options.format()));
+  return load_into(module, file.tensors, std::move(file.skipped), "'" + path + "'", options);
+}
+
+LoadResult load_map(torch::nn::Module& module, const TensorMap& tensors, const LoadOptions& options) {
+  for (const auto& [name, t] : tensors) {
+    TORCH_CHECK(t.defined(), "attn::io::load_state_dict: tensor '", name, "' is undefined");
+  }
+  return load_into(module, tensors, {}, "the tensor map", options);
 }
 
 TensorMap parameters_of(const torch::nn::Module& module) {
@@ -88,16 +179,34 @@ void check_save_names(const SaveOptions& options, const char* module) {
 
 }  // namespace
 
-std::map<std::string, torch::Tensor> read_tensors(const std::string& path, WeightFormat format) {
+TensorFile read_tensor_file(const std::string& path, const ReadOptions& options) {
   const std::vector<uint8_t> bytes = detail::read_file(path);
-  const WeightFormat actual = format == WeightFormat::Auto ? detail::detect_format(bytes, path) : format;
+  const WeightFormat actual = options.format() == WeightFormat::Auto ? detail::detect_format(bytes, path) : options.format();
+  TensorFile file;
   switch (actual) {
-    case WeightFormat::TorchZip: return detail::read_torch_zip(bytes, path);
-    case WeightFormat::TorchLegacy: return detail::read_torch_legacy(bytes, path);
-    case WeightFormat::Safetensors: return detail::read_safetensors(bytes, path);
-    case WeightFormat::Auto: break;
+    case WeightFormat::TorchZip: file.tensors = detail::read_torch_zip(bytes, path, &file.skipped); break;
+    case WeightFormat::TorchLegacy: file.tensors = detail::read_torch_legacy(bytes, path, &file.skipped); break;
+    case WeightFormat::Safetensors: file.tensors = detail::read_safetensors(bytes, path); break;
+    case WeightFormat::Auto: TORCH_CHECK(false, "attn::io: unknown weight format for '", path, "'");
   }
-  TORCH_CHECK(false, "attn::io: unknown weight format for '", path, "'");
+  if (options.key().empty()) return file;
+  const std::string prefix = options.key() + ".";
+  TensorFile selected;
+  selected.tensors = under_prefix(file.tensors, prefix);
+  TORCH_CHECK(!selected.tensors.empty(), "attn::io::read_tensors: '", path, "' has no tensor under the key '",
+              options.key(), "'; its top-level keys: ", first_components(file.tensors, file.skipped));
+  for (const std::string& name : file.skipped) {
+    if (name.compare(0, prefix.size(), prefix) == 0) selected.skipped.push_back(name.substr(prefix.size()));
+  }
+  return selected;
+}
+
+std::map<std::string, torch::Tensor> read_tensors(const std::string& path, const ReadOptions& options) {
+  return read_tensor_file(path, options).tensors;
+}
+
+std::map<std::string, torch::Tensor> read_tensors(const std::string& path, WeightFormat format) {
+  return read_tensor_file(path, ReadOptions().format(format)).tensors;
 }
 
 void write_tensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors,
@@ -114,14 +223,26 @@ void write_tensors(const std::string& path, const std::map<std::string, torch::T
   }
 }
 
-void load_state_dict(MultiHeadAttentionImpl& module, const std::string& path, const LoadOptions& options) {
-  load_into(module, path, options);
+LoadResult load_state_dict(MultiHeadAttentionImpl& module, const std::string& path, const LoadOptions& options) {
+  return load_file(module, path, options);
 }
-void load_state_dict(AttentionHeadImpl& module, const std::string& path, const LoadOptions& options) {
-  load_into(module, path, options);
+LoadResult load_state_dict(AttentionHeadImpl& module, const std::string& path, const LoadOptions& options) {
+  return load_file(module, path, options);
 }
-void load_state_dict(CrossAttentionImpl& module, const std::string& path, const LoadOptions& options) {
-  load_into(module, path, options);
+LoadResult load_state_dict(CrossAttentionImpl& module, const std::string& path, const LoadOptions& options) {
+  return load_file(module, path, options);
+}
+LoadResult load_state_dict(MultiHeadAttentionImpl& module, const std::map<std::string, torch::Tensor>& tensors,
+                           const LoadOptions& options) {
+  return load_map(module, tensors, options);
+}
+LoadResult load_state_dict(AttentionHeadImpl& module, const std::map<std::string, torch::Tensor>& tensors,
+                           const LoadOptions& options) {
+  return load_map(module, tensors, options);
+}
+LoadResult load_state_dict(CrossAttentionImpl& module, const std::map<std::string, torch::Tensor>& tensors,
+                           const LoadOptions& options) {
+  return load_map(module, tensors, options);
 }
 
 void save_state_dict(const MultiHeadAttentionImpl& module, const std::string& path, const SaveOptions& options) {

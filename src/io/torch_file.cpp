@@ -22,21 +22,31 @@ namespace {
 
 using Kind = PickleValue::Kind;
 
-/// Collects the tensors of a (possibly nested) dict: {name: tensor} or {prefix: {name: tensor}}.
+/// Collects the tensors of a (possibly nested) dict: {name: tensor} or {prefix: {name: tensor}}, under dotted
+/// names (an int key, as in an optimizer's state, reads as its digits). Entries that are not tensors or dicts
+/// (a checkpoint's step, a config string, a list of param groups) go to `skipped` as "name (kind)".
 void collect(const PickleRef& value, const std::string& prefix, std::vector<std::pair<std::string, TensorSpec>>& out,
-             const std::string& path) {
+             std::vector<std::string>& skipped, const std::string& path) {
   TORCH_CHECK(value->kind == Kind::Dict, "attn::io: ", path, ": ", prefix.empty() ? "the file" : "'" + prefix + "'",
               " holds a ", value->kind_name(), ", expected a dict of tensors (a state_dict)");
   for (const auto& [key, item] : value->dict) {
-    TORCH_CHECK(key->kind == Kind::String, "attn::io: ", path, ": a dict key is a ", key->kind_name(),
-                ", expected str");
-    const std::string name = prefix.empty() ? key->text : prefix + "." + key->text;
-    if (item->kind == Kind::Dict) {
-      collect(item, name, out, path);
+    std::string leaf;
+    if (key->kind == Kind::String) {
+      leaf = key->text;
+    } else if (key->kind == Kind::Int) {
+      leaf = std::to_string(key->integer);
     } else {
-      TORCH_CHECK(item->kind == Kind::Tensor, "attn::io: ", path, ": '", name, "' is a ", item->kind_name(),
-                  ", expected a tensor");
+      skipped.push_back(c10::str(prefix.empty() ? "" : prefix + ".", "<", key->kind_name(), " key> (",
+                                 item->kind_name(), ")"));
+      continue;
+    }
+    const std::string name = prefix.empty() ? leaf : prefix + "." + leaf;
+    if (item->kind == Kind::Dict) {
+      collect(item, name, out, skipped, path);
+    } else if (item->kind == Kind::Tensor) {
       out.emplace_back(name, item->tensor);
+    } else {
+      skipped.push_back(c10::str(name, " (", item->kind_name(), ")"));
     }
   }
 }
@@ -145,6 +155,7 @@ void check_zip_layout(const std::vector<uint8_t>& b, const std::string& path) {
   }
   if (cd_offset > n || cd_size > n - cd_offset || entries > cd_size / 46) fail("central directory outside the file");
   size_t at = cd_offset;
+  bool compressed_record = false, torchscript = false;
   for (uint64_t e = 0; e < entries; ++e) {
     if (at + 46 > cd_offset + cd_size || le(b, at, 4) != 0x02014b50) fail("truncated central directory");
     const uint64_t method = le(b, at + 10, 2), name_len = le(b, at + 28, 2), extra_len = le(b, at + 30, 2),
@@ -168,15 +179,23 @@ void check_zip_layout(const std::vector<uint8_t>& b, const std::string& path) {
       }
       x += 4 + len;
     }
-    if (method != 0 || compressed != size) fail("a record is compressed; torch.save stores records uncompressed");
+    // torch.jit.save writes code/ and constants.pkl next to data.pkl (and compresses some records).
+    const std::string name(reinterpret_cast<const char*>(b.data() + at + 46), name_len);
+    torchscript = torchscript || name.find("/code/") != std::string::npos ||
+                  (name.size() >= 14 && name.compare(name.size() - 14, 14, "/constants.pkl") == 0);
+    compressed_record = compressed_record || method != 0 || compressed != size;
     if (local > n || size > n - local) fail("a record lies outside the file");
     at = extra + extra_len + comment_len;
   }
+  TORCH_CHECK(!torchscript, "attn::io: ", path, " is a TorchScript archive (torch.jit.save), which holds code ",
+              "as well as weights; attn reads state_dicts. In Python, save the weights with ",
+              "torch.save(model.state_dict(), path), or load the archive itself with torch::jit::load");
+  if (compressed_record) fail("a record is compressed; torch.save stores records uncompressed");
 }
 
 }  // namespace
 
-TensorMap read_torch_zip(const std::vector<uint8_t>& bytes, const std::string& path) {
+TensorMap read_torch_zip(const std::vector<uint8_t>& bytes, const std::string& path, std::vector<std::string>* skipped) {
   check_zip_layout(bytes, path);
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
   try {
@@ -194,7 +213,8 @@ TensorMap read_torch_zip(const std::vector<uint8_t>& bytes, const std::string& p
   size_t pos = 0;
   const PickleRef root = read_pickle(static_cast<const uint8_t*>(pkl.get()), pkl_size, &pos, path);
   std::vector<std::pair<std::string, TensorSpec>> specs;
-  collect(root, "", specs, path);
+  std::vector<std::string> ignored;
+  collect(root, "", specs, skipped ? *skipped : ignored, path);
 
   std::map<std::string, at::Tensor> storages;
   TensorMap out;
@@ -214,7 +234,8 @@ TensorMap read_torch_zip(const std::vector<uint8_t>& bytes, const std::string& p
   return out;
 }
 
-TensorMap read_torch_legacy(const std::vector<uint8_t>& bytes, const std::string& path) {
+TensorMap read_torch_legacy(const std::vector<uint8_t>& bytes, const std::string& path,
+                            std::vector<std::string>* skipped) {
   size_t pos = 0;
   const uint8_t* data = bytes.data();
   const PickleRef magic = read_pickle(data, bytes.size(), &pos, path);
@@ -238,7 +259,8 @@ TensorMap read_torch_legacy(const std::vector<uint8_t>& bytes, const std::string
   TORCH_CHECK(keys->kind == Kind::List, "attn::io: ", path, ": the storage key list is missing");
 
   std::vector<std::pair<std::string, TensorSpec>> specs;
-  collect(root, "", specs, path);
+  std::vector<std::string> ignored;
+  collect(root, "", specs, skipped ? *skipped : ignored, path);
   std::map<std::string, const TensorSpec*> wanted;  // storage key -> a spec naming its dtype and size
   for (const auto& [name, spec] : specs) wanted.emplace(spec.storage_key, &spec);
 
@@ -288,6 +310,14 @@ std::string torch_zip_bytes(const TensorMap& tensors) {
   torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), writer);
   writer.writeEndOfFile();
   return bytes;
+}
+
+TensorMap read_torch_zip(const std::vector<uint8_t>& bytes, const std::string& path) {
+  return read_torch_zip(bytes, path, nullptr);
+}
+
+TensorMap read_torch_legacy(const std::vector<uint8_t>& bytes, const std::string& path) {
+  return read_torch_legacy(bytes, path, nullptr);
 }
 
 }  // namespace attn::io::detail

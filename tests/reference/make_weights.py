@@ -116,6 +116,33 @@ def notebook_cases(out_dir, names):
     names.append("nb001_head")
 
 
+def checkpoint_cases(out_dir):
+    """Files as real training code leaves them, for the loader's prefix, nested-key, skip and refusal paths:
+      encoder_layer.zip.pt   an nn.TransformerEncoderLayer's state_dict (attention under "self_attn.")
+      encoder_layer.io.pt    its self_attn's input and output in eval mode
+      checkpoint.zip.pt      {"model": that state_dict, "step": 5, "name": "run-1", "lr": 0.1, "history": [...]}
+      checkpoint.legacy.pt   the same in the legacy format
+      torchscript.pt         torch.jit.script(nn.Linear(4, 4)).save(...)
+      pickled_module.pt      torch.save(nn.Linear(4, 4), ...): a whole module, pickled
+    """
+    torch.manual_seed(11)
+    layer = nn.TransformerEncoderLayer(d_model=16, nhead=4, dim_feedforward=32, batch_first=True)
+    x = torch.randn(2, 5, 16)
+    train_one_step(layer, lambda: layer(x))
+    layer.eval()
+    with torch.no_grad():
+        expected = layer.self_attn(x, x, x, need_weights=False)[0]
+    state = layer.state_dict()
+    torch.save(state, os.path.join(out_dir, "encoder_layer.zip.pt"))
+    torch.save({"embed_dim": 16, "num_heads": 4, "query": x, "expected": expected},
+               os.path.join(out_dir, "encoder_layer.io.pt"))
+    checkpoint = {"model": state, "step": 5, "name": "run-1", "lr": 0.1, "history": [1.0, 0.5]}
+    torch.save(checkpoint, os.path.join(out_dir, "checkpoint.zip.pt"))
+    torch.save(checkpoint, os.path.join(out_dir, "checkpoint.legacy.pt"), _use_new_zipfile_serialization=False)
+    torch.jit.script(nn.Linear(4, 4)).save(os.path.join(out_dir, "torchscript.pt"))
+    torch.save(nn.Linear(4, 4), os.path.join(out_dir, "pickled_module.pt"))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True)
@@ -128,6 +155,7 @@ def main():
     mha_case(args.out, "mha_kdim_vdim", 2, embed=12, heads=3, kdim=10, vdim=6, bias=False)
     names.append("mha_kdim_vdim")
     notebook_cases(args.out, names)
+    checkpoint_cases(args.out)
     with open(os.path.join(args.out, "manifest.txt"), "w") as f:
         f.write("\n".join(names) + "\n")
     print("attn weights: %d cases from torch %s in %s" % (len(names), torch.__version__, args.out))

@@ -13,6 +13,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 namespace attn::io {
 
@@ -43,6 +44,41 @@ enum class WeightNames {
 struct LoadOptions {
   TORCH_ARG(WeightFormat, format) = WeightFormat::Auto;
   TORCH_ARG(WeightNames, names) = WeightNames::Auto;
+  /// Where the module's own names sit in the file: "self_attn." for the attention of a saved
+  /// nn.TransformerEncoderLayer, "model.layers.0.self_attn." in a decoder. Only tensors under the prefix are
+  /// considered (the prefix is removed before the names are mapped); the rest of the file belongs to other
+  /// modules and is ignored. A nested dict ({'model': state_dict, 'step': 5}) reads as dotted names
+  /// ("model.self_attn.in_proj_weight"), so "model." selects it.
+  TORCH_ARG(std::string, prefix) = "";
+  /// true: every parameter must be present and nothing unexpected may sit under the prefix, or the load
+  /// throws and the module is unchanged. false: missing parameters keep their values and unexpected tensors
+  /// are ignored; the LoadResult lists both. A mis-shaped tensor is an error either way.
+  TORCH_ARG(bool, strict) = true;
+};
+
+/// What a load used and what it ignored.
+struct LoadResult {
+  /// The module's parameters that the file did not have (non-strict loads only; they kept their values).
+  std::vector<std::string> missing;
+  /// Tensors under the prefix that fit no parameter (non-strict loads only), by their name in the file.
+  std::vector<std::string> unexpected;
+  /// Entries of the file that are not tensors (a checkpoint's step, epoch or config), as "name (kind)".
+  std::vector<std::string> skipped;
+};
+
+struct ReadOptions {
+  TORCH_ARG(WeightFormat, format) = WeightFormat::Auto;
+  /// Read only the tensors under this key of a nested checkpoint ("model", "state_dict", or "a.b" deeper),
+  /// with "key." removed from their names. Empty: the whole file. Throws, listing the top-level keys, if no
+  /// tensor sits under it.
+  TORCH_ARG(std::string, key) = "";
+};
+
+/// A weight file's tensors, and what it holds besides.
+struct TensorFile {
+  std::map<std::string, torch::Tensor> tensors;
+  /// Entries that are not tensors, skipped, as "name (kind)": "step (int)", "config.name (str)".
+  std::vector<std::string> skipped;
 };
 
 struct SaveOptions {
@@ -52,20 +88,33 @@ struct SaveOptions {
   TORCH_ARG(WeightNames, names) = WeightNames::Attn;
 };
 
-/// Reads every tensor of a weight file, by name, onto the CPU. Touches no module.
+/// Reads every tensor of a weight file, by name, onto the CPU. Touches no module. Nested dicts give dotted
+/// names; entries that are not tensors are skipped (read_tensor_file reports them).
 std::map<std::string, torch::Tensor> read_tensors(const std::string& path, WeightFormat format = WeightFormat::Auto);
+std::map<std::string, torch::Tensor> read_tensors(const std::string& path, const ReadOptions& options);
+/// read_tensors, with the entries it skipped.
+TensorFile read_tensor_file(const std::string& path, const ReadOptions& options = {});
 
 /// Writes named tensors (any device; they are copied to the CPU) as TorchZip or Safetensors, atomically: a
 /// temporary file next to `path`, renamed over it once complete.
 void write_tensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors,
                    WeightFormat format = WeightFormat::TorchZip);
 
-/// Loads a weight file into a module. Every parameter must be present with the right shape; on any mismatch
-/// it throws one error that lists what is missing, unexpected and mis-shaped, and the module is unchanged.
-/// Values are converted to the module's dtype and device.
-void load_state_dict(MultiHeadAttentionImpl& module, const std::string& path, const LoadOptions& options = {});
-void load_state_dict(AttentionHeadImpl& module, const std::string& path, const LoadOptions& options = {});
-void load_state_dict(CrossAttentionImpl& module, const std::string& path, const LoadOptions& options = {});
+/// Loads a weight file into a module. Strict (the default): every parameter must be present with the right
+/// shape; on any mismatch it throws one error that lists what is missing, unexpected and mis-shaped, and the
+/// module is unchanged. Values are converted to the module's dtype and device. See LoadOptions for prefix
+/// and strict.
+LoadResult load_state_dict(MultiHeadAttentionImpl& module, const std::string& path, const LoadOptions& options = {});
+LoadResult load_state_dict(AttentionHeadImpl& module, const std::string& path, const LoadOptions& options = {});
+LoadResult load_state_dict(CrossAttentionImpl& module, const std::string& path, const LoadOptions& options = {});
+/// The same from tensors already in memory (any device), e.g. a map built from another framework's
+/// weights; options.format is not used. The tensors are copied, never modified.
+LoadResult load_state_dict(MultiHeadAttentionImpl& module, const std::map<std::string, torch::Tensor>& tensors,
+                           const LoadOptions& options = {});
+LoadResult load_state_dict(AttentionHeadImpl& module, const std::map<std::string, torch::Tensor>& tensors,
+                           const LoadOptions& options = {});
+LoadResult load_state_dict(CrossAttentionImpl& module, const std::map<std::string, torch::Tensor>& tensors,
+                           const LoadOptions& options = {});
 
 /// Saves a module's parameters.
 void save_state_dict(const MultiHeadAttentionImpl& module, const std::string& path, const SaveOptions& options = {});
