@@ -9,7 +9,8 @@ packages=(
   libtorch-dev                # LibTorch (1.13 on Debian 12)
   libopenblas0-openmp         # without it libtorch runs on reference BLAS, ~45x slower matrix products
   libsleef-dev                # sleef.h: the AVX2/AVX-512 variants of the fused kernel call SLEEF's exp
-  nlohmann-json3-dev          # the safetensors header parser
+  nlohmann-json3-dev          # the safetensors header parser, tokenizer.json and config.json
+  libpcre2-dev                # PCRE2 (Unicode properties): the byte-level BPE tokenizer's pre-tokenization regex
   libfmt-dev libgtest-dev     # apps, tests
   libcli11-dev                # CLI11 (header-only): the apps' command-line parsing
   python3-torch               # /usr/bin/python3 computes the tests' reference outputs
