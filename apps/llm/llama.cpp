@@ -1,0 +1,138 @@
+#include "llama.h"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <stdexcept>
+
+namespace attn::llm {
+namespace {
+
+std::runtime_error config_error(const std::string& path, const std::string& what) {
+  return std::runtime_error("model config '" + path + "': " + what);
+}
+
+}  // namespace
+
+LlamaConfig LlamaConfig::from_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw config_error(path, "cannot open it");
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const nlohmann::json::exception& e) {
+    throw config_error(path, std::string("not valid JSON: ") + e.what());
+  }
+  const auto need = [&](const char* key) -> const nlohmann::json& {
+    if (!j.contains(key)) throw config_error(path, std::string("no '") + key + "' field");
+    return j.at(key);
+  };
+  if (j.value("model_type", "") != "llama") {
+    throw config_error(path, "model_type is '" + j.value("model_type", "") + "'; this runs 'llama' models");
+  }
+  LlamaConfig c;
+  c.hidden_size = need("hidden_size").get<int64_t>();
+  c.intermediate_size = need("intermediate_size").get<int64_t>();
+  c.num_layers = need("num_hidden_layers").get<int64_t>();
+  c.num_heads = need("num_attention_heads").get<int64_t>();
+  c.num_kv_heads = j.value("num_key_value_heads", c.num_heads);
+  c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? j["head_dim"].get<int64_t>() : c.hidden_size / c.num_heads;
+  c.vocab_size = need("vocab_size").get<int64_t>();
+  c.max_position_embeddings = j.value("max_position_embeddings", int64_t{0});
+  c.rms_norm_eps = need("rms_norm_eps").get<double>();
+  c.tie_word_embeddings = j.value("tie_word_embeddings", false);
+  c.bos_token_id = j.value("bos_token_id", int64_t{-1});
+  c.eos_token_id = j.value("eos_token_id", int64_t{-1});
+  const nlohmann::json rope = j.contains("rope_parameters") ? j["rope_parameters"] : j.value("rope_scaling", nlohmann::json());
+  if (!rope.is_null() && rope.value("rope_type", "default") != "default") {
+    throw config_error(path, "rope_type '" + rope.value("rope_type", "") + "' is not supported here yet");
+  }
+  c.rope_theta = !rope.is_null() && rope.contains("rope_theta") ? rope["rope_theta"].get<double>() : j.value("rope_theta", 10000.0);
+  if (j.value("attention_bias", false) || j.value("mlp_bias", false)) throw config_error(path, "biases are not supported");
+  return c;
+}
+
+RmsNormImpl::RmsNormImpl(int64_t dim, double eps) : eps(eps) { weight = register_parameter("weight", torch::ones({dim})); }
+
+torch::Tensor RmsNormImpl::forward(const torch::Tensor& x) {
+  const torch::Tensor x32 = x.to(torch::kFloat32);
+  const torch::Tensor normed = x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return weight * normed.to(x.scalar_type());
+}
+
+LlamaBlockImpl::LlamaBlockImpl(const LlamaConfig& c) {
+  input_norm = register_module("input_layernorm", RmsNorm(c.hidden_size, c.rms_norm_eps));
+  self_attn = register_module(
+      "self_attn", MultiHeadAttention(MultiHeadAttentionOptions(c.hidden_size, c.num_heads)
+                                          .num_kv_heads(c.num_kv_heads)
+                                          .head_dim(c.head_dim)
+                                          .bias(false)
+                                          .causal(true)
+                                          .rotary(RotaryEmbeddingOptions(c.head_dim).base(c.rope_theta))));
+  post_attention_norm = register_module("post_attention_layernorm", RmsNorm(c.hidden_size, c.rms_norm_eps));
+  gate_proj = register_module("gate_proj", torch::nn::Linear(torch::nn::LinearOptions(c.hidden_size, c.intermediate_size).bias(false)));
+  up_proj = register_module("up_proj", torch::nn::Linear(torch::nn::LinearOptions(c.hidden_size, c.intermediate_size).bias(false)));
+  down_proj = register_module("down_proj", torch::nn::Linear(torch::nn::LinearOptions(c.intermediate_size, c.hidden_size).bias(false)));
+}
+
+torch::Tensor LlamaBlockImpl::forward(const torch::Tensor& x, KVCache& cache, int64_t layer,
+                                      const std::vector<int64_t>& new_lengths) {
+  const torch::Tensor h = x + self_attn->forward_with_cache(input_norm(x), cache, layer, new_lengths);
+  const torch::Tensor n = post_attention_norm(h);
+  return h + down_proj(torch::silu(gate_proj(n)) * up_proj(n));
+}
+
+LlamaImpl::LlamaImpl(const LlamaConfig& c) : config(c) {
+  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.hidden_size));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.num_layers; ++i) layers->push_back(LlamaBlock(c));
+  norm = register_module("norm", RmsNorm(c.hidden_size, c.rms_norm_eps));
+  if (!c.tie_word_embeddings) {
+    lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(c.hidden_size, c.vocab_size).bias(false)));
+  }
+}
+
+torch::Tensor LlamaImpl::forward(const torch::Tensor& ids, KVCache& cache, const std::vector<int64_t>& new_lengths) {
+  torch::Tensor x = embed_tokens(ids);
+  for (size_t i = 0; i < layers->size(); ++i) {
+    x = layers[i]->as<LlamaBlock>()->forward(x, cache, static_cast<int64_t>(i), new_lengths);
+  }
+  x = norm(x);
+  return lm_head ? lm_head(x) : torch::matmul(x, embed_tokens->weight.t());
+}
+
+KVCache LlamaImpl::make_cache(int64_t batch, int64_t capacity) const {
+  const torch::Tensor w = embed_tokens->weight;
+  return KVCache(KVCacheOptions(config.num_layers, batch, config.num_kv_heads, config.head_dim, capacity)
+                     .dtype(w.scalar_type())
+                     .device(w.device()));
+}
+
+void LlamaImpl::load(const std::string& path) {
+  const std::map<std::string, torch::Tensor> tensors = io::read_tensors(path);
+  const auto take = [&](const std::string& name, torch::Tensor& into) {
+    const auto it = tensors.find(name);
+    if (it == tensors.end()) throw std::runtime_error("weights '" + path + "': no tensor '" + name + "'");
+    if (it->second.sizes() != into.sizes()) {
+      throw std::runtime_error("weights '" + path + "': '" + name + "' is " + c10::str(it->second.sizes()) +
+                               ", the model expects " + c10::str(into.sizes()));
+    }
+    torch::NoGradGuard no_grad;
+    into.copy_(it->second);
+  };
+  take("model.embed_tokens.weight", embed_tokens->weight);
+  take("model.norm.weight", norm->weight);
+  if (lm_head) take("lm_head.weight", lm_head->weight);
+  for (size_t i = 0; i < layers->size(); ++i) {
+    auto block = layers[i]->as<LlamaBlock>();
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    io::load_state_dict(*block->self_attn, tensors, io::LoadOptions().prefix(p + "self_attn.").names(io::WeightNames::Decoder));
+    take(p + "input_layernorm.weight", block->input_norm->weight);
+    take(p + "post_attention_layernorm.weight", block->post_attention_norm->weight);
+    take(p + "mlp.gate_proj.weight", block->gate_proj->weight);
+    take(p + "mlp.up_proj.weight", block->up_proj->weight);
+    take(p + "mlp.down_proj.weight", block->down_proj->weight);
+  }
+}
+
+}  // namespace attn::llm

@@ -1,0 +1,68 @@
+#pragma once
+// A Llama-architecture decoder (Llama 2/3, SmolLM, Mistral without sliding windows) built from
+// attn::MultiHeadAttention (grouped-query heads, rotary embeddings, a caller-owned KVCache) and stock LibTorch
+// layers, read from the folder scripts/convert-gguf.py writes: config.json and model.safetensors in
+// transformers' names. For inference.
+
+#include <attn/attn.h>
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+namespace attn::llm {
+
+/// The fields of a transformers LlamaConfig that the model needs.
+struct LlamaConfig {
+  int64_t hidden_size = 0, intermediate_size = 0, num_layers = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  int64_t vocab_size = 0, max_position_embeddings = 0;
+  double rope_theta = 10000.0, rms_norm_eps = 1e-6;
+  bool tie_word_embeddings = false;
+  int64_t bos_token_id = -1, eos_token_id = -1;
+
+  /// Reads config.json; throws std::runtime_error naming the file and the field that is missing or unsupported.
+  static LlamaConfig from_file(const std::string& path);
+};
+
+/// x · rsqrt(mean(x²) + eps) · weight, in float32 whatever x's dtype (as transformers' LlamaRMSNorm).
+class RmsNormImpl : public torch::nn::Module {
+ public:
+  RmsNormImpl(int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+  double eps;
+};
+TORCH_MODULE(RmsNorm);
+
+/// One decoder layer: x + attention(norm(x)), then + mlp(norm(·)) with SwiGLU.
+class LlamaBlockImpl : public torch::nn::Module {
+ public:
+  explicit LlamaBlockImpl(const LlamaConfig& config);
+  torch::Tensor forward(const torch::Tensor& x, KVCache& cache, int64_t layer, const std::vector<int64_t>& new_lengths);
+  RmsNorm input_norm{nullptr}, post_attention_norm{nullptr};
+  MultiHeadAttention self_attn{nullptr};
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(LlamaBlock);
+
+class LlamaImpl : public torch::nn::Module {
+ public:
+  explicit LlamaImpl(const LlamaConfig& config);
+  /// Logits [B, T, vocab] for token ids [B, T] (row b's first new_lengths[b] are real, the rest padding),
+  /// appending their keys and values to `cache`.
+  torch::Tensor forward(const torch::Tensor& ids, KVCache& cache, const std::vector<int64_t>& new_lengths = {});
+  /// A cache for `batch` rows of up to `capacity` positions, in the model's dtype and device.
+  KVCache make_cache(int64_t batch, int64_t capacity) const;
+  /// Loads model.safetensors (transformers' names); throws listing what is missing or mis-shaped.
+  void load(const std::string& safetensors_path);
+
+  LlamaConfig config;
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers;
+  RmsNorm norm{nullptr};
+  torch::nn::Linear lm_head{nullptr};  // unset when the embedding is tied
+};
+TORCH_MODULE(Llama);
+
+}  // namespace attn::llm
