@@ -12,6 +12,15 @@ std::runtime_error config_error(const std::string& path, const std::string& what
   return std::runtime_error("model config '" + path + "': " + what);
 }
 
+/// x · Wᵀ: a matrix-vector product when x is one row (a decoding step of one sequence), which reads the weight
+/// once instead of packing it for a GEMM (attn's own projections do the same).
+torch::Tensor project(const torch::Tensor& x, const torch::Tensor& weight) {
+  if (x.numel() != x.size(-1)) return torch::matmul(x, weight.t());
+  std::vector<int64_t> sizes = x.sizes().vec();
+  sizes.back() = weight.size(0);
+  return torch::mv(weight, x.reshape({-1})).view(sizes);
+}
+
 }  // namespace
 
 LlamaConfig LlamaConfig::from_file(const std::string& path) {
@@ -79,7 +88,8 @@ torch::Tensor LlamaBlockImpl::forward(const torch::Tensor& x, KVCache& cache, in
                                       const std::vector<int64_t>& new_lengths) {
   const torch::Tensor h = x + self_attn->forward_with_cache(input_norm(x), cache, layer, new_lengths);
   const torch::Tensor n = post_attention_norm(h);
-  return h + down_proj(torch::silu(gate_proj(n)) * up_proj(n));
+  const torch::Tensor gated = torch::silu(project(n, gate_proj->weight)) * project(n, up_proj->weight);
+  return h + project(gated, down_proj->weight);
 }
 
 LlamaImpl::LlamaImpl(const LlamaConfig& c) : config(c) {
@@ -98,7 +108,7 @@ torch::Tensor LlamaImpl::forward(const torch::Tensor& ids, KVCache& cache, const
     x = layers[i]->as<LlamaBlock>()->forward(x, cache, static_cast<int64_t>(i), new_lengths);
   }
   x = norm(x);
-  return lm_head ? lm_head(x) : torch::matmul(x, embed_tokens->weight.t());
+  return project(x, lm_head ? lm_head->weight : embed_tokens->weight);
 }
 
 KVCache LlamaImpl::make_cache(int64_t batch, int64_t capacity) const {

@@ -1,6 +1,7 @@
 #include <attn/modules/multi_head_attention.h>
 
 #include "modules/common/heads.h"
+#include "modules/common/projection.h"
 #include "modules/common/settings.h"
 
 namespace attn {
@@ -103,7 +104,7 @@ std::tuple<torch::Tensor, torch::Tensor> MultiHeadAttentionImpl::attend(
   auto [out, weights] = modules::attend_heads(layout(), query, key, value, {*q_proj, *k_proj, *v_proj}, masks,
                                               modules::sdpa_options(options.attention(), is_training()),
                                               need_weights, rotary.is_empty() ? nullptr : rotary.get());
-  if (out_proj) out = out_proj(out);
+  if (out_proj) out = modules::project_rows(out, out_proj->weight, out_proj->bias);
   return {out, weights};
 }
 
@@ -115,7 +116,7 @@ torch::Tensor MultiHeadAttentionImpl::forward_with_cache(const torch::Tensor& x,
   torch::Tensor out = modules::attend_with_cache(layout(), x, {*q_proj, *k_proj, *v_proj}, cache, layer, new_lengths,
                                                  modules::sdpa_options(options.attention(), is_training()),
                                                  rotary.is_empty() ? nullptr : rotary.get());
-  return out_proj ? out_proj(out) : out;
+  return out_proj ? modules::project_rows(out, out_proj->weight, out_proj->bias) : out;
 }
 
 ProjectedMemory MultiHeadAttentionImpl::project_memory(const torch::Tensor& key, const torch::Tensor& value) const {
@@ -129,7 +130,7 @@ torch::Tensor MultiHeadAttentionImpl::forward_with_memory(const torch::Tensor& q
                                                          {*q_proj, *k_proj, *v_proj}, masks,
                                                          modules::sdpa_options(options.attention(), is_training()),
                                                          /*need_weights=*/false));
-  return out_proj ? out_proj(out) : out;
+  return out_proj ? modules::project_rows(out, out_proj->weight, out_proj->bias) : out;
 }
 
 }  // namespace attn

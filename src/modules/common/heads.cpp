@@ -1,4 +1,5 @@
 #include "modules/common/heads.h"
+#include "modules/common/projection.h"
 
 #include "backends/cache.h"
 #include "backends/dispatch.h"
@@ -100,7 +101,9 @@ Heads project(const ModuleLayout& layout, const CallShape& shape, const torch::T
   const auto as_batch = [&](const torch::Tensor& x) { return shape.batched ? x : x.unsqueeze(0); };
   const ProjectionWidths& w = layout.widths;
   const int64_t heads = w.num_heads, kv_heads = w.kv_heads();
-  if (query.is_same(key) && key.is_same(value)) {
+  // (Below kStackedRows rows, the copy of the stacked weights costs more than the wider product saves.)
+  constexpr int64_t kStackedRows = 64;
+  if (query.is_same(key) && key.is_same(value) && query.numel() / query.size(-1) >= kStackedRows) {
     // Self-attention: one product with the three weights stacked is faster than three (a wider GEMM), and
     // the q/k/v column slices it yields are views the attention reads in place.
     const auto stacked = [](const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& c) {
@@ -114,9 +117,9 @@ Heads project(const ModuleLayout& layout, const CallShape& shape, const torch::T
             split_heads(qkv.narrow(-1, q_width, k_width), kv_heads),
             split_heads(qkv.narrow(-1, q_width + k_width, v_width), kv_heads)};
   }
-  return {split_heads(at::linear(as_batch(query), p.q.weight, p.q.bias), heads),
-          split_heads(at::linear(as_batch(key), p.k.weight, p.k.bias), kv_heads),
-          split_heads(at::linear(as_batch(value), p.v.weight, p.v.bias), kv_heads)};
+  return {split_heads(project_rows(as_batch(query), p.q.weight, p.q.bias), heads),
+          split_heads(project_rows(as_batch(key), p.k.weight, p.k.bias), kv_heads),
+          split_heads(project_rows(as_batch(value), p.v.weight, p.v.bias), kv_heads)};
 }
 
 void rotate(const RotaryEmbeddingImpl* rotary, Heads& heads, const torch::Tensor& q_positions,
@@ -203,8 +206,8 @@ Heads project_memory(const ModuleLayout& layout, const torch::Tensor& key, const
   as_memory.query_name = layout.key_name;
   const CallShape shape = check_inputs(as_memory, key, key, value, p.q.weight);
   const auto as_batch = [&](const torch::Tensor& t) { return shape.batched ? t : t.unsqueeze(0); };
-  return {torch::Tensor(), split_heads(at::linear(as_batch(key), p.k.weight, p.k.bias), w.kv_heads()),
-          split_heads(at::linear(as_batch(value), p.v.weight, p.v.bias), w.kv_heads())};
+  return {torch::Tensor(), split_heads(project_rows(as_batch(key), p.k.weight, p.k.bias), w.kv_heads()),
+          split_heads(project_rows(as_batch(value), p.v.weight, p.v.bias), w.kv_heads())};
 }
 
 std::tuple<torch::Tensor, torch::Tensor> attend_memory(const ModuleLayout& layout, const torch::Tensor& query,
@@ -237,8 +240,8 @@ std::tuple<torch::Tensor, torch::Tensor> attend_memory(const ModuleLayout& layou
   const CallShape shape{batched, batch, query.size(-2), tk};
   SdpaOptions lifted = options;
   lifted.masks(lift_masks(layout, shape, masks, query));
-  const torch::Tensor q = split_heads(at::linear(batched ? query : query.unsqueeze(0), projections.q.weight,
-                                                 projections.q.bias),
+  const torch::Tensor q = split_heads(project_rows(batched ? query : query.unsqueeze(0), projections.q.weight,
+                                                    projections.q.bias),
                                       w.num_heads);
   auto [out, weights] = backends::attention(layout.module, q, memory_key, memory_value, lifted, need_weights);
   if (!batched && weights.defined()) weights = weights.squeeze(0);
