@@ -1,8 +1,7 @@
 #include "llama.h"
 
-#include <nlohmann/json.hpp>
+#include "json_file.h"
 
-#include <fstream>
 #include <stdexcept>
 
 namespace attn::llm {
@@ -24,14 +23,7 @@ torch::Tensor project(const torch::Tensor& x, const torch::Tensor& weight) {
 }  // namespace
 
 LlamaConfig LlamaConfig::from_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw config_error(path, "cannot open it");
-  nlohmann::json j;
-  try {
-    in >> j;
-  } catch (const nlohmann::json::exception& e) {
-    throw config_error(path, std::string("not valid JSON: ") + e.what());
-  }
+  const nlohmann::json j = attn_apps::read_json_file(path, "model config");
   const auto need = [&](const char* key) -> const nlohmann::json& {
     if (!j.contains(key)) throw config_error(path, std::string("no '") + key + "' field");
     return j.at(key);

@@ -3,12 +3,11 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
-#include <nlohmann/json.hpp>
+#include "json_file.h"
 
 #include <algorithm>
 #include <array>
 #include <climits>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -92,18 +91,11 @@ ByteLevelBpe::ByteLevelBpe(ByteLevelBpe&&) noexcept = default;
 ByteLevelBpe& ByteLevelBpe::operator=(ByteLevelBpe&&) noexcept = default;
 
 ByteLevelBpe ByteLevelBpe::from_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw file_error(path, "cannot open it");
-  nlohmann::json j;
-  try {
-    in >> j;
-  } catch (const nlohmann::json::exception& e) {
-    throw file_error(path, std::string("not valid JSON: ") + e.what());
-  }
+  const nlohmann::json j = attn_apps::read_json_file(path, "tokenizer");
   auto s = std::make_unique<State>();
   const auto& model = j.at("model");
   if (model.value("type", "") != "BPE") throw file_error(path, "the model is not BPE");
-  if (!j["normalizer"].is_null()) throw file_error(path, "a normalizer is not supported");
+  if (j.contains("normalizer") && !j.at("normalizer").is_null()) throw file_error(path, "a normalizer is not supported");
 
   // Pre-tokenizer: ByteLevel with its regex, optionally after Digits(individual_digits) in a Sequence.
   const auto& pre = j.at("pre_tokenizer");

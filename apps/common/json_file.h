@@ -1,0 +1,13 @@
+#pragma once
+// Reading the JSON files the model apps take (tokenizer.json, config.json), with one error wording.
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+namespace attn_apps {
+
+/// The parsed file. Throws std::runtime_error "WHAT 'PATH': cannot open it" or "...: not valid JSON: ...".
+nlohmann::json read_json_file(const std::string& path, const std::string& what);
+
+}  // namespace attn_apps
