@@ -30,6 +30,31 @@ def smollm2_gguf():
     return os.path.join(folder, files[0])
 
 
+def chat_parts(tokenizer):
+    """The chat template rendered around placeholders, for a single-turn prompt, so that attn-generate needs no
+    Jinja: {"user": [before, after]} (the template's default system prompt included) and
+    {"system_user": [before, between, after]}; attn-generate puts the texts between the parts. None when the
+    tokenizer has no chat template, or one that does not place the messages verbatim."""
+    if not getattr(tokenizer, "chat_template", None):
+        return None
+    system, user = "\x00SYSTEM\x00", "\x00USER\x00"
+
+    def render(messages, placeholders):
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        parts, rest = [], text
+        for placeholder in placeholders:
+            if rest.count(placeholder) != 1:
+                return None
+            before, rest = rest.split(placeholder)
+            parts.append(before)
+        return parts + [rest]
+
+    parts = {"user": render([{"role": "user", "content": user}], [user]),
+             "system_user": render([{"role": "system", "content": system}, {"role": "user", "content": user}],
+                                   [system, user])}
+    return parts if all(parts.values()) else None
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -62,7 +87,7 @@ def main():
     tokenizer.save_pretrained(args.out)
     with open(os.path.join(args.out, "attn-convert.json"), "w") as f:
         json.dump({"gguf": gguf_path, "transformers": __import__("transformers").__version__,
-                   "torch": torch.__version__}, f, indent=2)
+                   "torch": torch.__version__, "chat": chat_parts(tokenizer)}, f, indent=2)
     size = os.path.getsize(os.path.join(args.out, "model.safetensors"))
     print(f"convert-gguf: wrote {args.out}: {len(state)} tensors ({size / 2**20:.0f} MiB float32), config.json, "
           f"tokenizer files, in {time.time() - start:.0f} s")

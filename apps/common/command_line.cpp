@@ -1,5 +1,9 @@
 #include "command_line.h"
 
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <utility>
 #include <vector>
 
@@ -68,6 +72,15 @@ void CommandLine::reject_unrecognised() const {
   const std::string& argument = unrecognised.front();
   throw UsageError(argument.rfind('-', 0) == 0 ? fmt::format("unknown option '{}'", option_name(argument))
                                                : fmt::format("unexpected argument '{}'", argument));
+}
+
+double parse_real(const std::string& option, const std::string& text, double min, double max, const std::string& expected) {
+  char* stop = nullptr;
+  errno = 0;
+  const double value = text.empty() || std::isspace(static_cast<unsigned char>(text[0])) ? 0.0 : std::strtod(text.c_str(), &stop);
+  if (text.empty() || stop != text.c_str() + text.size() || errno == ERANGE || !std::isfinite(value) || value < min || value > max)
+    throw UsageError(fmt::format("{} expects {}, got '{}'", option, expected, text));
+  return value;
 }
 
 }  // namespace attn_apps

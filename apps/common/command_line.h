@@ -59,4 +59,7 @@ Int parse_integer(const std::string& option, const std::string& text, Int min, I
   return value;
 }
 
+/// `text` as a finite decimal number in [min, max], or a UsageError naming the option and what was `expected`.
+double parse_real(const std::string& option, const std::string& text, double min, double max, const std::string& expected);
+
 }  // namespace attn_apps

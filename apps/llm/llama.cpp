@@ -95,12 +95,19 @@ LlamaImpl::LlamaImpl(const LlamaConfig& c) : config(c) {
 }
 
 torch::Tensor LlamaImpl::forward(const torch::Tensor& ids, KVCache& cache, const std::vector<int64_t>& new_lengths) {
+  return logits(hidden_states(ids, cache, new_lengths));
+}
+
+torch::Tensor LlamaImpl::hidden_states(const torch::Tensor& ids, KVCache& cache, const std::vector<int64_t>& new_lengths) {
   torch::Tensor x = embed_tokens(ids);
   for (size_t i = 0; i < layers->size(); ++i) {
     x = layers[i]->as<LlamaBlock>()->forward(x, cache, static_cast<int64_t>(i), new_lengths);
   }
-  x = norm(x);
-  return project(x, lm_head ? lm_head->weight : embed_tokens->weight);
+  return norm(x);
+}
+
+torch::Tensor LlamaImpl::logits(const torch::Tensor& hidden) {
+  return project(hidden, lm_head ? lm_head->weight : embed_tokens->weight);
 }
 
 KVCache LlamaImpl::make_cache(int64_t batch, int64_t capacity) const {

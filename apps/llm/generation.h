@@ -1,0 +1,44 @@
+#pragma once
+// Generating text with a Llama: the prompts of a batch prefilled together (right-padded, each row at its own
+// length), then one token per row per step through the KV cache, until every row has met a stop token or
+// max_new_tokens.
+
+#include "llama.h"
+#include "sampling.h"
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace attn::llm {
+
+struct GenerationOptions {
+  int64_t max_new_tokens = 128;
+  /// A row stops after producing one of these (it is kept in the row's tokens).
+  std::vector<int64_t> stop_tokens;
+  SamplingOptions sampling;
+  /// Keep each step's logits (float32 [vocab] per row and step) in the result, for checking against a reference.
+  bool keep_logits = false;
+};
+
+struct GenerationResult {
+  /// The new tokens of each row.
+  std::vector<std::vector<int64_t>> tokens;
+  /// logits[row][step], when GenerationOptions::keep_logits.
+  std::vector<std::vector<torch::Tensor>> logits;
+  int64_t prefill_tokens = 0, decode_steps = 0;
+  /// Wall-clock seconds of the prefill (through the first token's logits) and of every step after it.
+  double prefill_seconds = 0.0, decode_seconds = 0.0;
+};
+
+/// Called with (row, token) as each token is chosen, in order.
+using TokenCallback = std::function<void(int64_t row, int64_t token)>;
+
+/// Generates from `prompts` (token ids, each non-empty). Throws std::invalid_argument for an empty prompt or
+/// batch, or for prompt + max_new_tokens beyond the model's max_position_embeddings (when the config has one).
+GenerationResult generate(Llama& model, const std::vector<std::vector<int64_t>>& prompts,
+                          const GenerationOptions& options, const TokenCallback& on_token = {});
+
+}  // namespace attn::llm
