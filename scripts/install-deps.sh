@@ -11,6 +11,7 @@ packages=(
   libsleef-dev                # sleef.h: the AVX2/AVX-512 variants of the fused kernel call SLEEF's exp
   nlohmann-json3-dev          # the safetensors header parser, tokenizer.json and config.json
   libpcre2-dev                # PCRE2 (Unicode properties): the byte-level BPE tokenizer's pre-tokenization regex
+  libutf8proc-dev             # utf8proc (NFD, categories, case mapping): the WordPiece tokenizer's BERT normalizer
   libfmt-dev libgtest-dev     # apps, tests
   libcli11-dev                # CLI11 (header-only): the apps' command-line parsing
   python3-torch               # /usr/bin/python3 computes the tests' reference outputs

@@ -1,4 +1,4 @@
-// The apps' Llama decoder (apps/llm, attn::MultiHeadAttention with grouped-query heads, rotary embeddings and
+// The apps' Llama decoder (apps/models, attn::MultiHeadAttention with grouped-query heads, rotary embeddings and
 // the KV cache) on SmolLM2-135M-Instruct against transformers on the same GGUF: greedy generation of 64 tokens
 // for six prompts (one over 1,000 tokens) gives the same tokens, with every step's logits within 1e-3, one by
 // one and as one ragged batch. Also the sampler's filters, streaming text, and the errors. References from
@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-namespace attn::llm {
+namespace attn::models {
 namespace {
 
 const std::string kModel = ATTN_SMOLLM2_DIR;
@@ -248,4 +248,4 @@ TEST(TextStream, CompleteUtf8PrefixStopsBeforeAnUnfinishedCharacter) {
 }
 
 }  // namespace
-}  // namespace attn::llm
+}  // namespace attn::models

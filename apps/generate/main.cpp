@@ -5,6 +5,7 @@
 #include "app_main.h"
 #include "chat_format.h"
 #include "command_line.h"
+#include "openblas_kernels.h"
 #include "generation.h"
 #include "llama.h"
 #include "text_stream.h"
@@ -56,6 +57,7 @@ Generation:
   --top-k K             sample among the K most likely tokens (default: 0, all)
   --top-p P             sample among the most likely tokens whose probabilities reach P (default: 1, all)
   --seed N              seed of the sampling (default: 0); the same seed gives the same text
+  --ignore-eos          do not stop at the end-of-sequence token: always make --max-new-tokens (for timing)
 
 Runtime:
   --threads N           CPU threads (default: every core, {cores} here)
@@ -66,8 +68,8 @@ Runtime:
 
 struct Options {
   std::string model, prompt, prompt_file, system;
-  bool prompt_given = false, raw = false, quiet = false;
-  attn::llm::GenerationOptions generation;
+  bool prompt_given = false, raw = false, quiet = false, ignore_eos = false;
+  attn::models::GenerationOptions generation;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   torch::Dtype dtype = torch::kFloat32;
 };
@@ -116,6 +118,7 @@ Options parse_args(int argc, char** argv) {
     else throw UsageError("--dtype expects float32 or bfloat16, got '" + value + "'");
   });
   command_line.add_flag("--quiet", [&] { o.quiet = true; });
+  command_line.add_flag("--ignore-eos", [&] { o.ignore_eos = true; });
   command_line.parse(argc, argv);
   if (o.model.empty()) throw UsageError("--model DIR is required (a folder written by scripts/convert-gguf.py)");
   if (o.prompt_given == !o.prompt_file.empty()) throw UsageError("give one of --prompt TEXT or --prompt-file FILE");
@@ -165,15 +168,15 @@ int run(int argc, char** argv) {
         o.model));
   }
   const auto start = std::chrono::steady_clock::now();
-  const attn::llm::LlamaConfig config = attn::llm::LlamaConfig::from_file(model_file(o.model, "config.json"));
+  const attn::models::LlamaConfig config = attn::models::LlamaConfig::from_file(model_file(o.model, "config.json"));
   const auto tokenizer = attn::text::ByteLevelBpe::from_file(model_file(o.model, "tokenizer.json"));
-  const std::optional<attn::llm::ChatFormat> chat =
-      o.raw ? std::nullopt : attn::llm::ChatFormat::from_file(model_file(o.model, "attn-convert.json"));
+  const std::optional<attn::models::ChatFormat> chat =
+      o.raw ? std::nullopt : attn::models::ChatFormat::from_file(model_file(o.model, "attn-convert.json"));
   if (!o.raw && !chat) {
     throw std::runtime_error(fmt::format("--model {}: the model has no chat template; pass --raw to use the prompt "
                                          "as it is", o.model));
   }
-  attn::llm::Llama model(config);
+  attn::models::Llama model(config);
   model->load(model_file(o.model, "model.safetensors"));
   model->to(o.dtype);
   model->eval();
@@ -181,7 +184,7 @@ int run(int argc, char** argv) {
   const std::string message = o.prompt_given ? o.prompt : read_prompt_file(o.prompt_file);
   const std::vector<int64_t> prompt = tokenizer.encode(chat ? chat->prompt(message, o.system) : message);
   if (prompt.empty()) throw UsageError("the prompt is empty");
-  if (config.eos_token_id >= 0) o.generation.stop_tokens.push_back(config.eos_token_id);
+  if (config.eos_token_id >= 0 && !o.ignore_eos) o.generation.stop_tokens.push_back(config.eos_token_id);
   if (!o.quiet) {
     fmt::print(stderr, "attn-generate: {} layers, {} heads ({} key/value), {} loaded in {:.1f} s; {} prompt tokens\n",
                config.num_layers, config.num_heads, config.num_kv_heads, o.dtype == torch::kFloat32 ? "float32" : "bfloat16",
@@ -189,12 +192,13 @@ int run(int argc, char** argv) {
   }
 
   attn::text::TextStream stream(tokenizer);
-  const auto result = attn::llm::generate(model, {prompt}, o.generation, [&](int64_t, int64_t token) {
-    if (token == config.eos_token_id) return;
+  const auto result = attn::models::generate(model, {prompt}, o.generation, [&](int64_t, int64_t token) {
+    if (token == config.eos_token_id && !o.ignore_eos) return;
     fmt::print("{}", stream.push(token));
     std::fflush(stdout);
   });
   fmt::print("{}\n", stream.finish());
+  std::fflush(stdout);  // the text before the timings on stderr
   if (!o.quiet) {
     fmt::print(stderr, "attn-generate: prefill {} tokens in {:.3f} s ({:.1f} tokens/s); decode {} tokens in {:.3f} s "
                        "({:.1f} tokens/s); {} threads\n",
@@ -208,5 +212,6 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  attn_apps::restart_with_fast_openblas(argv);
   return attn_apps::run_main("attn-generate", usage(), [&] { return run(argc, argv); });
 }

@@ -1,7 +1,8 @@
 """Checks the LibTorch 2.x lane's virtual environment (scripts/setup-torch-pip.sh runs it with the venv's Python).
 
     check.py REQUIREMENTS            the installed packages are exactly the pinned ones, and import torch works
-    check.py REQUIREMENTS --full     also CPU ops, NumPy, torch.jit, torch.export and torch.compile (inductor, g++)
+    check.py REQUIREMENTS --full     also CPU ops, NumPy, torch.jit, torch.export and torch.compile (inductor, g++),
+                                     and that the reference packages import
 
 Each check prints one line; the first failure raises, naming what is missing.
 """
@@ -91,6 +92,16 @@ def check_full(torch):
     print(f"ok: torch.compile (inductor, {len(built)} C++ kernel libraries built)")
 
 
+def check_reference_imports():
+    # Every pin installs with --no-deps, so a dependency missing from the list shows only at import time
+    # (sentence-transformers imports scikit-learn, which imports joblib, narwhals, cloudpickle...).
+    import importlib
+    for module in ("transformers", "sentence_transformers", "gguf", "safetensors", "accelerate", "jinja2"):
+        importlib.import_module(module)
+    print("ok: the reference packages import (transformers, sentence-transformers, gguf, safetensors, accelerate, "
+          "jinja2)")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("requirements")
@@ -99,6 +110,7 @@ def main():
     torch = check_torch(check_installed(args.requirements))
     if args.full:
         check_full(torch)
+        check_reference_imports()
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace attn::llm {
+namespace attn::models {
 
 Sampler::Sampler(const SamplingOptions& options)
     : options_(options), generator_(at::make_generator<at::CPUGeneratorImpl>(options.seed)) {
@@ -41,4 +41,4 @@ int64_t Sampler::next(const torch::Tensor& logits) {
   return at::multinomial(scores.softmax(0), 1, /*replacement=*/false, generator_).item<int64_t>();
 }
 
-}  // namespace attn::llm
+}  // namespace attn::models

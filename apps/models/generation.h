@@ -12,7 +12,7 @@
 #include <functional>
 #include <vector>
 
-namespace attn::llm {
+namespace attn::models {
 
 struct GenerationOptions {
   int64_t max_new_tokens = 128;
@@ -41,4 +41,4 @@ using TokenCallback = std::function<void(int64_t row, int64_t token)>;
 GenerationResult generate(Llama& model, const std::vector<std::vector<int64_t>>& prompts,
                           const GenerationOptions& options, const TokenCallback& on_token = {});
 
-}  // namespace attn::llm
+}  // namespace attn::models

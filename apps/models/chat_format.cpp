@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <vector>
 
-namespace attn::llm {
+namespace attn::models {
 
 std::optional<ChatFormat> ChatFormat::from_file(const std::string& path) {
   const nlohmann::json j = attn_apps::read_json_file(path, "conversion record");
@@ -33,4 +33,4 @@ std::string ChatFormat::prompt(const std::string& user, const std::string& syste
   return system_before_ + system + system_between_ + user + system_after_;
 }
 
-}  // namespace attn::llm
+}  // namespace attn::models

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace attn::llm {
+namespace attn::models {
 namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -90,4 +90,4 @@ GenerationResult generate(Llama& model, const std::vector<std::vector<int64_t>>&
   return result;
 }
 
-}  // namespace attn::llm
+}  // namespace attn::models

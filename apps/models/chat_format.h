@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-namespace attn::llm {
+namespace attn::models {
 
 class ChatFormat {
  public:
@@ -23,4 +23,4 @@ class ChatFormat {
   std::string system_before_, system_between_, system_after_;  // around a system and a user message
 };
 
-}  // namespace attn::llm
+}  // namespace attn::models

@@ -4,7 +4,7 @@
 
 #include <stdexcept>
 
-namespace attn::llm {
+namespace attn::models {
 namespace {
 
 std::runtime_error config_error(const std::string& path, const std::string& what) {
@@ -144,4 +144,4 @@ void LlamaImpl::load(const std::string& path) {
   }
 }
 
-}  // namespace attn::llm
+}  // namespace attn::models

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-namespace attn::llm {
+namespace attn::models {
 
 struct SamplingOptions {
   /// 0 is greedy decoding (top_k and top_p then do nothing); otherwise logits are divided by it.
@@ -31,4 +31,4 @@ class Sampler {
   at::Generator generator_;
 };
 
-}  // namespace attn::llm
+}  // namespace attn::models

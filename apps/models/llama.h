@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace attn::llm {
+namespace attn::models {
 
 /// The fields of a transformers LlamaConfig that the model needs.
 struct LlamaConfig {
@@ -69,4 +69,4 @@ class LlamaImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Llama);
 
-}  // namespace attn::llm
+}  // namespace attn::models
