@@ -1,10 +1,8 @@
 #include "bert.h"
 
 #include "json_file.h"
+#include "named_weights.h"
 
-#include <attn/io/files.h>
-
-#include <map>
 #include <stdexcept>
 
 namespace attn::models {
@@ -88,19 +86,10 @@ torch::Tensor BertImpl::forward(const torch::Tensor& ids, const torch::Tensor& a
 }
 
 void BertImpl::load(const std::string& path) {
-  const std::map<std::string, torch::Tensor> tensors = io::read_tensors(path);
+  const NamedWeights weights(path);
   // sentence-transformers folders store BertModel's names bare; BertFor* checkpoints put "bert." in front.
-  const std::string prefix = tensors.count("embeddings.word_embeddings.weight") ? "" : "bert.";
-  const auto take = [&](const std::string& name, torch::Tensor& into) {
-    const auto it = tensors.find(prefix + name);
-    if (it == tensors.end()) throw std::runtime_error("weights '" + path + "': no tensor '" + prefix + name + "'");
-    if (it->second.sizes() != into.sizes()) {
-      throw std::runtime_error("weights '" + path + "': '" + prefix + name + "' is " + c10::str(it->second.sizes()) +
-                               ", the model expects " + c10::str(into.sizes()));
-    }
-    torch::NoGradGuard no_grad;
-    into.copy_(it->second);
-  };
+  const std::string prefix = weights.contains("embeddings.word_embeddings.weight") ? "" : "bert.";
+  const auto take = [&](const std::string& name, torch::Tensor& into) { weights.copy(prefix + name, into); };
   const auto take_linear = [&](const std::string& name, torch::nn::Linear& linear) {
     take(name + ".weight", linear->weight);
     take(name + ".bias", linear->bias);

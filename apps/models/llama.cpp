@@ -1,6 +1,7 @@
 #include "llama.h"
 
 #include "json_file.h"
+#include "named_weights.h"
 
 #include <stdexcept>
 
@@ -118,24 +119,15 @@ KVCache LlamaImpl::make_cache(int64_t batch, int64_t capacity) const {
 }
 
 void LlamaImpl::load(const std::string& path) {
-  const std::map<std::string, torch::Tensor> tensors = io::read_tensors(path);
-  const auto take = [&](const std::string& name, torch::Tensor& into) {
-    const auto it = tensors.find(name);
-    if (it == tensors.end()) throw std::runtime_error("weights '" + path + "': no tensor '" + name + "'");
-    if (it->second.sizes() != into.sizes()) {
-      throw std::runtime_error("weights '" + path + "': '" + name + "' is " + c10::str(it->second.sizes()) +
-                               ", the model expects " + c10::str(into.sizes()));
-    }
-    torch::NoGradGuard no_grad;
-    into.copy_(it->second);
-  };
+  const NamedWeights weights(path);
+  const auto take = [&](const std::string& name, torch::Tensor& into) { weights.copy(name, into); };
   take("model.embed_tokens.weight", embed_tokens->weight);
   take("model.norm.weight", norm->weight);
   if (lm_head) take("lm_head.weight", lm_head->weight);
   for (size_t i = 0; i < layers->size(); ++i) {
     auto block = layers[i]->as<LlamaBlock>();
     const std::string p = "model.layers." + std::to_string(i) + ".";
-    io::load_state_dict(*block->self_attn, tensors, io::LoadOptions().prefix(p + "self_attn.").names(io::WeightNames::Decoder));
+    io::load_state_dict(*block->self_attn, weights.tensors(), io::LoadOptions().prefix(p + "self_attn.").names(io::WeightNames::Decoder));
     take(p + "input_layernorm.weight", block->input_norm->weight);
     take(p + "post_attention_layernorm.weight", block->post_attention_norm->weight);
     take(p + "mlp.gate_proj.weight", block->gate_proj->weight);
