@@ -1,4 +1,5 @@
 #include "byte_level_bpe.h"
+#include "utf8.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -20,20 +21,6 @@ namespace {
 constexpr const char* kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-/// Appends code point `cp` to `out` as UTF-8.
-void append_utf8(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
 /// GPT-2's bytes_to_unicode: each byte as a printable character (printable ASCII and Latin-1 stay themselves,
 /// the rest move to U+0100 and up), so that every token is a string of visible characters.
 std::array<std::string, 256> byte_characters() {
@@ -48,9 +35,7 @@ std::array<std::string, 256> byte_characters() {
 
 /// The length of the UTF-8 character starting at s[i] (1 for a stray byte).
 size_t utf8_length(std::string_view s, size_t i) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
-  return std::min(n, s.size() - i);
+  return std::min(utf8_sequence_length(static_cast<unsigned char>(s[i])), s.size() - i);
 }
 
 struct PairHash {

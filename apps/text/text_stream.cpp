@@ -1,4 +1,5 @@
 #include "text_stream.h"
+#include "utf8.h"
 
 namespace attn::text {
 
@@ -9,8 +10,7 @@ size_t complete_utf8_prefix(const std::string& text) {
     const auto byte = static_cast<unsigned char>(text[lead - 1]);
     --lead;
     if ((byte & 0xC0) != 0x80) {
-      const size_t need = byte < 0x80 ? 1 : (byte >> 5) == 0x6 ? 2 : (byte >> 4) == 0xE ? 3 : (byte >> 3) == 0x1E ? 4 : 1;
-      return text.size() - lead >= need ? text.size() : lead;
+      return text.size() - lead >= utf8_sequence_length(byte) ? text.size() : lead;
     }
   }
   return text.size();  // not UTF-8 at the end: nothing to wait for

@@ -1,4 +1,5 @@
 #include "word_piece.h"
+#include "utf8.h"
 
 #include <utf8proc.h>
 
@@ -182,12 +183,6 @@ void append_lowercase(char32_t c, std::u32string& out) {
     }
   }
   out += static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c)));
-}
-
-void append_utf8(char32_t c, std::string& out) {
-  utf8proc_uint8_t bytes[4];
-  const utf8proc_ssize_t n = utf8proc_encode_char(static_cast<utf8proc_int32_t>(c), bytes);
-  out.append(reinterpret_cast<const char*>(bytes), static_cast<size_t>(n));
 }
 
 /// The code points of UTF-8 `text`. Throws std::invalid_argument where it is not valid UTF-8.
