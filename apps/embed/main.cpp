@@ -2,11 +2,14 @@
 // kin) run on attn's attention with key-padding masks: sentences in, mean-pooled unit vectors out, as JSON or
 // NumPy .npy. Progress and timings go to stderr.
 
+#include <attn/io/files.h>
+
 #include "app_main.h"
 #include "bert.h"
 #include "command_line.h"
 #include "openblas_kernels.h"
 #include "json_file.h"
+#include "model_folder.h"
 #include "npy_file.h"
 #include "sentence_embedding.h"
 #include "word_piece.h"
@@ -17,11 +20,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <string>
-#include <sys/stat.h>
 #include <thread>
 #include <vector>
 
@@ -103,27 +104,11 @@ Options parse_args(int argc, char** argv) {
   return o;
 }
 
-bool is_directory(const std::string& path) {
-  struct stat info {};
-  return ::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
-}
-
-bool exists(const std::string& path) { return std::ifstream(path).good(); }
-
-std::string model_file(const std::string& dir, const std::string& name) {
-  const std::string path = dir + "/" + name;
-  if (!exists(path)) {
-    throw std::runtime_error(fmt::format("--model {}: no {} there; a sentence-transformers folder is expected "
-                                         "(config.json, model.safetensors, tokenizer.json)",
-                                         dir, name));
-  }
-  return path;
-}
-
 /// The folder's max_seq_length, and a check that its modules are the pooling this app computes.
-int64_t check_sentence_transformers_folder(const std::string& dir, int64_t model_positions) {
-  if (exists(dir + "/modules.json")) {
-    const nlohmann::json modules = attn_apps::read_json_file(dir + "/modules.json", "sentence-transformers modules");
+int64_t check_sentence_transformers_folder(const attn_apps::ModelFolder& folder, int64_t model_positions) {
+  const std::string& dir = folder.dir();
+  if (folder.has("modules.json")) {
+    const nlohmann::json modules = attn_apps::read_json_file(folder.file("modules.json"), "sentence-transformers modules");
     for (const auto& module : modules) {
       const std::string type = module.value("type", "");
       const bool known = type == "sentence_transformers.models.Transformer" || type == "sentence_transformers.models.Pooling" ||
@@ -131,8 +116,9 @@ int64_t check_sentence_transformers_folder(const std::string& dir, int64_t model
       if (!known) throw std::runtime_error("--model " + dir + ": module '" + type + "' in modules.json is not supported "
                                            "(attn-embed computes Transformer, mean Pooling and Normalize)");
       if (type == "sentence_transformers.models.Pooling") {
-        const std::string pooling = dir + "/" + module.value("path", "") + "/config.json";
-        if (exists(pooling)) {
+        const std::string pooling_config = module.value("path", "") + "/config.json";
+        if (folder.has(pooling_config)) {
+          const std::string pooling = folder.file(pooling_config);
           const nlohmann::json config = attn_apps::read_json_file(pooling, "pooling config");
           if (!config.value("pooling_mode_mean_tokens", false) || config.value("pooling_mode_cls_token", false) ||
               config.value("pooling_mode_max_tokens", false)) {
@@ -143,8 +129,8 @@ int64_t check_sentence_transformers_folder(const std::string& dir, int64_t model
       }
     }
   }
-  if (exists(dir + "/sentence_bert_config.json")) {
-    const nlohmann::json config = attn_apps::read_json_file(dir + "/sentence_bert_config.json", "sentence-transformers config");
+  if (folder.has("sentence_bert_config.json")) {
+    const nlohmann::json config = attn_apps::read_json_file(folder.file("sentence_bert_config.json"), "sentence-transformers config");
     if (config.contains("max_seq_length") && config["max_seq_length"].is_number_integer()) {
       return std::min<int64_t>(config["max_seq_length"].get<int64_t>(), model_positions);
     }
@@ -172,48 +158,35 @@ bool ends_with(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-void write_json(const Options& o, const torch::Tensor& embeddings) {
+/// The JSON attn-embed writes: {"model", "dim", "embeddings": [[...], ...]}.
+std::string embeddings_json(const std::string& model, const torch::Tensor& embeddings) {
   nlohmann::json rows = nlohmann::json::array();
   const torch::Tensor data = embeddings.contiguous();
   for (int64_t i = 0; i < data.size(0); ++i) {
     const float* row = data[i].data_ptr<float>();
     rows.push_back(std::vector<float>(row, row + data.size(1)));
   }
-  const nlohmann::json out = {{"model", o.model}, {"dim", data.size(1)}, {"embeddings", rows}};
-  if (o.output.empty()) {
-    fmt::print("{}\n", out.dump());
-    return;
-  }
-  const std::string temporary = o.output + ".partial";
-  {
-    std::ofstream file(temporary, std::ios::trunc);
-    if (!file) throw std::runtime_error("--output " + o.output + ": cannot write '" + temporary + "'");
-    file << out.dump() << "\n";
-    if (!file.flush()) throw std::runtime_error("--output " + o.output + ": writing failed");
-  }
-  if (std::rename(temporary.c_str(), o.output.c_str()) != 0) {
-    std::remove(temporary.c_str());
-    throw std::runtime_error("--output " + o.output + ": cannot rename the temporary file into place");
-  }
+  return nlohmann::json{{"model", model}, {"dim", data.size(1)}, {"embeddings", rows}}.dump() + "\n";
 }
 
 int run(int argc, char** argv) {
   Options o = parse_args(argc, argv);
   at::set_num_threads(o.threads);
-  if (!is_directory(o.model)) {
-    throw std::runtime_error("--model " + o.model + ": not a folder; attn-embed reads a sentence-transformers folder "
-                             "(config.json, model.safetensors, tokenizer.json)");
-  }
+  const attn_apps::ModelFolder folder(o.model,
+                                     "attn-embed reads a sentence-transformers folder (config.json, model.safetensors, "
+                                     "tokenizer.json)",
+                                     "a sentence-transformers folder is expected (config.json, model.safetensors, "
+                                     "tokenizer.json)");
   const auto start = std::chrono::steady_clock::now();
-  const attn::models::BertConfig config = attn::models::BertConfig::from_file(model_file(o.model, "config.json"));
-  const int64_t max_seq_length = check_sentence_transformers_folder(o.model, config.max_position_embeddings);
+  const attn::models::BertConfig config = attn::models::BertConfig::from_file(folder.file("config.json"));
+  const int64_t max_seq_length = check_sentence_transformers_folder(folder, config.max_position_embeddings);
   if (o.max_length > config.max_position_embeddings) {
     throw UsageError(fmt::format("--max-length {} is more than the model's {} positions", o.max_length,
                                  config.max_position_embeddings));
   }
-  const auto tokenizer = attn::text::WordPiece::from_file(model_file(o.model, "tokenizer.json"));
+  const auto tokenizer = attn::text::WordPiece::from_file(folder.file("tokenizer.json"));
   attn::models::Bert model(config);
-  model->load(model_file(o.model, "model.safetensors"));
+  model->load(folder.file("model.safetensors"));
   model->eval();
   const std::vector<std::string> sentences = o.input.empty() ? o.sentences : read_lines(o.input);
   const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -232,10 +205,11 @@ int run(int argc, char** argv) {
   const torch::Tensor embeddings = attn::models::embed_sentences(model, tokenizer, sentences, options);
   const double embed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - embed_start).count();
 
-  if (ends_with(o.output, ".npy")) {
-    attn_apps::write_npy(o.output, embeddings);
+  if (o.output.empty()) {
+    fmt::print("{}", embeddings_json(o.model, embeddings));
   } else {
-    write_json(o, embeddings);
+    attn::io::write_file_atomically(o.output, ends_with(o.output, ".npy") ? attn_apps::npy_bytes(embeddings)
+                                                                          : embeddings_json(o.model, embeddings));
   }
   if (o.similarity) {
     const torch::Tensor cosine = embeddings.matmul(embeddings.t());

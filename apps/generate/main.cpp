@@ -8,6 +8,7 @@
 #include "openblas_kernels.h"
 #include "generation.h"
 #include "llama.h"
+#include "model_folder.h"
 #include "text_stream.h"
 
 #include <fmt/core.h>
@@ -22,7 +23,6 @@
 #include <optional>
 #include <sstream>
 #include <string>
-#include <sys/stat.h>
 #include <thread>
 
 namespace {
@@ -129,22 +129,6 @@ Options parse_args(int argc, char** argv) {
   return o;
 }
 
-bool is_directory(const std::string& path) {
-  struct stat info {};
-  return ::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
-}
-
-/// DIR/name, or a runtime_error saying what the folder should hold.
-std::string model_file(const std::string& dir, const std::string& name) {
-  const std::string path = dir + "/" + name;
-  if (!std::ifstream(path).good()) {
-    throw std::runtime_error(fmt::format("--model {}: no {} there; the folder should be the output of "
-                                         "scripts/convert-gguf.py --out {}",
-                                         dir, name, dir));
-  }
-  return path;
-}
-
 std::string read_prompt_file(const std::string& path) {
   if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), {});
   std::ifstream in(path, std::ios::binary);
@@ -161,23 +145,20 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 int run(int argc, char** argv) {
   Options o = parse_args(argc, argv);
   at::set_num_threads(o.threads);
-  if (!is_directory(o.model)) {
-    throw std::runtime_error(fmt::format(
-        "--model {}: not a folder. attn-generate reads a converted model folder; for a GGUF file run "
-        "scripts/convert-gguf.py --gguf FILE --out DIR first",
-        o.model));
-  }
+  const attn_apps::ModelFolder folder(
+      o.model, "attn-generate reads a converted model folder; for a GGUF file run scripts/convert-gguf.py --gguf FILE --out DIR first",
+      "the folder should be the output of scripts/convert-gguf.py --out " + o.model);
   const auto start = std::chrono::steady_clock::now();
-  const attn::models::LlamaConfig config = attn::models::LlamaConfig::from_file(model_file(o.model, "config.json"));
-  const auto tokenizer = attn::text::ByteLevelBpe::from_file(model_file(o.model, "tokenizer.json"));
+  const attn::models::LlamaConfig config = attn::models::LlamaConfig::from_file(folder.file("config.json"));
+  const auto tokenizer = attn::text::ByteLevelBpe::from_file(folder.file("tokenizer.json"));
   const std::optional<attn::models::ChatFormat> chat =
-      o.raw ? std::nullopt : attn::models::ChatFormat::from_file(model_file(o.model, "attn-convert.json"));
+      o.raw ? std::nullopt : attn::models::ChatFormat::from_file(folder.file("attn-convert.json"));
   if (!o.raw && !chat) {
     throw std::runtime_error(fmt::format("--model {}: the model has no chat template; pass --raw to use the prompt "
                                          "as it is", o.model));
   }
   attn::models::Llama model(config);
-  model->load(model_file(o.model, "model.safetensors"));
+  model->load(folder.file("model.safetensors"));
   model->to(o.dtype);
   model->eval();
 
