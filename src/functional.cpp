@@ -5,12 +5,14 @@
 #include "backends/cache.h"
 #include "backends/dispatch.h"
 #include "backends/validate.h"
+#include "backends/varlen.h"
 
 namespace attn {
 namespace {
 constexpr const char* kSdpa = "attn::scaled_dot_product_attention";
 constexpr const char* kSdpaWithWeights = "attn::scaled_dot_product_attention_with_weights";
 constexpr const char* kWithCache = "attn::attention_with_kv_cache";
+constexpr const char* kVarlen = "attn::varlen_attention";
 }  // namespace
 
 torch::Tensor scaled_dot_product_attention(const torch::Tensor& query, const torch::Tensor& key,
@@ -32,6 +34,14 @@ torch::Tensor attention_with_kv_cache(const torch::Tensor& query, const torch::T
                                       const torch::Tensor& key_lengths, const SdpaOptions& options) {
   backends::check_cache_inputs(kWithCache, query, key_cache, value_cache, query_starts, key_lengths, options);
   return backends::cache_attention(kWithCache, query, key_cache, value_cache, query_starts, key_lengths, options);
+}
+
+torch::Tensor varlen_attention(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
+                               const torch::Tensor& cu_seqlens_q, const torch::Tensor& cu_seqlens_k,
+                               int64_t max_seqlen_q, int64_t max_seqlen_k, const SdpaOptions& options) {
+  backends::check_varlen_inputs(kVarlen, query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                options);
+  return backends::varlen_attention(kVarlen, query, key, value, cu_seqlens_q, cu_seqlens_k, options);
 }
 
 Backend resolved_backend(const torch::Tensor& query, const SdpaOptions& options, bool need_weights) {

@@ -221,6 +221,11 @@ TEST(Export, MultiHeadAttentionMatchesTheModule) {
         if (explicit_head_dim) options.head_dim(head_dim);
         // Grouped-query attention in half of the multi-head draws: one K/V head shared by all.
         if (heads > 1 && rng() % 2) options.num_kv_heads(1);
+        // A window (either side may be unbounded, -1) in half of the draws, soft-capping in the other half.
+        std::uniform_int_distribution<int64_t> side_d(-1, 3);
+        const bool windowed = rng() % 2;
+        if (windowed) options.window(side_d(rng), side_d(rng));
+        if (!windowed) options.softcap(1.5);
         for (Backend backend : {Backend::Auto, Backend::Math}) {
           MultiHeadAttention mha(options.backend(backend));
           mha->eval();
@@ -233,6 +238,9 @@ TEST(Export, MultiHeadAttentionMatchesTheModule) {
                                      " kdim=" + std::to_string(options.kdim()) + " vdim=" +
                                      std::to_string(options.vdim()) + " bias=" + std::to_string(bias) +
                                      " projection=" + std::to_string(projection) + " causal=" + causal_name(causal) +
+                                     " window=(" + std::to_string(options.window_left()) + "," +
+                                     std::to_string(options.window_right()) + ") softcap=" +
+                                     std::to_string(options.softcap()) +
                                      (backend == Backend::Math ? " backend=math" : "");
           const Sizes s = draw_sizes(rng);
           for (bool batched : {true, false}) {

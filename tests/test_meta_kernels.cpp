@@ -34,9 +34,9 @@ TEST(MetaKernels, ForwardAndBackwardMatchTheCpuKernelsLayout) {
       expect_same_layout(meta_lse, lse, name + " logsumexp");
 
       const torch::Tensor grad = torch::randn_like(out);
-      auto [dq, dk, dv] =
+      auto [dq, dk, dv, dsinks] =
           ops::flash_attention_backward(grad, q, k, v, out, lse, pad, c10::nullopt, c10::nullopt, causal, 2, 0.3);
-      auto [meta_dq, meta_dk, meta_dv] =
+      auto [meta_dq, meta_dk, meta_dv, meta_dsinks] =
           ops::flash_attention_backward(meta(grad), meta(q), meta(k), meta(v), meta(out), meta(lse), meta(pad),
                                         c10::nullopt, c10::nullopt, causal, 2, 0.3);
       expect_same_layout(meta_dq, dq, name + " grad query");

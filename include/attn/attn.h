@@ -12,4 +12,5 @@
 #include <attn/modules/rotary_embedding.h>
 #include <attn/options.h>
 #include <attn/rotary.h>
+#include <attn/varlen.h>
 #include <attn/version.h>

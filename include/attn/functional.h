@@ -46,6 +46,27 @@ torch::Tensor attention_with_kv_cache(const torch::Tensor& query, const torch::T
                                       const torch::Tensor& value_cache, const torch::Tensor& query_starts,
                                       const torch::Tensor& key_lengths, const SdpaOptions& options = {});
 
+/// Attention over a packed batch of variable-length sequences, as FlashAttention's flash_attn_varlen_func:
+///
+///   query [total_q, H, d_k], key [total_k, H_kv, d_k], value [total_k, H_kv, d_v]  ->  [total_q, H, d_v]
+///   cu_seqlens_q, cu_seqlens_k: [N + 1] integers on the CPU, 0 first, non-decreasing, total last
+///   max_seqlen_q, max_seqlen_k: at least the longest query and key sequence
+///
+/// Sequence s holds query rows cu_seqlens_q[s] .. cu_seqlens_q[s+1] and key rows cu_seqlens_k[s] ..
+/// cu_seqlens_k[s+1], and its queries attend to its own keys only. Causality, the window and ALiBi apply per
+/// sequence, with each sequence's own diagonal (bottom-right: o = len_k - len_q; top-left only where every
+/// sequence has len_q == len_k). alibi_slopes may be [H] or [N, H]; options.masks() must be empty. The fused
+/// kernel never visits a tile across two sequences; the other backends run the sequences one by one. Pack and
+/// unpack padded batches with attn::pack_padded and attn::unpack_padded (attn/varlen.h).
+torch::Tensor varlen_attention(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
+                               const torch::Tensor& cu_seqlens_q, const torch::Tensor& cu_seqlens_k,
+                               int64_t max_seqlen_q, int64_t max_seqlen_k, const SdpaOptions& options = {});
+
+/// The standard ALiBi slopes for `num_heads` heads (Press et al.; BLOOM's build_alibi_tensor and MPT use the
+/// same): 2^(-8i/n) for i = 1..n with n the power of two <= num_heads, then the odd multiples of the next
+/// power of two's slopes for the remaining heads. [num_heads] float32 on the CPU.
+torch::Tensor alibi_slopes(int64_t num_heads);
+
 /// The backend that scaled_dot_product_attention (or `_with_weights`, when `need_weights`) would run for
 /// this query and these options: options.backend(), or what Backend::Auto picks. Throws, as the call would,
 /// when the requested backend cannot serve the request (e.g. Backend::Fused with weights or dropout).

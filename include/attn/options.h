@@ -88,6 +88,25 @@ struct AttentionOptions {
   TORCH_ARG(double, dropout) = 0.0;
   /// Which implementation computes the attention (see Backend).
   TORCH_ARG(Backend, backend) = Backend::Auto;
+  /// Sliding window, as FlashAttention's window_size=(left, right): query i sees key j only if
+  /// i + o - left <= j <= i + o + right, where o is the diagonal's offset (Tk - Tq bottom-right, 0 top-left; see
+  /// CausalAlignment). -1 leaves that side unbounded. With causal, the right side is min(right, 0).
+  /// Mistral's sliding_window = W is window(W - 1, 0) with causal.
+  TORCH_ARG(int64_t, window_left) = -1;
+  TORCH_ARG(int64_t, window_right) = -1;
+  /// Logit soft-capping (Gemma 2, Grok): the scaled scores s become softcap · tanh(s / softcap) before the
+  /// ALiBi bias and the masks. 0 turns it off.
+  TORCH_ARG(double, softcap) = 0.0;
+
+ public:
+  /// Both window sides at once: window(left, right).
+  AttentionOptions& window(int64_t left, int64_t right) {
+    window_left_ = left;
+    window_right_ = right;
+    return *this;
+  }
+  /// Whether window_left or window_right bounds the keys.
+  bool has_window() const noexcept { return window_left_ >= 0 || window_right_ >= 0; }
 };
 
 /// "Auto", "Math", "Fused" or "Torch".
@@ -129,6 +148,25 @@ class WithAttentionOptions {
     return self();
   }
   Backend backend() const noexcept { return attention_.backend(); }
+  Derived& window(int64_t left, int64_t right) {
+    attention_.window(left, right);
+    return self();
+  }
+  Derived& window_left(int64_t left) {
+    attention_.window_left(left);
+    return self();
+  }
+  int64_t window_left() const noexcept { return attention_.window_left(); }
+  Derived& window_right(int64_t right) {
+    attention_.window_right(right);
+    return self();
+  }
+  int64_t window_right() const noexcept { return attention_.window_right(); }
+  Derived& softcap(double softcap) {
+    attention_.softcap(softcap);
+    return self();
+  }
+  double softcap() const noexcept { return attention_.softcap(); }
 
  private:
   Derived& self() { return static_cast<Derived&>(*this); }
@@ -136,10 +174,18 @@ class WithAttentionOptions {
   AttentionOptions attention_;
 };
 
-/// Options of `attn::scaled_dot_product_attention`: masks, and the shared attention settings (causal,
-/// causal_alignment, scale, dropout, backend; see AttentionOptions).
+/// Options of `attn::scaled_dot_product_attention`: masks, per-head score terms, and the shared attention
+/// settings (causal, causal_alignment, scale, dropout, backend, window, softcap; see AttentionOptions).
 struct SdpaOptions : WithAttentionOptions<SdpaOptions> {
   TORCH_ARG(AttentionMasks, masks) = {};
+  /// ALiBi (BLOOM, MPT): [H] or [B, H] slopes (H the query's heads, dimension -3); query i and key j get the
+  /// bias -slope · |i + o - j| (o as in window), added after softcap. Causal, it equals BLOOM's slope · j up
+  /// to a per-row constant, which the softmax ignores. attn::alibi_slopes(H) gives the standard slopes.
+  /// No gradient flows to the slopes.
+  TORCH_ARG(torch::Tensor, alibi_slopes) = {};
+  /// Attention sinks (GPT-OSS): [H] logits, one per query head, that join every row's softmax denominator
+  /// and attend to nothing: p_ij = exp(s_ij) / (exp(sink_h) + sum_j exp(s_ij)). Differentiable.
+  TORCH_ARG(torch::Tensor, sinks) = {};
 };
 
 // The modules' options. Widths keep the names of what each module mirrors (torch.nn.MultiheadAttention's

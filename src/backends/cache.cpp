@@ -2,6 +2,7 @@
 
 #include "backends/dispatch.h"
 #include "backends/masks.h"
+#include "backends/validate.h"
 #include "common/checks.h"
 #include "common/dtypes.h"
 
@@ -56,6 +57,7 @@ void check_cache_inputs(const char* fn, const torch::Tensor& query, const torch:
                 " must be in [0, capacity = ", capacity, "]");
     TORCH_CHECK(starts[b] >= 0, fn, ": query_starts[", b, "] = ", starts[b], " must be >= 0");
   }
+  check_score_options(fn, query, options, query.size(1), B);
   TORCH_CHECK(options.masks().empty(), fn,
               ": takes no masks: query_starts and key_lengths say which keys each query sees (use "
               "attn::scaled_dot_product_attention on the cache's keys for other masks)");
@@ -69,7 +71,10 @@ bool uses_decode_kernel(const torch::Tensor& query, const torch::Tensor& key_cac
   const bool needs_grad = at::GradMode::is_enabled() &&
                           (query.requires_grad() || key_cache.requires_grad() || value_cache.requires_grad());
   const bool backend_ok = options.backend() == Backend::Auto || options.backend() == Backend::Fused;
-  return backend_ok && query.is_cpu() && common::is_fused_kernel_dtype(query.scalar_type()) &&
+  // The decode kernel knows causality only; the score terms and the window take the general route.
+  const bool plain = !options.attention().has_window() && options.softcap() == 0.0 &&
+                     !options.alibi_slopes().defined() && !options.sinks().defined();
+  return backend_ok && plain && query.is_cpu() && common::is_fused_kernel_dtype(query.scalar_type()) &&
          options.dropout() == 0.0 && query.size(2) <= kDecodeMaxQueries && !needs_grad;
 }
 
@@ -97,8 +102,14 @@ torch::Tensor cache_attention(const char* fn, const torch::Tensor& query, const 
   } else {
     const auto on_device = [&](const torch::Tensor& t) { return t.to(query.device(), torch::kLong); };
     const torch::Tensor blocked =
-        cache_blocked(on_device(query_starts), on_device(key_lengths), tq, used, options.causal());
-    general.causal(false).masks(AttentionMasks().attend_mask(blocked.logical_not()));
+        cache_blocked(on_device(query_starts), on_device(key_lengths), tq, used, options.attention());
+    AttentionMasks masks = AttentionMasks().attend_mask(blocked.logical_not());
+    if (options.alibi_slopes().defined()) {
+      masks.additive_mask(
+          cache_alibi_bias(options.alibi_slopes(), on_device(query_starts), tq, used, query.scalar_type()));
+      general.alibi_slopes({});
+    }
+    general.causal(false).window(-1, -1).masks(masks);
   }
   return std::get<0>(attention(fn, query, k, v, general, /*need_weights=*/false));
 }

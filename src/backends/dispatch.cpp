@@ -3,6 +3,7 @@
 #include "backends/dispatch.h"
 
 #include "backends/implementations.h"
+#include "backends/masks.h"
 #include "common/checks.h"
 
 #include <torch/version.h>
@@ -38,6 +39,9 @@ Backend resolve(const char* fn, const torch::Tensor& query, const SdpaOptions& o
                   "use Backend::Math");
       return Backend::Fused;
     case Backend::Torch:
+      TORCH_CHECK(!needs_score_terms(options), fn,
+                  ": Backend::Torch (LibTorch's SDPA) has no softcap or attention sinks; use Backend::Auto, "
+                  "Backend::Fused or Backend::Math");
       return Backend::Torch;
     case Backend::Auto:
       break;
@@ -48,7 +52,7 @@ Backend resolve(const char* fn, const torch::Tensor& query, const SdpaOptions& o
     return fused_ok ? Backend::Fused : Backend::Math;
   }
 #if TORCH_VERSION_MAJOR >= 2
-  return Backend::Torch;
+  return needs_score_terms(options) ? Backend::Math : Backend::Torch;
 #else
   return Backend::Math;
 #endif

@@ -67,12 +67,20 @@ torch::Tensor fused_attention(const torch::Tensor& query, const torch::Tensor& k
     return fold(m, lead, folded, trailing);
   };
   const int64_t tq = query.size(-2), tk = key.size(-2);
-  auto [out, lse] = ops::flash_attention(fold_input(query), fold_input(key), fold_input(value),
-                                         optional_mask(masks.key_padding_mask(), 1),
-                                         optional_mask(masks.attend_mask(), 2),
-                                         optional_mask(masks.additive_mask(), 2), options.causal(),
-                                         causal_offset(tq, tk, options.causal_alignment()),
-                                         options.scale() ? c10::optional<double>(*options.scale()) : c10::nullopt);
+  const auto optional_tensor = [](const torch::Tensor& t) {
+    return t.defined() ? c10::optional<torch::Tensor>(t) : c10::nullopt;
+  };
+  torch::Tensor slopes = options.alibi_slopes();
+  if (slopes.defined() && slopes.dim() == 2 && lead.size() > 2) {
+    std::vector<int64_t> lead_shape(lead.begin(), lead.end());
+    slopes = slopes.expand(lead_shape).reshape({folded[0], folded[1]});
+  }
+  auto [out, lse] = ops::flash_attention(
+      fold_input(query), fold_input(key), fold_input(value), optional_mask(masks.key_padding_mask(), 1),
+      optional_mask(masks.attend_mask(), 2), optional_mask(masks.additive_mask(), 2), options.causal(),
+      causal_offset(tq, tk, options.causal_alignment()),
+      options.scale() ? c10::optional<double>(*options.scale()) : c10::nullopt, options.window_left(),
+      options.window_right(), options.softcap(), optional_tensor(slopes), optional_tensor(options.sinks()));
   std::vector<int64_t> shape(lead.begin(), lead.end());
   shape.push_back(tq);
   shape.push_back(value.size(-1));

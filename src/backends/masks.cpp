@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 namespace attn::backends {
 namespace {
 
@@ -32,16 +34,71 @@ torch::Tensor blocked_pairs(const AttentionMasks& masks, std::optional<CausalAli
   return blocked;
 }
 
+Band band_of(const AttentionOptions& options, int64_t tq, int64_t tk) {
+  Band band;
+  band.offset = causal_offset(tq, tk, options.causal_alignment());
+  band.left = options.window_left();
+  band.right = options.window_right();
+  if (options.causal()) band.right = band.right < 0 ? 0 : std::min<int64_t>(band.right, 0);
+  return band;
+}
+
+torch::Tensor band_blocked(const Band& band, int64_t tq, int64_t tk, const torch::Device& device) {
+  if (!band.bounded()) return {};
+  auto opts = torch::TensorOptions().dtype(torch::kLong).device(device);
+  // j - i - offset: where key j sits relative to query i's diagonal.
+  const torch::Tensor distance =
+      torch::arange(tk, opts).unsqueeze(0) - torch::arange(tq, opts).unsqueeze(1) - band.offset;
+  torch::Tensor blocked;
+  if (band.left >= 0) blocked = distance < -band.left;
+  if (band.right >= 0) blocked = either(blocked, distance > band.right);
+  return blocked;
+}
+
+torch::Tensor alibi_bias(const torch::Tensor& slopes, int64_t offset, int64_t tq, int64_t tk, torch::Dtype dtype) {
+  auto opts = torch::TensorOptions().dtype(torch::kFloat64).device(slopes.device());
+  const torch::Tensor distance =
+      (torch::arange(tq, opts).unsqueeze(1) + offset - torch::arange(tk, opts).unsqueeze(0)).abs();
+  return (-slopes.to(torch::kFloat64).unsqueeze(-1).unsqueeze(-1) * distance).to(dtype);
+}
+
+torch::Tensor softcapped(const torch::Tensor& scores, double softcap) {
+  return softcap > 0.0 ? at::tanh(scores / softcap) * softcap : scores;
+}
+
+bool needs_score_terms(const SdpaOptions& options) {
+  return options.softcap() > 0.0 || options.sinks().defined();
+}
+
+torch::Tensor blocked_pairs(const SdpaOptions& options, int64_t tq, int64_t tk, const torch::Device& device) {
+  const Band band = band_of(options.attention(), tq, tk);
+  // Causality is part of the band; blocked_pairs' own causal term is left out to apply it once.
+  return either(blocked_pairs(options.masks(), std::nullopt, tq, tk, device), band_blocked(band, tq, tk, device));
+}
+
 torch::Tensor cache_blocked(const torch::Tensor& query_starts, const torch::Tensor& key_lengths, int64_t tq,
-                            int64_t tk, bool causal) {
+                            int64_t tk, const AttentionOptions& options) {
   auto opts = torch::TensorOptions().dtype(torch::kLong).device(key_lengths.device());
   const torch::Tensor j = torch::arange(tk, opts).view({1, 1, 1, tk});
   torch::Tensor blocked = j >= key_lengths.view({-1, 1, 1, 1});
-  if (causal) {
+  // The band around each query's own position: a Band with the positions as the diagonal.
+  const Band band = band_of(options, tq, tk);
+  if (band.bounded()) {
     const torch::Tensor position = query_starts.view({-1, 1, 1, 1}) + torch::arange(tq, opts).view({1, 1, tq, 1});
-    blocked = blocked.logical_or(j > position);
+    if (band.left >= 0) blocked = blocked.logical_or(j < position - band.left);
+    if (band.right >= 0) blocked = blocked.logical_or(j > position + band.right);
   }
   return blocked.expand({key_lengths.size(0), 1, tq, tk});
+}
+
+torch::Tensor cache_alibi_bias(const torch::Tensor& slopes, const torch::Tensor& query_starts, int64_t tq,
+                               int64_t tk, torch::Dtype dtype) {
+  auto opts = torch::TensorOptions().dtype(torch::kFloat64).device(slopes.device());
+  const torch::Tensor position = query_starts.to(opts).view({-1, 1, 1, 1}) + torch::arange(tq, opts).view({1, 1, tq, 1});
+  const torch::Tensor distance = (position - torch::arange(tk, opts).view({1, 1, 1, tk})).abs();
+  const torch::Tensor s = slopes.to(torch::kFloat64);
+  const torch::Tensor per_head = s.dim() == 1 ? s.view({1, -1, 1, 1}) : s.view({s.size(0), s.size(1), 1, 1});
+  return (-per_head * distance).to(dtype);
 }
 
 torch::Tensor rows_without_keys(const torch::Tensor& blocked) { return blocked.all(-1, /*keepdim=*/true); }

@@ -44,20 +44,34 @@ std::tuple<torch::Tensor, torch::Tensor> math_attention(const torch::Tensor& que
   const double scale = options.scale() ? *options.scale() : 1.0 / std::sqrt(static_cast<double>(query.size(-1)));
   // Scale q before the product, not the scores after it: in float16 an unscaled q·k can overflow to inf.
   torch::Tensor scores = grouped_matmul(query * scale, key.transpose(-2, -1));
+  const int64_t tq = query.size(-2), tk = key.size(-2);
+  // The score terms in masks.h's order: softcap, ALiBi, additive mask, then the blocked pairs.
+  scores = softcapped(scores, options.softcap());
+  if (options.alibi_slopes().defined()) {
+    const int64_t offset = band_of(options.attention(), tq, tk).offset;
+    scores = scores + alibi_bias(options.alibi_slopes(), offset, tq, tk, scores.scalar_type());
+  }
   if (options.masks().additive_mask().defined()) scores = scores + options.masks().additive_mask();
 
-  const torch::Tensor blocked =
-      blocked_pairs(options.masks(), causal_of(options), query.size(-2), key.size(-2), query.device());
-  torch::Tensor probs;
+  const torch::Tensor blocked = blocked_pairs(options, tq, tk, query.device());
+  torch::Tensor no_keys;
   if (blocked.defined()) {
     // A row with no allowed key would be softmax(-inf, ..., -inf) = NaN, and its gradient NaN too. Give such
     // rows finite scores, then zero their probabilities: the output row is 0 and no NaN reaches any gradient.
-    const torch::Tensor no_keys = rows_without_keys(blocked);
+    no_keys = rows_without_keys(blocked);
     scores = scores.masked_fill(blocked, -std::numeric_limits<double>::infinity()).masked_fill(no_keys, 0.0);
-    probs = at::softmax(scores, -1).masked_fill(no_keys, 0.0);
+  }
+  torch::Tensor probs;
+  if (options.sinks().defined()) {
+    // The sink is one more column of the softmax, with no value behind it.
+    auto shape = scores.sizes().vec();
+    shape.back() = 1;
+    const torch::Tensor sink = options.sinks().to(scores.scalar_type()).view({-1, 1, 1}).expand(shape);
+    probs = at::softmax(at::cat({scores, sink}, -1), -1).narrow(-1, 0, tk);
   } else {
     probs = at::softmax(scores, -1);
   }
+  if (no_keys.defined()) probs = probs.masked_fill(no_keys, 0.0);
   if (options.dropout() > 0.0) probs = at::dropout(probs, options.dropout(), /*train=*/true);
 
   torch::Tensor out = weighted_values(probs, value, blocked);

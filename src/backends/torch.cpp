@@ -28,16 +28,24 @@ torch::Tensor torch_attention(const torch::Tensor& query, const torch::Tensor& k
   const int64_t tq = query.size(-2), tk = key.size(-2);
   const AttentionMasks& masks = options.masks();
   // LibTorch's is_causal is top-left and excludes a mask: otherwise causality goes into the mask.
-  const bool native_causal = options.causal() && masks.empty() &&
+  const bool native_causal = options.causal() && masks.empty() && !options.attention().has_window() &&
+                             !options.alibi_slopes().defined() &&
                              (options.causal_alignment() == CausalAlignment::TopLeft || tq == tk);
 
   // LibTorch's bool mask means "may attend", the opposite of blocked_pairs; an additive mask carries the
-  // blocked pairs as -inf instead.
-  const torch::Tensor blocked = blocked_pairs(masks, native_causal ? std::nullopt : causal_of(options), tq, tk,
-                                              query.device());
+  // blocked pairs as -inf instead, and the ALiBi bias.
+  SdpaOptions for_mask = options;
+  if (native_causal) for_mask.causal(false);
+  const torch::Tensor blocked = blocked_pairs(for_mask, tq, tk, query.device());
+  torch::Tensor additive = masks.additive_mask();
+  if (options.alibi_slopes().defined()) {
+    const torch::Tensor bias =
+        alibi_bias(options.alibi_slopes(), band_of(options.attention(), tq, tk).offset, tq, tk, query.scalar_type());
+    additive = additive.defined() ? additive + bias : bias;
+  }
   torch::Tensor mask;
-  if (masks.additive_mask().defined()) {
-    mask = masks.additive_mask().masked_fill(blocked, -std::numeric_limits<double>::infinity());
+  if (additive.defined()) {
+    mask = blocked.defined() ? additive.masked_fill(blocked, -std::numeric_limits<double>::infinity()) : additive;
   } else if (blocked.defined()) {
     mask = blocked.logical_not();
   }

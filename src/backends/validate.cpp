@@ -3,6 +3,7 @@
 #include "common/checks.h"
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 namespace attn::backends {
@@ -85,6 +86,31 @@ void check_sdpa_inputs(const char* fn, const torch::Tensor& query, const torch::
   }
   TORCH_CHECK(options.dropout() >= 0.0 && options.dropout() <= 1.0, fn, ": dropout must be in [0, 1], got ",
               options.dropout());
+  check_score_options(fn, query, options, query.dim() >= 3 ? query.size(-3) : 1,
+                      query.dim() >= 4 ? query.size(-4) : -1);
+}
+
+void check_score_options(const char* fn, const torch::Tensor& query, const SdpaOptions& options, int64_t heads,
+                         int64_t batch) {
+  TORCH_CHECK(options.window_left() >= -1 && options.window_right() >= -1, fn,
+              ": window_left and window_right must be >= 0, or -1 for an unbounded side, got window(",
+              options.window_left(), ", ", options.window_right(), ")");
+  TORCH_CHECK(std::isfinite(options.softcap()) && options.softcap() >= 0.0, fn,
+              ": softcap must be finite and >= 0 (0 turns it off), got ", options.softcap());
+  const auto check_per_head = [&](const char* arg, const torch::Tensor& t, bool batched_ok) {
+    common::check_floating(fn, arg, t);
+    TORCH_CHECK(t.device() == query.device(), fn, ": ", arg, " must be on the query's device ", query.device(),
+                ", got ", t.device());
+    const bool per_head = t.dim() == 1 && t.size(0) == heads;
+    const bool per_row = batched_ok && batch > 0 && t.dim() == 2 && (t.size(0) == batch || t.size(0) == 1) &&
+                         t.size(1) == heads;
+    TORCH_CHECK(per_head || per_row, fn, ": ", arg, " must be [H] = [", heads, "]",
+                batched_ok && batch > 0 ? " or [B, H] = [" + std::to_string(batch) + ", " + std::to_string(heads) + "]"
+                                        : std::string(),
+                " (one per query head), got shape ", t.sizes());
+  };
+  if (options.alibi_slopes().defined()) check_per_head("alibi_slopes", options.alibi_slopes(), true);
+  if (options.sinks().defined()) check_per_head("sinks", options.sinks(), false);
 }
 
 }  // namespace attn::backends

@@ -11,4 +11,9 @@ namespace attn::backends {
 void check_sdpa_inputs(const char* fn, const torch::Tensor& query, const torch::Tensor& key,
                        const torch::Tensor& value, const SdpaOptions& options);
 
+/// Validates the window, softcap, alibi_slopes and sinks of `options` for a query with `heads` heads; alibi
+/// slopes may also be [batch, heads] (batch < 0: not allowed).
+void check_score_options(const char* fn, const torch::Tensor& query, const SdpaOptions& options, int64_t heads,
+                         int64_t batch);
+
 }  // namespace attn::backends

@@ -68,6 +68,9 @@ struct Exporter {
     m.register_attribute("scale", c10::OptionalType::create(c10::FloatType::get()),
                          attention.scale() ? c10::IValue(*attention.scale()) : c10::IValue());
     add_float(m, "dropout", attention.dropout());
+    add_int(m, "window_left", attention.window_left());
+    add_int(m, "window_right", attention.window_right());
+    add_float(m, "softcap", attention.softcap());
   }
 
   void add_linear(const char* name, const torch::nn::Linear& l) { m.register_module(name, linear(l, training)); }

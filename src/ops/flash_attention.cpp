@@ -12,26 +12,32 @@ std::tuple<torch::Tensor, torch::Tensor> flash_attention(
     const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
     const c10::optional<torch::Tensor>& key_padding_mask, const c10::optional<torch::Tensor>& attend_mask,
     const c10::optional<torch::Tensor>& additive_mask, bool is_causal, int64_t causal_offset,
-    c10::optional<double> scale) {
+    c10::optional<double> scale, int64_t window_left, int64_t window_right, double softcap,
+    const c10::optional<torch::Tensor>& alibi_slopes, const c10::optional<torch::Tensor>& sinks,
+    const c10::optional<torch::Tensor>& cu_seqlens_q, const c10::optional<torch::Tensor>& cu_seqlens_k) {
   static const auto op =
       c10::Dispatcher::singleton()
           .findSchemaOrThrow("attn::flash_attention", "")
           .typed<decltype(flash_attention)>();
-  return op.call(query, key, value, key_padding_mask, attend_mask, additive_mask, is_causal, causal_offset, scale);
+  return op.call(query, key, value, key_padding_mask, attend_mask, additive_mask, is_causal, causal_offset, scale,
+                 window_left, window_right, softcap, alibi_slopes, sinks, cu_seqlens_q, cu_seqlens_k);
 }
 
-std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> flash_attention_backward(
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor> flash_attention_backward(
     const torch::Tensor& grad_output, const torch::Tensor& query, const torch::Tensor& key,
     const torch::Tensor& value, const torch::Tensor& output, const torch::Tensor& logsumexp,
     const c10::optional<torch::Tensor>& key_padding_mask, const c10::optional<torch::Tensor>& attend_mask,
     const c10::optional<torch::Tensor>& additive_mask, bool is_causal, int64_t causal_offset,
-    c10::optional<double> scale) {
+    c10::optional<double> scale, int64_t window_left, int64_t window_right, double softcap,
+    const c10::optional<torch::Tensor>& alibi_slopes, const c10::optional<torch::Tensor>& sinks,
+    const c10::optional<torch::Tensor>& cu_seqlens_q, const c10::optional<torch::Tensor>& cu_seqlens_k) {
   static const auto op =
       c10::Dispatcher::singleton()
           .findSchemaOrThrow("attn::flash_attention_backward", "")
           .typed<decltype(flash_attention_backward)>();
   return op.call(grad_output, query, key, value, output, logsumexp, key_padding_mask, attend_mask, additive_mask,
-                 is_causal, causal_offset, scale);
+                 is_causal, causal_offset, scale, window_left, window_right, softcap, alibi_slopes, sinks,
+                 cu_seqlens_q, cu_seqlens_k);
 }
 
 }  // namespace attn::ops

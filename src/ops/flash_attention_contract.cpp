@@ -93,6 +93,76 @@ FlashSizes check_backward_args(const at::Tensor& grad_output, const at::Tensor& 
   return s;
 }
 
+namespace {
+
+bool given(const c10::optional<at::Tensor>& t) { return t && t->defined(); }
+
+/// A cu_seqlens argument: [N + 1] int64 on the CPU (or meta, where its values are not read), 0 first,
+/// non-decreasing, `total` last.
+void check_cu_seqlens(const char* fn, const char* arg, const at::Tensor& cu, int64_t total) {
+  TORCH_CHECK(cu.dim() == 1 && cu.size(0) >= 1, fn, ": ", arg, " must be [N + 1] (N packed sequences), got shape ",
+              cu.sizes());
+  TORCH_CHECK(cu.scalar_type() == at::kLong, fn, ": ", arg, " must be int64, got ", common::dtype_name(cu));
+  if (cu.device().is_meta()) return;
+  TORCH_CHECK(cu.device().is_cpu(), fn, ": ", arg, " must be on the CPU, got ", cu.device());
+  const at::Tensor c = cu.contiguous();
+  const int64_t* v = c.data_ptr<int64_t>();
+  TORCH_CHECK(v[0] == 0, fn, ": ", arg, "[0] must be 0, got ", v[0]);
+  for (int64_t i = 1; i < c.size(0); ++i) {
+    TORCH_CHECK(v[i] >= v[i - 1], fn, ": ", arg, " must be non-decreasing, got ", arg, "[", i, "] = ", v[i], " < ",
+                arg, "[", i - 1, "] = ", v[i - 1]);
+  }
+  TORCH_CHECK(v[c.size(0) - 1] == total, fn, ": ", arg, " must end at the packed length ", total, ", got ",
+              v[c.size(0) - 1]);
+}
+
+}  // namespace
+
+bool any_mask(const c10::optional<at::Tensor>& key_padding_mask, const c10::optional<at::Tensor>& attend_mask,
+              const c10::optional<at::Tensor>& additive_mask) {
+  return given(key_padding_mask) || given(attend_mask) || given(additive_mask);
+}
+
+int64_t check_variant_args(const char* fn, const FlashSizes& s, const at::Tensor& query, bool has_masks,
+                           int64_t causal_offset, int64_t window_left, int64_t window_right, double softcap,
+                           const c10::optional<at::Tensor>& alibi_slopes, const c10::optional<at::Tensor>& sinks,
+                           const c10::optional<at::Tensor>& cu_seqlens_q,
+                           const c10::optional<at::Tensor>& cu_seqlens_k) {
+  TORCH_CHECK(window_left >= -1 && window_right >= -1, fn,
+              ": window_left and window_right must be >= 0, or -1 for an unbounded side, got ", window_left, " and ",
+              window_right);
+  TORCH_CHECK(std::isfinite(softcap) && softcap >= 0.0, fn, ": softcap must be finite and >= 0, got ", softcap);
+  int64_t sequences = 0;
+  TORCH_CHECK(given(cu_seqlens_q) == given(cu_seqlens_k), fn,
+              ": cu_seqlens_q and cu_seqlens_k must be given together");
+  if (given(cu_seqlens_q)) {
+    TORCH_CHECK(s.batch == 1, fn, ": packed sequences (cu_seqlens) need batch 1, [1, H, total, d], got query ",
+                query.sizes());
+    TORCH_CHECK(!has_masks, fn, ": packed sequences (cu_seqlens) take no masks");
+    TORCH_CHECK(causal_offset == 0, fn, ": packed sequences align each sequence's diagonal bottom-right; "
+                "causal_offset must be 0, got ", causal_offset);
+    check_cu_seqlens(fn, "cu_seqlens_q", *cu_seqlens_q, s.tq);
+    check_cu_seqlens(fn, "cu_seqlens_k", *cu_seqlens_k, s.tk);
+    TORCH_CHECK(cu_seqlens_q->size(0) == cu_seqlens_k->size(0), fn,
+                ": cu_seqlens_q and cu_seqlens_k must have the same length, got ", cu_seqlens_q->sizes(), " and ",
+                cu_seqlens_k->sizes());
+    sequences = cu_seqlens_q->size(0) - 1;
+  }
+  const int64_t rows = sequences > 0 ? sequences : s.batch;
+  const auto check_per_head = [&](const char* arg, const at::Tensor& t, bool per_row_ok) {
+    TORCH_CHECK(at::isFloatingType(t.scalar_type()), fn, ": ", arg, " must be floating, got ", common::dtype_name(t));
+    TORCH_CHECK(t.device() == query.device(), fn, ": ", arg, " must be on the query's device ", query.device(),
+                ", got ", t.device());
+    const bool per_head = t.dim() == 1 && t.size(0) == s.heads;
+    const bool per_row = per_row_ok && t.dim() == 2 && (t.size(0) == rows || t.size(0) == 1) && t.size(1) == s.heads;
+    TORCH_CHECK(per_head || per_row, fn, ": ", arg, " must be [H] = [", s.heads, "]",
+                per_row_ok ? " or [B, H] (packed: [N, H])" : "", ", got shape ", t.sizes());
+  };
+  if (given(alibi_slopes)) check_per_head("alibi_slopes", *alibi_slopes, true);
+  if (given(sinks)) check_per_head("sinks", *sinks, false);
+  return sequences;
+}
+
 at::ScalarType compute_type(const at::Tensor& query) {
   return query.scalar_type() == at::kBFloat16 ? at::kFloat : query.scalar_type();
 }

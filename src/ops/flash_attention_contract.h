@@ -37,6 +37,18 @@ FlashSizes check_backward_args(const at::Tensor& grad_output, const at::Tensor& 
                                const c10::optional<at::Tensor>& attend_mask,
                                const c10::optional<at::Tensor>& additive_mask, c10::optional<double> scale);
 
+/// Whether any of the three masks is given.
+bool any_mask(const c10::optional<at::Tensor>& key_padding_mask, const c10::optional<at::Tensor>& attend_mask,
+              const c10::optional<at::Tensor>& additive_mask);
+
+/// Checks the variant arguments (window, softcap, ALiBi slopes, sinks, packed sequences; ops/flash_attention.h)
+/// against sizes from check_forward_args. Returns the number of packed sequences, 0 when not packed.
+int64_t check_variant_args(const char* fn, const FlashSizes& s, const at::Tensor& query, bool has_masks,
+                           int64_t causal_offset, int64_t window_left, int64_t window_right, double softcap,
+                           const c10::optional<at::Tensor>& alibi_slopes, const c10::optional<at::Tensor>& sinks,
+                           const c10::optional<at::Tensor>& cu_seqlens_q,
+                           const c10::optional<at::Tensor>& cu_seqlens_k);
+
 /// The dtype the kernels compute in: float32 for bfloat16 inputs, else the inputs' own.
 at::ScalarType compute_type(const at::Tensor& query);
 

@@ -22,23 +22,41 @@ namespace attn::ops {
 ///   is_causal         key j is allowed for query i only if j <= i + causal_offset
 ///                     (causal_offset = Tk - Tq aligns bottom-right, 0 top-left)
 ///   scale             multiplies q·k; default 1 / sqrt(d_k)
+///   window_left/right key j allowed for query i only if i + o - left <= j <= i + o + right (o = causal_offset,
+///                     or each packed sequence's own); -1 unbounded. is_causal bounds the right side at 0.
+///   softcap           > 0: the scaled scores s become softcap · tanh(s / softcap), before the bias and masks
+///   alibi_slopes      [H] or [B, H] (packed: [N, H]): the bias -slope · |i + o - j|; no gradient
+///   sinks             [H]: one logit per head in every row's softmax denominator; differentiable
+///   cu_seqlens_q/k    [N + 1] int64 on the CPU: packed sequences (B = 1; no masks, causal_offset 0). Sequence s
+///                     is query rows cu_seqlens_q[s] .. [s+1] against key rows cu_seqlens_k[s] .. [s+1], with
+///                     its own bottom-right diagonal o = len_k - len_q, as flash_attn_varlen_func.
 ///
 /// bfloat16 inputs are computed in float32 and the output rounded back.
 /// Returns (output [B, H, Tq, d_v], logsumexp [B, H, Tq]) where logsumexp is float32 (float64 for float64
-/// inputs). A query with no allowed key gets a zero output row and logsumexp = -inf.
+/// inputs), the sink included. A query with no allowed key gets a zero output row and logsumexp = -inf (the
+/// sink's logit, with sinks).
 std::tuple<torch::Tensor, torch::Tensor> flash_attention(
     const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
     const c10::optional<torch::Tensor>& key_padding_mask = c10::nullopt,
     const c10::optional<torch::Tensor>& attend_mask = c10::nullopt,
     const c10::optional<torch::Tensor>& additive_mask = c10::nullopt, bool is_causal = false,
-    int64_t causal_offset = 0, c10::optional<double> scale = c10::nullopt);
+    int64_t causal_offset = 0, c10::optional<double> scale = c10::nullopt, int64_t window_left = -1,
+    int64_t window_right = -1, double softcap = 0.0, const c10::optional<torch::Tensor>& alibi_slopes = c10::nullopt,
+    const c10::optional<torch::Tensor>& sinks = c10::nullopt,
+    const c10::optional<torch::Tensor>& cu_seqlens_q = c10::nullopt,
+    const c10::optional<torch::Tensor>& cu_seqlens_k = c10::nullopt);
 
-/// The gradients (d query, d key, d value) of flash_attention, given its output and logsumexp.
-std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> flash_attention_backward(
+/// The gradients (d query, d key, d value, d sinks) of flash_attention, given its output and logsumexp. d sinks
+/// is [H] in the sinks' dtype, or an empty tensor without sinks.
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor> flash_attention_backward(
     const torch::Tensor& grad_output, const torch::Tensor& query, const torch::Tensor& key,
     const torch::Tensor& value, const torch::Tensor& output, const torch::Tensor& logsumexp,
     const c10::optional<torch::Tensor>& key_padding_mask, const c10::optional<torch::Tensor>& attend_mask,
     const c10::optional<torch::Tensor>& additive_mask, bool is_causal, int64_t causal_offset,
-    c10::optional<double> scale);
+    c10::optional<double> scale, int64_t window_left = -1, int64_t window_right = -1, double softcap = 0.0,
+    const c10::optional<torch::Tensor>& alibi_slopes = c10::nullopt,
+    const c10::optional<torch::Tensor>& sinks = c10::nullopt,
+    const c10::optional<torch::Tensor>& cu_seqlens_q = c10::nullopt,
+    const c10::optional<torch::Tensor>& cu_seqlens_k = c10::nullopt);
 
 }  // namespace attn::ops

@@ -7,7 +7,8 @@
 # masks lifted to [B|1, H|1, Tq, Tk], projections, heads) and the Math backend (src/backends/math.cpp), op for
 # op; which (query, key) pairs are blocked follows src/backends/masks.h, and tests/test_mask_semantics.cpp
 # checks that it agrees. It reads the module attributes num_heads, num_kv_heads, causal, bottom_right, scale, dropout,
-# query_width, key_width and value_width, and the submodules q_proj, k_proj and v_proj.
+# window_left, window_right, softcap, query_width, key_width and value_width, and the submodules q_proj, k_proj
+# and v_proj.
 
 def _broadcasts_to(self, shape: List[int], target: List[int]) -> bool:
     if len(shape) > len(target):
@@ -85,6 +86,8 @@ def _attention(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional
     if explicit_scale is not None:
         scale = explicit_scale
     scores = torch.matmul(q * scale, k.transpose(-2, -1))
+    if self.softcap > 0.0:
+        scores = torch.tanh(scores / self.softcap) * self.softcap
     if additive_mask is not None:
         scores = scores + additive_mask
     blocked: Optional[Tensor] = None
@@ -95,15 +98,22 @@ def _attention(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional
     if additive_mask is not None:
         # -inf blocks the pair outright, so that a NaN score there is replaced, not summed
         blocked = self._either(blocked, torch.isneginf(additive_mask))
+    # the band around each query's diagonal: causal bounds its right side at 0, the window either side
+    right = self.window_right
     if self.causal:
+        right = 0 if right < 0 else min(right, 0)
+    if right >= 0 or self.window_left >= 0:
         tq = q.size(-2)
         tk = k.size(-2)
         offset = 0
         if self.bottom_right:
             offset = tk - tq
-        cols = torch.arange(tk, device=q.device).unsqueeze(0)
-        rows = torch.arange(tq, device=q.device).unsqueeze(1) + offset
-        blocked = self._either(blocked, cols > rows)
+        distance = (torch.arange(tk, device=q.device).unsqueeze(0) - torch.arange(tq, device=q.device).unsqueeze(1)
+                    - offset)
+        if self.window_left >= 0:
+            blocked = self._either(blocked, distance < -self.window_left)
+        if right >= 0:
+            blocked = self._either(blocked, distance > right)
     if blocked is None:
         probs = torch.softmax(scores, -1)
     else:

@@ -23,6 +23,11 @@ void check_attention_options(const char* module, const AttentionOptions& attenti
   if (attention.scale()) {
     TORCH_CHECK(std::isfinite(*attention.scale()), module, ": scale must be finite, got ", *attention.scale());
   }
+  TORCH_CHECK(attention.window_left() >= -1 && attention.window_right() >= -1, module,
+              ": window_left and window_right must be >= 0, or -1 for an unbounded side, got window(",
+              attention.window_left(), ", ", attention.window_right(), ")");
+  TORCH_CHECK(std::isfinite(attention.softcap()) && attention.softcap() >= 0.0, module,
+              ": softcap must be finite and >= 0 (0 turns it off), got ", attention.softcap());
 }
 
 int64_t checked_width(const char* module, const char* what, int64_t a, int64_t b) {
@@ -37,6 +42,10 @@ std::string describe(const AttentionOptions& attention) {
   if (attention.causal() && attention.causal_alignment() == CausalAlignment::TopLeft) {
     s << ", causal_alignment=top_left";
   }
+  if (attention.has_window()) {
+    s << ", window=(" << attention.window_left() << ", " << attention.window_right() << ")";
+  }
+  if (attention.softcap() > 0.0) s << ", softcap=" << attention.softcap();
   if (attention.scale()) s << ", scale=" << *attention.scale();
   s << ", dropout=" << attention.dropout();
   if (attention.backend() != Backend::Auto) {

@@ -61,40 +61,80 @@ struct KernelMasks {
   }
 };
 
+/// The variant arguments in the kernels' form: per-head terms in the compute type, packed boundaries as int64.
+struct KernelVariants {
+  int64_t window_left = -1, window_right = -1;
+  double softcap = 0.0;
+  at::Tensor alibi, sinks, cu_seqlens_q, cu_seqlens_k;
+  int64_t sequences = 0;
+
+  KernelVariants(int64_t left, int64_t right, double cap, const c10::optional<at::Tensor>& alibi_slopes,
+                 const c10::optional<at::Tensor>& sink_logits, const c10::optional<at::Tensor>& cu_q,
+                 const c10::optional<at::Tensor>& cu_k, int64_t packed, at::ScalarType compute)
+      : window_left(left), window_right(right), softcap(cap), sequences(packed) {
+    if (alibi_slopes && alibi_slopes->defined()) alibi = alibi_slopes->to(compute).contiguous();
+    if (sink_logits && sink_logits->defined()) sinks = sink_logits->to(compute).contiguous();
+    if (packed > 0) cu_seqlens_q = cu_q->contiguous(), cu_seqlens_k = cu_k->contiguous();
+  }
+
+  template <typename T>
+  void fill(FlashProblem<T>& p) const {
+    p.window_left = window_left, p.window_right = window_right;
+    p.softcap = static_cast<T>(softcap);
+    if (alibi.defined()) {
+      p.alibi = alibi.data_ptr<T>();
+      p.alibi_stride = alibi.dim() == 2 && alibi.size(0) > 1 ? alibi.size(1) : 0;
+    }
+    if (sinks.defined()) p.sinks = sinks.data_ptr<T>();
+    if (sequences > 0) {
+      p.cu_seqlens_q = cu_seqlens_q.data_ptr<int64_t>();
+      p.cu_seqlens_k = cu_seqlens_k.data_ptr<int64_t>();
+      p.sequences = sequences;
+    }
+  }
+};
+
 template <typename T>
 FlashProblem<T> make_problem(const FlashSizes& s, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                             const KernelMasks& masks, bool is_causal, int64_t causal_offset, double scale) {
+                             const KernelMasks& masks, const KernelVariants& variants, bool is_causal,
+                             int64_t causal_offset, double scale) {
   FlashProblem<T> p;
   p.batch = s.batch, p.heads = s.heads, p.tq = s.tq, p.tk = s.tk, p.dk = s.dk, p.dv = s.dv;
   p.kv_heads = s.kv_heads;
   p.q = input_view<T>(q), p.k = input_view<T>(k), p.v = input_view<T>(v);
   masks.fill(p);
+  variants.fill(p);
   p.causal = is_causal;
   p.causal_offset = causal_offset;
   p.scale = static_cast<T>(scale);
   return p;
 }
 
-
-std::tuple<at::Tensor, at::Tensor> flash_attention_cpu(const at::Tensor& query, const at::Tensor& key,
-                                                       const at::Tensor& value,
-                                                       const c10::optional<at::Tensor>& key_padding_mask,
-                                                       const c10::optional<at::Tensor>& attend_mask,
-                                                       const c10::optional<at::Tensor>& additive_mask, bool is_causal,
-                                                       int64_t causal_offset, c10::optional<double> scale) {
+std::tuple<at::Tensor, at::Tensor> flash_attention_cpu(
+    const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+    const c10::optional<at::Tensor>& key_padding_mask, const c10::optional<at::Tensor>& attend_mask,
+    const c10::optional<at::Tensor>& additive_mask, bool is_causal, int64_t causal_offset,
+    c10::optional<double> scale, int64_t window_left, int64_t window_right, double softcap,
+    const c10::optional<at::Tensor>& alibi_slopes, const c10::optional<at::Tensor>& sinks,
+    const c10::optional<at::Tensor>& cu_seqlens_q, const c10::optional<at::Tensor>& cu_seqlens_k) {
   const FlashSizes s =
       check_forward_args(kForwardOp, query, key, value, key_padding_mask, attend_mask, additive_mask, scale);
+  const int64_t packed = check_variant_args(kForwardOp, s, query, any_mask(key_padding_mask, attend_mask, additive_mask),
+                                            causal_offset, window_left, window_right, softcap, alibi_slopes, sinks,
+                                            cu_seqlens_q, cu_seqlens_k);
   const double sc = resolved_scale(scale, s.dk);
   const at::ScalarType compute = compute_type(query);
   const at::Tensor q = kernel_layout(query, compute), k = kernel_layout(key, compute),
                    v = kernel_layout(value, compute);
   const KernelMasks masks(s, key_padding_mask, attend_mask, additive_mask, compute);
+  const KernelVariants variants(window_left, window_right, softcap, alibi_slopes, sinks, cu_seqlens_q, cu_seqlens_k,
+                                packed, compute);
 
   at::Tensor out, lse;  // not a structured binding: C++17 lambdas (the dispatch below) cannot capture those
   std::tie(out, lse) = empty_forward_results(s, q.options());
   AT_DISPATCH_FLOATING_TYPES(compute, "attn::flash_attention", [&] {
     FlashForward<scalar_t> args;
-    args.problem = make_problem<scalar_t>(s, q, k, v, masks, is_causal, causal_offset, sc);
+    args.problem = make_problem<scalar_t>(s, q, k, v, masks, variants, is_causal, causal_offset, sc);
     args.out = output_view<scalar_t>(out);
     args.lse = lse.data_ptr<scalar_t>();
     flash_forward(args);
@@ -103,13 +143,18 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_cpu(const at::Tensor& query, 
   return {out, lse};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward_cpu(
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> flash_attention_backward_cpu(
     const at::Tensor& grad_output, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
     const at::Tensor& output, const at::Tensor& logsumexp, const c10::optional<at::Tensor>& key_padding_mask,
     const c10::optional<at::Tensor>& attend_mask, const c10::optional<at::Tensor>& additive_mask, bool is_causal,
-    int64_t causal_offset, c10::optional<double> scale) {
+    int64_t causal_offset, c10::optional<double> scale, int64_t window_left, int64_t window_right, double softcap,
+    const c10::optional<at::Tensor>& alibi_slopes, const c10::optional<at::Tensor>& sinks,
+    const c10::optional<at::Tensor>& cu_seqlens_q, const c10::optional<at::Tensor>& cu_seqlens_k) {
   const FlashSizes s = check_backward_args(grad_output, query, key, value, output, logsumexp, key_padding_mask,
                                            attend_mask, additive_mask, scale);
+  const int64_t packed = check_variant_args(kBackwardOp, s, query, any_mask(key_padding_mask, attend_mask, additive_mask),
+                                            causal_offset, window_left, window_right, softcap, alibi_slopes, sinks,
+                                            cu_seqlens_q, cu_seqlens_k);
   const at::ScalarType compute = compute_type(query);
   const double sc = resolved_scale(scale, s.dk);
   const at::Tensor q = kernel_layout(query, compute), k = kernel_layout(key, compute),
@@ -118,12 +163,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward_cpu(
   // delta_i = Σ_c dO[i,c]·O[i,c] = Σ_j P[i,j]·dP[i,j]: the softmax backward's row term, O(T) to precompute.
   const at::Tensor delta = (dout * output.to(compute)).sum(-1).contiguous();
   const KernelMasks masks(s, key_padding_mask, attend_mask, additive_mask, compute);
+  const KernelVariants variants(window_left, window_right, softcap, alibi_slopes, sinks, cu_seqlens_q, cu_seqlens_k,
+                                packed, compute);
 
   // Key blocks are split among enough tasks to keep the threads busy; each split owns a dQ slice, summed
   // in a fixed order. The split count does not depend on the thread count, so gradients are bitwise the
   // same whatever at::set_num_threads says.
-  const int64_t k_blocks = (s.tk + kBackwardKeyBlock - 1) / kBackwardKeyBlock;
-  const int64_t heads_total = std::max<int64_t>(s.batch * s.kv_heads, 1);
+  int64_t longest_keys = s.tk;
+  if (packed > 0) {
+    const at::Tensor lengths = variants.cu_seqlens_k.narrow(0, 1, packed) - variants.cu_seqlens_k.narrow(0, 0, packed);
+    longest_keys = packed > 0 ? lengths.max().item<int64_t>() : 0;
+  }
+  const int64_t k_blocks = (longest_keys + kBackwardKeyBlock - 1) / kBackwardKeyBlock;
+  const int64_t heads_total = std::max<int64_t>((packed > 0 ? packed : s.batch) * s.kv_heads, 1);
   constexpr int64_t kMinTasks = 16;
   const int64_t wanted = (kMinTasks + heads_total - 1) / heads_total;
   const int64_t splits = std::clamp<int64_t>(wanted, 1, std::max<int64_t>(k_blocks, 1));
@@ -133,7 +185,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward_cpu(
   at::Tensor grad_v = at::empty({s.batch, s.kv_heads, s.tk, s.dv}, q.options());
   AT_DISPATCH_FLOATING_TYPES(compute, "attn::flash_attention_backward", [&] {
     FlashBackward<scalar_t> args;
-    args.problem = make_problem<scalar_t>(s, q, k, v, masks, is_causal, causal_offset, sc);
+    args.problem = make_problem<scalar_t>(s, q, k, v, masks, variants, is_causal, causal_offset, sc);
     args.grad_out = input_view<scalar_t>(dout);
     args.lse = lse.data_ptr<scalar_t>();
     args.delta = delta.data_ptr<scalar_t>();
@@ -147,7 +199,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward_cpu(
   const auto back = [&](const at::Tensor& g) {
     return query.scalar_type() == compute ? g : g.to(query.scalar_type());
   };
-  return {back(grad_q), back(grad_k), back(grad_v)};
+  // d sink_h = -Σ_{b,i} p_sink(b,h,i) · delta(b,h,i), p_sink = exp(sink_h - lse): the sink takes its share of
+  // every row's probability mass. A row without keys has delta = 0 (its output is 0), so it adds nothing.
+  at::Tensor grad_sinks = at::empty({0}, query.options());
+  if (variants.sinks.defined()) {
+    const at::Tensor p_sink = at::exp(variants.sinks.view({1, s.heads, 1}) - lse);
+    grad_sinks = (-(p_sink * delta).sum(at::IntArrayRef{0, 2})).to(sinks->scalar_type());
+  }
+  return {back(grad_q), back(grad_k), back(grad_v), grad_sinks};
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <c10/util/BFloat16.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace attn::ops::cpu {
@@ -31,6 +32,24 @@ struct FlashProblem {
   bool causal = false;
   int64_t causal_offset = 0;  // key j allowed for query i iff j <= i + causal_offset
   T scale = 1;
+  // The window band around the diagonal j = i + offset: offset - window_left <= j - i <= offset + window_right,
+  // -1 unbounded (backends/masks.h, Band). Causal bounds the right side at 0.
+  int64_t window_left = -1, window_right = -1;
+  T softcap = 0;                 // 0: off; else s = softcap · tanh(s / softcap)
+  const T* alibi = nullptr;      // slope of (sequence s, head h) at alibi[s * alibi_stride + h]; nullptr: none
+  int64_t alibi_stride = 0;
+  const T* sinks = nullptr;      // [H] logits in every row's denominator; nullptr: none
+  // Packed sequences (batch == 1): sequence s is query rows cu_seqlens_q[s] .. [s+1] and key rows
+  // cu_seqlens_k[s] .. [s+1], each with its own bottom-right diagonal. nullptr: each batch row is one sequence.
+  const int64_t* cu_seqlens_q = nullptr;
+  const int64_t* cu_seqlens_k = nullptr;
+  int64_t sequences = 0;
+
+  /// The right bound of the band, with causality folded in (-1: unbounded).
+  int64_t right_bound() const {
+    if (!causal) return window_right;
+    return window_right < 0 ? 0 : std::min<int64_t>(window_right, 0);
+  }
 
   /// How many query heads share one key/value head, and which one query head h reads.
   int64_t group() const { return heads / kv_heads; }

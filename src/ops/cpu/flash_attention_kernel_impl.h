@@ -16,6 +16,7 @@
 
 #include "ops/cpu/blas.h"
 #include "ops/cpu/flash_attention_kernel.h"
+#include "ops/cpu/score_terms.h"
 #include "ops/cpu/vec_exp.h"
 
 #include <ATen/Parallel.h>
@@ -27,6 +28,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <utility>
 #include <vector>
 
 namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE {
@@ -155,20 +157,80 @@ bool has_masks(const FlashProblem<T>& p) {
   return p.key_padding.data != nullptr || p.attend.data != nullptr || p.additive.data != nullptr;
 }
 
-/// True when some key of the tile lies after the causal limit of the tile's first query row.
+/// One sequence of the problem: a batch row, or one packed sequence of a batch row (cu_seqlens). Its query
+/// rows q0 .. q0 + tq and key rows k0 .. k0 + tk, indexed locally from 0 by the tiles, with its own diagonal.
+struct Sequence {
+  int64_t b, id, q0, tq, k0, tk, offset;
+};
+
 template <typename T>
-bool tile_crosses_diagonal(const FlashProblem<T>& p, int64_t i0, int64_t j0, int64_t cols) {
-  return p.causal && j0 + cols - 1 > i0 + p.causal_offset;
+std::vector<Sequence> sequences_of(const FlashProblem<T>& p) {
+  std::vector<Sequence> out;
+  if (p.cu_seqlens_q) {
+    for (int64_t s = 0; s < p.sequences; ++s) {
+      const int64_t q0 = p.cu_seqlens_q[s], tq = p.cu_seqlens_q[s + 1] - q0;
+      const int64_t k0 = p.cu_seqlens_k[s], tk = p.cu_seqlens_k[s + 1] - k0;
+      out.push_back({0, s, q0, tq, k0, tk, tk - tq});  // bottom-right per sequence, as flash_attn_varlen_func
+    }
+  } else {
+    for (int64_t b = 0; b < p.batch; ++b) out.push_back({b, b, 0, p.tq, 0, p.tk, p.causal_offset});
+  }
+  return out;
 }
 
-/// Applies the masks to a [rows, cols] tile of scaled scores at (i0, j0): adds the additive mask, then sets
+/// The keys [begin, end) that some query of rows [i0, i0 + rows) may see under the band.
+template <typename T>
+std::pair<int64_t, int64_t> key_range(const FlashProblem<T>& p, const Sequence& sq, int64_t i0, int64_t rows) {
+  const int64_t right = p.right_bound();
+  const int64_t begin = p.window_left >= 0 ? std::clamp<int64_t>(i0 + sq.offset - p.window_left, 0, sq.tk) : 0;
+  const int64_t end = right >= 0 ? std::clamp<int64_t>(i0 + rows - 1 + sq.offset + right + 1, 0, sq.tk) : sq.tk;
+  return {begin, std::max(begin, end)};
+}
+
+/// The queries [begin, end) that may see some key of [j0, j0 + cols) under the band.
+template <typename T>
+std::pair<int64_t, int64_t> query_range(const FlashProblem<T>& p, const Sequence& sq, int64_t j0, int64_t cols) {
+  const int64_t right = p.right_bound();
+  const int64_t begin = right >= 0 ? std::clamp<int64_t>(j0 - sq.offset - right, 0, sq.tq) : 0;
+  const int64_t end =
+      p.window_left >= 0 ? std::clamp<int64_t>(j0 + cols - 1 - sq.offset + p.window_left + 1, 0, sq.tq) : sq.tq;
+  return {begin, std::max(begin, end)};
+}
+
+/// True when some pair of the tile lies outside the band, so the tile needs masking.
+template <typename T>
+bool tile_leaves_band(const FlashProblem<T>& p, const Sequence& sq, int64_t i0, int64_t rows, int64_t j0,
+                      int64_t cols) {
+  const int64_t right = p.right_bound();
+  return (right >= 0 && j0 + cols - 1 > i0 + sq.offset + right) ||
+         (p.window_left >= 0 && j0 < i0 + rows - 1 + sq.offset - p.window_left);
+}
+
+/// Soft-capping and ALiBi on a [rows, cols] tile of scaled scores at local (i0, j0); the tanh values go to
+/// `tanh_out` (same layout) when given.
+template <typename T>
+void score_terms(const FlashProblem<T>& p, const Sequence& sq, int64_t h, int64_t i0, int64_t rows, int64_t j0,
+                 int64_t cols, T* s, int64_t lds, T* tanh_out) {
+  if (p.softcap > T(0)) {
+    for (int64_t r = 0; r < rows; ++r) {
+      softcap_row(s + r * lds, cols, p.softcap, tanh_out ? tanh_out + r * lds : nullptr);
+    }
+  }
+  if (p.alibi) {
+    const T slope = p.alibi[sq.id * p.alibi_stride + h];
+    for (int64_t r = 0; r < rows; ++r) alibi_row(s + r * lds, cols, slope, i0 + r + sq.offset - j0);
+  }
+}
+
+/// Applies the masks to a [rows, cols] tile of scores at local (i0, j0): adds the additive mask, then sets
 /// every blocked pair to -inf (replacing, not adding, so that a NaN score at a blocked pair disappears).
 template <typename T>
-void mask_tile(const FlashProblem<T>& p, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
-               T* s, int64_t lds) {
+void mask_tile(const FlashProblem<T>& p, const Sequence& sq, int64_t h, int64_t i0, int64_t rows, int64_t j0,
+               int64_t cols, T* s, int64_t lds) {
+  const int64_t b = sq.b, gi = sq.q0 + i0, gj = sq.k0 + j0;  // the masks are indexed by the batch row's rows
   if (p.additive.data) {
     for (int64_t r = 0; r < rows; ++r) {
-      const T* add = p.additive.row(b, h, i0 + r) + j0 * p.additive.sj;
+      const T* add = p.additive.row(b, h, gi + r) + gj * p.additive.sj;
       T* row = s + r * lds;
       for (int64_t c = 0; c < cols; ++c) {
         const T a = add[c * p.additive.sj];
@@ -177,7 +239,7 @@ void mask_tile(const FlashProblem<T>& p, int64_t b, int64_t h, int64_t i0, int64
     }
   }
   if (p.key_padding.data) {
-    const bool* pad = p.key_padding.row(b, h, 0) + j0 * p.key_padding.sj;
+    const bool* pad = p.key_padding.row(b, h, 0) + gj * p.key_padding.sj;
     for (int64_t c = 0; c < cols; ++c) {
       if (!pad[c * p.key_padding.sj]) continue;
       for (int64_t r = 0; r < rows; ++r) s[r * lds + c] = kNegInf<T>;
@@ -185,19 +247,40 @@ void mask_tile(const FlashProblem<T>& p, int64_t b, int64_t h, int64_t i0, int64
   }
   if (p.attend.data) {
     for (int64_t r = 0; r < rows; ++r) {
-      const bool* allowed = p.attend.row(b, h, i0 + r) + j0 * p.attend.sj;
+      const bool* allowed = p.attend.row(b, h, gi + r) + gj * p.attend.sj;
       T* row = s + r * lds;
       for (int64_t c = 0; c < cols; ++c) {
         if (!allowed[c * p.attend.sj]) row[c] = kNegInf<T>;
       }
     }
   }
-  if (tile_crosses_diagonal(p, i0, j0, cols)) {
+  if (tile_leaves_band(p, sq, i0, rows, j0, cols)) {
+    const int64_t right = p.right_bound();
     for (int64_t r = 0; r < rows; ++r) {
-      const int64_t first_blocked = std::max<int64_t>(i0 + r + p.causal_offset + 1 - j0, 0);
-      if (first_blocked < cols) std::fill(s + r * lds + first_blocked, s + r * lds + cols, kNegInf<T>);
+      T* row = s + r * lds;
+      const int64_t diagonal = i0 + r + sq.offset - j0;  // the row's diagonal, in tile columns
+      if (p.window_left >= 0) {
+        const int64_t first_allowed = std::clamp<int64_t>(diagonal - p.window_left, 0, cols);
+        std::fill(row, row + first_allowed, kNegInf<T>);
+      }
+      if (right >= 0) {
+        const int64_t first_blocked = std::clamp<int64_t>(diagonal + right + 1, 0, cols);
+        std::fill(row + first_blocked, row + cols, kNegInf<T>);
+      }
     }
   }
+}
+
+/// Whether every row of keys (or values) [g0, g0 + rows) of (b, kv head) is finite, from finite_blocks' flags.
+template <typename T>
+bool rows_finite(const FlashProblem<T>& p, const std::vector<uint8_t>& flags, int64_t block, int64_t b, int64_t hk,
+                 int64_t g0, int64_t rows) {
+  const int64_t blocks = (p.tk + block - 1) / block;
+  const uint8_t* f = flags.data() + (b * p.kv_heads + hk) * blocks;
+  for (int64_t i = g0 / block; i <= (g0 + rows - 1) / block; ++i) {
+    if (!f[i]) return false;
+  }
+  return true;
 }
 
 /// Runs `task(t, thread_state)` for t in [0, count) on LibTorch's intra-op threads, handing tasks out one at
@@ -218,37 +301,54 @@ struct ForwardState {
   std::vector<T> scores, acc, row_max, row_sum;
 };
 
+/// A block of query rows of one sequence, and how many keys it visits (its cost).
+struct QueryBlock {
+  int64_t sequence, i0, rows, cost;
+};
+
 template <typename T>
 void forward(const FlashForward<T>& args) {
   const FlashProblem<T>& p = args.problem;
-  const int64_t q_blocks = (p.tq + kQueryBlock - 1) / kQueryBlock;
-  const int64_t heads_total = p.batch * p.heads;
   const bool masked = has_masks(p);
-  const int64_t k_blocks = (p.tk + kKeyBlock - 1) / kKeyBlock;
+  const std::vector<Sequence> seqs = sequences_of(p);
   const std::vector<uint8_t> values_finite = finite_blocks(p, p.v, p.dv, kKeyBlock);
 
-  run_tasks<ForwardState<T>>(heads_total * q_blocks, [&](int64_t t, ForwardState<T>& st) {
-    // Last query blocks first: under a causal mask they see the most keys, so the run ends on short tasks.
-    const int64_t qb = q_blocks - 1 - t / heads_total;
-    const int64_t b = (t % heads_total) / p.heads, h = t % p.heads;
-    const int64_t i0 = qb * kQueryBlock, rows = std::min(kQueryBlock, p.tq - i0);
+  // The costliest blocks first (under a causal mask, the last ones), so the run ends on short tasks.
+  std::vector<QueryBlock> blocks;
+  for (int64_t s = 0; s < static_cast<int64_t>(seqs.size()); ++s) {
+    for (int64_t i0 = 0; i0 < seqs[s].tq; i0 += kQueryBlock) {
+      const int64_t rows = std::min(kQueryBlock, seqs[s].tq - i0);
+      const auto [begin, end] = key_range(p, seqs[s], i0, rows);
+      blocks.push_back({s, i0, rows, end - begin});
+    }
+  }
+  std::stable_sort(blocks.begin(), blocks.end(),
+                   [](const QueryBlock& a, const QueryBlock& b) { return a.cost > b.cost; });
+
+  run_tasks<ForwardState<T>>(static_cast<int64_t>(blocks.size()) * p.heads, [&](int64_t t, ForwardState<T>& st) {
+    const QueryBlock& blk = blocks[t / p.heads];
+    const Sequence& sq = seqs[blk.sequence];
+    const int64_t h = t % p.heads, b = sq.b, i0 = blk.i0, rows = blk.rows;
     st.scores.resize(kQueryBlock * kKeyBlock);
     st.acc.assign(rows * p.dv, T(0));
-    st.row_max.assign(rows, kNegInf<T>);
-    st.row_sum.assign(rows, T(0));
+    // A sink starts every row's softmax: max = sink, sum = exp(sink - sink) = 1, no value behind it.
+    const T sink = p.sinks ? p.sinks[h] : kNegInf<T>;
+    const bool has_sink = sink != kNegInf<T>;
+    st.row_max.assign(rows, sink);
+    st.row_sum.assign(rows, has_sink ? T(1) : T(0));
     T* s = st.scores.data();
     T* acc = st.acc.data();
 
-    // Keys after the last row's causal limit are blocked for the whole block: skip those tiles entirely.
-    const int64_t key_end =
-        p.causal ? std::clamp<int64_t>(i0 + rows + p.causal_offset, 0, p.tk) : p.tk;
-    const T* q = p.q.row(b, h, i0);
+    // Keys outside the band of every row of the block are skipped entirely.
+    const auto [key_begin, key_end] = key_range(p, sq, i0, rows);
+    const T* q = p.q.row(b, h, sq.q0 + i0);
     const int64_t hk = p.kv_head(h);
-    for (int64_t j0 = 0; j0 < key_end; j0 += kKeyBlock) {
+    for (int64_t j0 = key_begin; j0 < key_end; j0 += kKeyBlock) {
       const int64_t cols = std::min(kKeyBlock, key_end - j0);
-      const T* k = p.k.row(b, hk, j0);
+      const T* k = p.k.row(b, hk, sq.k0 + j0);
       gemm<T>(false, true, rows, cols, p.dk, p.scale, q, p.q.si, k, p.k.si, T(0), s, kKeyBlock);
-      if (masked || tile_crosses_diagonal(p, i0, j0, cols)) mask_tile(p, b, h, i0, rows, j0, cols, s, kKeyBlock);
+      score_terms(p, sq, h, i0, rows, j0, cols, s, kKeyBlock, static_cast<T*>(nullptr));
+      if (masked || tile_leaves_band(p, sq, i0, rows, j0, cols)) mask_tile(p, sq, h, i0, rows, j0, cols, s, kKeyBlock);
 
       for (int64_t r = 0; r < rows; ++r) {
         T* row = s + r * kKeyBlock;
@@ -268,8 +368,8 @@ void forward(const FlashForward<T>& args) {
         st.row_max[r] = new_max;
       }
 
-      const T* v = p.v.row(b, hk, j0);
-      if (values_finite[(b * p.kv_heads + hk) * k_blocks + j0 / kKeyBlock]) {
+      const T* v = p.v.row(b, hk, sq.k0 + j0);
+      if (rows_finite(p, values_finite, kKeyBlock, b, hk, sq.k0 + j0, cols)) {
         gemm<T>(false, false, rows, p.dv, cols, T(1), s, kKeyBlock, v, p.v.si, T(1), acc, p.dv);
       } else {
         // 0 · Inf is NaN in a matrix product: add up only the keys with a nonzero weight.
@@ -285,14 +385,15 @@ void forward(const FlashForward<T>& args) {
     }
 
     for (int64_t r = 0; r < rows; ++r) {
-      T* out = args.out.row(b, h, i0 + r);
-      T& lse = args.lse[(b * p.heads + h) * p.tq + i0 + r];
+      T* out = args.out.row(b, h, sq.q0 + i0 + r);
+      T& lse = args.lse[(b * p.heads + h) * p.tq + sq.q0 + i0 + r];
       const T sum = st.row_sum[r];
       if (sum == T(0)) {  // every key blocked: zeros, as FlashAttention and SDPA give
         std::fill(out, out + p.dv, T(0));
         lse = kNegInf<T>;
         continue;
       }
+      // With a sink and no allowed key, acc is 0 and sum 1: a zero row, and lse = the sink.
       const T inv = T(1) / sum;
       for (int64_t c = 0; c < p.dv; ++c) out[c] = acc[r * p.dv + c] * inv;
       lse = st.row_max[r] + std::log(sum);
@@ -302,47 +403,53 @@ void forward(const FlashForward<T>& args) {
 
 template <typename T>
 struct BackwardState {
-  std::vector<T> probs, grad_probs, grad_k, grad_v;
+  std::vector<T> probs, grad_probs, tanh_values, grad_k, grad_v;
 };
 
 template <typename T>
 void backward(const FlashBackward<T>& args) {
   const FlashProblem<T>& p = args.problem;
-  const int64_t k_blocks = (p.tk + kBackwardKeyBlock - 1) / kBackwardKeyBlock;
-  const int64_t kv_heads_total = p.batch * p.kv_heads;
   const bool masked = has_masks(p);
+  const bool capped = p.softcap > T(0);
   const int64_t ld = kBackwardKeyBlock;
+  const std::vector<Sequence> seqs = sequences_of(p);
   const std::vector<uint8_t> keys_finite_blocks = finite_blocks(p, p.k, p.dk, kBackwardKeyBlock);
 
-  // One task per (b, kv head, split): it walks every query head of the group, so dK and dV of a shared head
-  // are summed over its group in the task's accumulator, in a fixed order.
-  run_tasks<BackwardState<T>>(kv_heads_total * args.splits, [&](int64_t t, BackwardState<T>& st) {
-    const int64_t split = t % args.splits;
-    const int64_t b = (t / args.splits) / p.kv_heads, hk = (t / args.splits) % p.kv_heads;
+  // One task per (sequence, kv head, split): it walks every query head of the group, so dK and dV of a shared
+  // head are summed over its group in the task's accumulator, in a fixed order. Sequences never share query
+  // rows, so the tasks of different sequences may write the same dQ slice.
+  const int64_t per_sequence = p.kv_heads * args.splits;
+  run_tasks<BackwardState<T>>(static_cast<int64_t>(seqs.size()) * per_sequence, [&](int64_t t, BackwardState<T>& st) {
+    const Sequence& sq = seqs[t / per_sequence];
+    const int64_t split = t % args.splits, hk = (t % per_sequence) / args.splits, b = sq.b;
+    const int64_t k_blocks = (sq.tk + kBackwardKeyBlock - 1) / kBackwardKeyBlock;
     const int64_t kb_begin = split * k_blocks / args.splits, kb_end = (split + 1) * k_blocks / args.splits;
     st.probs.resize(kBackwardQueryBlock * ld);
     st.grad_probs.resize(kBackwardQueryBlock * ld);
+    if (capped) st.tanh_values.resize(kBackwardQueryBlock * ld);
     T* prob = st.probs.data();
     T* dprob = st.grad_probs.data();
+    T* tanh_values = capped ? st.tanh_values.data() : nullptr;
 
     for (int64_t kb = kb_begin; kb < kb_end; ++kb) {
-      const int64_t j0 = kb * kBackwardKeyBlock, cols = std::min(kBackwardKeyBlock, p.tk - j0);
+      const int64_t j0 = kb * kBackwardKeyBlock, cols = std::min(kBackwardKeyBlock, sq.tk - j0);
       st.grad_k.assign(cols * p.dk, T(0));
       st.grad_v.assign(cols * p.dv, T(0));
-      const T* k = p.k.row(b, hk, j0);
-      const T* v = p.v.row(b, hk, j0);
-      const bool keys_finite = keys_finite_blocks[(b * p.kv_heads + hk) * k_blocks + kb];
-      // Queries before the causal limit of the tile's first key see none of its keys.
-      const int64_t q_begin = p.causal ? std::clamp<int64_t>(j0 - p.causal_offset, 0, p.tq) : 0;
+      const T* k = p.k.row(b, hk, sq.k0 + j0);
+      const T* v = p.v.row(b, hk, sq.k0 + j0);
+      const bool keys_finite = rows_finite(p, keys_finite_blocks, kBackwardKeyBlock, b, hk, sq.k0 + j0, cols);
+      // Only the queries whose band reaches the tile's keys.
+      const auto [q_begin, q_end] = query_range(p, sq, j0, cols);
       for (int64_t h = hk * p.group(); h < (hk + 1) * p.group(); ++h) {
-        const T* lse = args.lse + (b * p.heads + h) * p.tq;
-        const T* delta = args.delta + (b * p.heads + h) * p.tq;
-        for (int64_t i0 = q_begin; i0 < p.tq; i0 += kBackwardQueryBlock) {
-          const int64_t rows = std::min(kBackwardQueryBlock, p.tq - i0);
-          const T* q = p.q.row(b, h, i0);
-          const T* dout = args.grad_out.row(b, h, i0);
+        const T* lse = args.lse + (b * p.heads + h) * p.tq + sq.q0;
+        const T* delta = args.delta + (b * p.heads + h) * p.tq + sq.q0;
+        for (int64_t i0 = q_begin; i0 < q_end; i0 += kBackwardQueryBlock) {
+          const int64_t rows = std::min(kBackwardQueryBlock, q_end - i0);
+          const T* q = p.q.row(b, h, sq.q0 + i0);
+          const T* dout = args.grad_out.row(b, h, sq.q0 + i0);
           gemm<T>(false, true, rows, cols, p.dk, p.scale, q, p.q.si, k, p.k.si, T(0), prob, ld);
-          if (masked || tile_crosses_diagonal(p, i0, j0, cols)) mask_tile(p, b, h, i0, rows, j0, cols, prob, ld);
+          score_terms(p, sq, h, i0, rows, j0, cols, prob, ld, tanh_values);
+          if (masked || tile_leaves_band(p, sq, i0, rows, j0, cols)) mask_tile(p, sq, h, i0, rows, j0, cols, prob, ld);
           for (int64_t r = 0; r < rows; ++r) {
             T* row = prob + r * ld;
             if (lse[i0 + r] == kNegInf<T>) {
@@ -356,8 +463,12 @@ void backward(const FlashBackward<T>& args) {
                   p.dv);
           gemm<T>(false, true, rows, cols, p.dv, T(1), dout, args.grad_out.si, v, p.v.si, T(0), dprob, ld);
           for (int64_t r = 0; r < rows; ++r) softmax_backward_row(prob + r * ld, dprob + r * ld, cols, delta[i0 + r]);
+          // Through the soft-cap: d(cap · tanh(s / cap)) / ds = 1 - tanh².
+          if (capped) {
+            for (int64_t r = 0; r < rows; ++r) softcap_backward_row(dprob + r * ld, tanh_values + r * ld, cols);
+          }
           gemm<T>(true, false, cols, p.dk, rows, p.scale, dprob, ld, q, p.q.si, T(1), st.grad_k.data(), p.dk);
-          T* dq = args.grad_q.row(split * p.batch + b, h, i0);
+          T* dq = args.grad_q.row(split * p.batch + b, h, sq.q0 + i0);
           if (keys_finite) {
             gemm<T>(false, false, rows, p.dk, cols, p.scale, dprob, ld, k, p.k.si, T(1), dq, args.grad_q.si);
           } else {
@@ -374,8 +485,8 @@ void backward(const FlashBackward<T>& args) {
         }
       }
       for (int64_t c = 0; c < cols; ++c) {
-        std::copy_n(st.grad_k.data() + c * p.dk, p.dk, args.grad_k.row(b, hk, j0 + c));
-        std::copy_n(st.grad_v.data() + c * p.dv, p.dv, args.grad_v.row(b, hk, j0 + c));
+        std::copy_n(st.grad_k.data() + c * p.dk, p.dk, args.grad_k.row(b, hk, sq.k0 + j0 + c));
+        std::copy_n(st.grad_v.data() + c * p.dv, p.dv, args.grad_v.row(b, hk, sq.k0 + j0 + c));
       }
     }
   });

@@ -15,25 +15,39 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_meta(const at::Tensor& query,
                                                         const c10::optional<at::Tensor>& key_padding_mask,
                                                         const c10::optional<at::Tensor>& attend_mask,
                                                         const c10::optional<at::Tensor>& additive_mask,
-                                                        bool /*is_causal*/, int64_t /*causal_offset*/,
-                                                        c10::optional<double> scale) {
+                                                        bool /*is_causal*/, int64_t causal_offset,
+                                                        c10::optional<double> scale, int64_t window_left,
+                                                        int64_t window_right, double softcap,
+                                                        const c10::optional<at::Tensor>& alibi_slopes,
+                                                        const c10::optional<at::Tensor>& sinks,
+                                                        const c10::optional<at::Tensor>& cu_seqlens_q,
+                                                        const c10::optional<at::Tensor>& cu_seqlens_k) {
   const FlashSizes s =
       check_forward_args(kForwardOp, query, key, value, key_padding_mask, attend_mask, additive_mask, scale);
+  check_variant_args(kForwardOp, s, query, any_mask(key_padding_mask, attend_mask, additive_mask), causal_offset,
+                     window_left, window_right, softcap, alibi_slopes, sinks, cu_seqlens_q, cu_seqlens_k);
   auto [out, lse] = empty_forward_results(s, query.options().dtype(compute_type(query)));
   // As the CPU kernel: computed in float32 for bfloat16 inputs, then converted (keeping the strides).
   return {out.to(query.scalar_type()), lse};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward_meta(
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> flash_attention_backward_meta(
     const at::Tensor& grad_output, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
     const at::Tensor& output, const at::Tensor& logsumexp, const c10::optional<at::Tensor>& key_padding_mask,
     const c10::optional<at::Tensor>& attend_mask, const c10::optional<at::Tensor>& additive_mask,
-    bool /*is_causal*/, int64_t /*causal_offset*/, c10::optional<double> scale) {
-  check_backward_args(grad_output, query, key, value, output, logsumexp, key_padding_mask, attend_mask,
-                      additive_mask, scale);
-  // The CPU kernel returns contiguous gradients in the inputs' dtype.
+    bool /*is_causal*/, int64_t causal_offset, c10::optional<double> scale, int64_t window_left,
+    int64_t window_right, double softcap, const c10::optional<at::Tensor>& alibi_slopes,
+    const c10::optional<at::Tensor>& sinks, const c10::optional<at::Tensor>& cu_seqlens_q,
+    const c10::optional<at::Tensor>& cu_seqlens_k) {
+  const FlashSizes s = check_backward_args(grad_output, query, key, value, output, logsumexp, key_padding_mask,
+                                           attend_mask, additive_mask, scale);
+  check_variant_args(kBackwardOp, s, query, any_mask(key_padding_mask, attend_mask, additive_mask), causal_offset,
+                     window_left, window_right, softcap, alibi_slopes, sinks, cu_seqlens_q, cu_seqlens_k);
+  // The CPU kernel returns contiguous gradients in the inputs' dtype, and d sinks in the sinks' own.
+  const bool has_sinks = sinks && sinks->defined();
   return {at::empty(query.sizes(), query.options()), at::empty(key.sizes(), key.options()),
-          at::empty(value.sizes(), value.options())};
+          at::empty(value.sizes(), value.options()),
+          has_sinks ? at::empty(sinks->sizes(), sinks->options()) : at::empty({0}, query.options())};
 }
 
 }  // namespace

@@ -1,0 +1,118 @@
+#include "backends/varlen.h"
+
+#include "backends/dispatch.h"
+#include "backends/validate.h"
+#include "common/checks.h"
+
+#include <attn/ops/flash_attention.h>
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <vector>
+
+namespace attn::backends {
+namespace {
+
+std::vector<int64_t> host_values(const torch::Tensor& t) {
+  const torch::Tensor c = t.to(torch::kCPU, torch::kLong).contiguous();
+  return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+}
+
+/// [total, H, d] -> [1, H, total, d], a view.
+torch::Tensor heads_first(const torch::Tensor& x) { return x.transpose(0, 1).unsqueeze(0); }
+
+}  // namespace
+
+void check_varlen_inputs(const char* fn, const torch::Tensor& query, const torch::Tensor& key,
+                         const torch::Tensor& value, const torch::Tensor& cu_seqlens_q,
+                         const torch::Tensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
+                         const SdpaOptions& options) {
+  TORCH_CHECK(query.defined() && key.defined() && value.defined(), fn, ": query, key and value must be defined");
+  TORCH_CHECK(query.dim() == 3, fn, ": query must be packed [total_q, H, d_k], got shape ", query.sizes());
+  TORCH_CHECK(key.dim() == 3, fn, ": key must be packed [total_k, H_kv, d_k], got shape ", key.sizes());
+  TORCH_CHECK(value.dim() == 3, fn, ": value must be packed [total_k, H_kv, d_v], got shape ", value.sizes());
+  TORCH_CHECK(options.masks().empty(), fn,
+              ": takes no masks; each sequence attends to its own keys (cu_seqlens), with causal and window "
+              "per sequence");
+  // The dense checks on the [1, H, total, d] views: dtypes, devices, heads, widths, scale, dropout, score terms.
+  SdpaOptions dense = options;
+  dense.alibi_slopes({});
+  check_sdpa_inputs(fn, heads_first(query), heads_first(key), heads_first(value), dense);
+
+  for (const auto& [arg, t] : {std::pair<const char*, const torch::Tensor&>{"cu_seqlens_q", cu_seqlens_q},
+                               std::pair<const char*, const torch::Tensor&>{"cu_seqlens_k", cu_seqlens_k}}) {
+    TORCH_CHECK(t.defined() && t.dim() == 1 && t.size(0) >= 1, fn, ": ", arg, " must be [N + 1], got ",
+                t.defined() ? t.sizes() : at::IntArrayRef{});
+    TORCH_CHECK(at::isIntegralType(t.scalar_type(), /*includeBool=*/false), fn, ": ", arg, " must hold integers, got ",
+                common::dtype_name(t));
+  }
+  TORCH_CHECK(cu_seqlens_q.size(0) == cu_seqlens_k.size(0), fn,
+              ": cu_seqlens_q and cu_seqlens_k must both be [N + 1], got ", cu_seqlens_q.sizes(), " and ",
+              cu_seqlens_k.sizes());
+  const std::vector<int64_t> cq = host_values(cu_seqlens_q), ck = host_values(cu_seqlens_k);
+  const auto check_cu = [&](const char* arg, const std::vector<int64_t>& cu, int64_t total, int64_t max_len,
+                            const char* max_arg) {
+    TORCH_CHECK(cu[0] == 0, fn, ": ", arg, "[0] must be 0, got ", cu[0]);
+    int64_t longest = 0;
+    for (size_t i = 1; i < cu.size(); ++i) {
+      TORCH_CHECK(cu[i] >= cu[i - 1], fn, ": ", arg, " must be non-decreasing, got ", arg, "[", i, "] = ", cu[i],
+                  " < ", arg, "[", i - 1, "] = ", cu[i - 1]);
+      longest = std::max(longest, cu[i] - cu[i - 1]);
+    }
+    TORCH_CHECK(cu.back() == total, fn, ": ", arg, " must end at the packed length ", total, ", got ", cu.back());
+    TORCH_CHECK(max_len >= longest, fn, ": ", max_arg, " = ", max_len, " is shorter than the longest sequence, ",
+                longest);
+  };
+  check_cu("cu_seqlens_q", cq, query.size(0), max_seqlen_q, "max_seqlen_q");
+  check_cu("cu_seqlens_k", ck, key.size(0), max_seqlen_k, "max_seqlen_k");
+
+  const int64_t sequences = static_cast<int64_t>(cq.size()) - 1;
+  check_score_options(fn, query, options, query.size(1), sequences);
+  const bool diagonal_matters =
+      options.causal() || options.attention().has_window() || options.alibi_slopes().defined();
+  if (diagonal_matters && options.causal_alignment() == CausalAlignment::TopLeft) {
+    for (int64_t s = 0; s < sequences; ++s) {
+      TORCH_CHECK(cq[s + 1] - cq[s] == ck[s + 1] - ck[s], fn,
+                  ": packed sequences align their diagonals bottom-right (as flash_attn_varlen_func); "
+                  "CausalAlignment::TopLeft is only the same when every sequence has as many queries as keys, "
+                  "but sequence ", s, " has ", cq[s + 1] - cq[s], " queries and ", ck[s + 1] - ck[s], " keys");
+    }
+  }
+}
+
+torch::Tensor varlen_attention(const char* fn, const torch::Tensor& query, const torch::Tensor& key,
+                               const torch::Tensor& value, const torch::Tensor& cu_seqlens_q,
+                               const torch::Tensor& cu_seqlens_k, const SdpaOptions& options) {
+  if (resolve(fn, heads_first(query), options, /*need_weights=*/false) == Backend::Fused) {
+    const auto optional_tensor = [](const torch::Tensor& t) {
+      return t.defined() ? c10::optional<torch::Tensor>(t) : c10::nullopt;
+    };
+    auto [out, lse] = ops::flash_attention(
+        heads_first(query), heads_first(key), heads_first(value), c10::nullopt, c10::nullopt, c10::nullopt,
+        options.causal(), 0, options.scale() ? c10::optional<double>(*options.scale()) : c10::nullopt,
+        options.window_left(), options.window_right(), options.softcap(), optional_tensor(options.alibi_slopes()),
+        optional_tensor(options.sinks()), cu_seqlens_q.to(torch::kCPU, torch::kLong),
+        cu_seqlens_k.to(torch::kCPU, torch::kLong));
+    return out.squeeze(0).transpose(0, 1);  // [total_q, H, d_v]: the op's output is laid out so, a free view
+  }
+  // The general backends: one sequence at a time, as [H, len, d], each with its own diagonal.
+  const std::vector<int64_t> cq = host_values(cu_seqlens_q), ck = host_values(cu_seqlens_k);
+  std::vector<torch::Tensor> outputs;
+  for (size_t s = 0; s + 1 < cq.size(); ++s) {
+    const int64_t lq = cq[s + 1] - cq[s], lk = ck[s + 1] - ck[s];
+    if (lq == 0) continue;
+    SdpaOptions one = options;
+    if (options.alibi_slopes().defined() && options.alibi_slopes().dim() == 2) {
+      const torch::Tensor& slopes = options.alibi_slopes();
+      one.alibi_slopes(slopes.size(0) == 1 ? slopes[0] : slopes[static_cast<int64_t>(s)]);
+    }
+    const torch::Tensor q = query.narrow(0, cq[s], lq).transpose(0, 1);
+    const torch::Tensor k = key.narrow(0, ck[s], lk).transpose(0, 1), v = value.narrow(0, ck[s], lk).transpose(0, 1);
+    outputs.push_back(std::get<0>(attention(fn, q, k, v, one, /*need_weights=*/false)).transpose(0, 1));
+  }
+  if (outputs.empty()) return query.new_empty({0, query.size(1), value.size(2)});
+  return at::cat(outputs, 0);
+}
+
+}  // namespace attn::backends
