@@ -13,6 +13,7 @@
 #include "support.h"
 
 #include <attn/functional.h>
+#include <attn/ops/decode_attention.h>
 #include <attn/varlen.h>
 
 #include <algorithm>
@@ -892,6 +893,64 @@ TEST(VariantErrors, VarlenArgumentsAreChecked) {
                       [&] { attn::pack_padded(torch::randn({2, 3, 4}), long_tensor({2, 4})); }, {"lengths"});
   expect_error_naming("pack_padded lengths of the wrong size",
                       [&] { attn::pack_padded(torch::randn({2, 3, 4}), long_tensor({2, 1, 1})); }, {"lengths"});
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// The decode kernel (a KV cache, few queries per row) with every variant
+
+// Each row's newest Tq queries against its own cached keys: bottom-right, so the float64 formula on the row's
+// used prefix is the reference. Lengths cross the decode kernel's 256-key splits, and a window of 63 leaves
+// whole splits unread. The decode op is called directly (so the kernel runs), and attention_with_kv_cache with
+// Backend::Math takes the general route on the same cache.
+TEST(VariantDecode, DecodeKernelAndCacheRouteMatchFloat64Reference) {
+  const std::vector<int64_t> lengths{600, 5};
+  const int64_t B = 2, H = 4, H_kv = 2, capacity = 700, d = 16;
+  const std::vector<Variant> variants{
+      Variant("causal window 63").with_causal().with_window(63, 0),
+      Variant("softcap").with_causal().with_softcap(2.0),
+      Variant("alibi [H]").with_causal().with_alibi(1),
+      Variant("alibi [B, H] window").with_causal().with_alibi(2).with_window(100, 0),
+      Variant("sinks").with_causal().with_sinks(),
+      Variant("everything, not causal").with_window(40, 2).with_softcap(3.0).with_alibi(1).with_sinks(),
+  };
+  torch::NoGradGuard no_grad;
+  for (const Variant& var : variants) {
+    for (int64_t tq : {1, 3}) {
+      for (torch::Dtype dtype : {torch::kFloat64, torch::kFloat32, torch::kBFloat16}) {
+        torch::manual_seed(7);
+        const torch::Tensor q = torch::randn({B, H, tq, d}, kF64);
+        const torch::Tensor kc = torch::randn({B, H_kv, capacity, d}, kF64);
+        const torch::Tensor vc = torch::randn({B, H_kv, capacity, d}, kF64);
+        const torch::Tensor slopes = var.alibi == 1 ? test_slopes(H, 0) : var.alibi == 2 ? test_slopes(H, B) : torch::Tensor();
+        const torch::Tensor sinks = var.sinks ? torch::randn({H}, kF64) + 1.0 : torch::Tensor();
+        const torch::Tensor key_lengths = torch::tensor(lengths, torch::kLong);
+        const torch::Tensor query_starts = key_lengths - tq;
+        SdpaOptions options = variant_options(var, Backend::Auto);
+        if (slopes.defined()) options.alibi_slopes(slopes.to(dtype));
+        if (sinks.defined()) options.sinks(sinks.to(dtype));
+        const auto optional = [](const torch::Tensor& t) {
+          return t.defined() ? c10::optional<torch::Tensor>(t) : c10::nullopt;
+        };
+        const torch::Tensor kernel = ops::decode_attention(
+            q.to(dtype), kc.to(dtype), vc.to(dtype), query_starts, key_lengths, var.causal, c10::nullopt, var.left,
+            var.right, var.softcap, optional(options.alibi_slopes()), optional(options.sinks()));
+        const torch::Tensor general = attention_with_kv_cache(q.to(dtype), kc.to(dtype), vc.to(dtype), query_starts,
+                                                              key_lengths, SdpaOptions(options).backend(Backend::Math));
+        for (int64_t b = 0; b < B; ++b) {
+          const int64_t L = lengths[b];
+          const torch::Tensor row_slopes = !slopes.defined() ? slopes : slopes.dim() == 1 ? slopes : slopes.narrow(0, b, 1);
+          const torch::Tensor expected = reference_attention(
+              rounded(q.narrow(0, b, 1), dtype), rounded(kc.narrow(0, b, 1).narrow(2, 0, L), dtype),
+              rounded(vc.narrow(0, b, 1).narrow(2, 0, L), dtype), var, rounded(row_slopes, dtype), {}, {},
+              rounded(sinks, dtype));
+          const std::string what = var.name + " tq=" + std::to_string(tq) + " " + c10::toString(dtype) + " row " +
+                                   std::to_string(b);
+          EXPECT_CLOSE(kernel.narrow(0, b, 1).to(kF64), expected, tolerance(dtype)) << "decode kernel, " << what;
+          EXPECT_CLOSE(general.narrow(0, b, 1).to(kF64), expected, tolerance(dtype)) << "general route, " << what;
+        }
+      }
+    }
+  }
 }
 
 // ------------------------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ enum class Kind {
   LongContext,  // the fused core at long T, forward only: the point is peak RSS
   Bandwidth,    // the memory-bandwidth ceiling: a streaming read (sum) of kBandwidthBytes
   Decode,       // one decoding step: Tq = 1 query per head against a KV cache of Tk positions
+  Variant,      // the fused core with a window, a score term, or packed sequences (impl fused | packed | padded)
 };
 
 struct Config {
@@ -38,6 +39,11 @@ struct Config {
   int64_t Hkv = 0;  // key/value heads (grouped-query attention); 0 means H
   bool causal = false;
   std::string dtype = "float32";  // of the inputs (and module): float32 or bfloat16; the GEMM ceiling is float32
+  // Variants: a causal sliding window of this many keys (window(window - 1, 0)), -1 for none; one score term
+  // ("softcap", "alibi", "sinks" or ""); and the sequence lengths of a ragged batch (packed or padded).
+  int64_t window = -1;
+  std::string term;
+  std::vector<int64_t> lengths;
   // Caps on the suite's warm-up runs and reps, for the configurations that take many seconds (-1: none).
   int max_warmup = -1, max_reps = -1;
 };
@@ -49,6 +55,9 @@ struct Suite {
 };
 
 extern const double kMaxScoreBytes;  // larger [B, H, Tq, Tk] scores are skipped (~6 GiB)
+
+/// Query-key pairs a variant configuration attends (for its FLOPs): causal, within its window, per sequence.
+double attended_pairs(const Config& config);
 
 /// The named suite ("quick" or "full"); std::nullopt for another name.
 std::optional<Suite> make_suite(const std::string& name);

@@ -139,9 +139,56 @@ Suite build_decode_suite() {
   return suite;
 }
 
+// The variants suite (issue 14's targets): a sliding window of 4096 against full causal attention at T=32768,
+// each score term against plain causal attention at T=4096, and a ragged batch packed against the same batch
+// padded to its longest sequence. Every row runs the fused kernel.
+constexpr int64_t kWindowT = 32768, kWindow = 4096, kTermT = 4096;
+const std::vector<int64_t> kRaggedLengths{4096, 256, 1024, 512, 2048, 384, 3072, 768};
+
+Suite build_variants_suite() {
+  Suite suite{"variants", 1, 5, {}};
+  auto& out = suite.configs;
+  Config gemm;
+  gemm.name = fmt::format("gemm/{}", kGemmN);
+  gemm.kind = Kind::Gemm;
+  gemm.impl = "gemm";
+  gemm.Tq = gemm.Tk = gemm.d = kGemmN;
+  out.push_back(gemm);
+  const auto variant = [](const std::string& name, const std::string& impl, int64_t T) {
+    Config c;
+    c.name = name;
+    c.kind = Kind::Variant;
+    c.impl = impl;
+    c.B = kB, c.H = kH, c.Tq = c.Tk = T, c.d = kD;
+    c.causal = true;
+    return c;
+  };
+  Config full = variant(fmt::format("variants/fused/T={}/causal", kWindowT), "fused", kWindowT);
+  full.max_warmup = 0, full.max_reps = 1;  // ~10 s a call on 2 cores
+  out.push_back(full);
+  Config window = variant(fmt::format("variants/fused/T={}/causal/window={}", kWindowT, kWindow), "fused", kWindowT);
+  window.window = kWindow;
+  window.max_warmup = 0, window.max_reps = 3;
+  out.push_back(window);
+  for (const std::string term : {"", "softcap", "alibi", "sinks"}) {
+    Config c = variant(fmt::format("variants/fused/T={}/causal{}", kTermT, term.empty() ? "" : "/" + term), "fused",
+                       kTermT);
+    c.term = term;
+    out.push_back(c);
+  }
+  for (const std::string impl : {"packed", "padded"}) {
+    Config c = variant(fmt::format("varlen/{}/B={}/causal", impl, kRaggedLengths.size()), impl,
+                       *std::max_element(kRaggedLengths.begin(), kRaggedLengths.end()));
+    c.lengths = kRaggedLengths;
+    c.B = static_cast<int64_t>(kRaggedLengths.size());
+    out.push_back(c);
+  }
+  return suite;
+}
+
 // Implementations that hold the whole [B, H, Tq, Tk] score matrix in memory.
 bool materialises_scores(const Config& c) {
-  return c.kind != Kind::Gemm && c.impl != "fused" && c.impl != "attn_mha";
+  return c.kind != Kind::Gemm && c.kind != Kind::Variant && c.impl != "fused" && c.impl != "attn_mha";
 }
 
 }  // namespace
@@ -150,6 +197,7 @@ std::optional<Suite> make_suite(const std::string& name) {
   for (const auto& spec : kSuites)
     if (name == spec.name) return build(spec);
   if (name == "decode") return build_decode_suite();
+  if (name == "variants") return build_variants_suite();
   return std::nullopt;
 }
 
@@ -157,6 +205,7 @@ std::vector<std::string> suite_names() {
   std::vector<std::string> names;
   for (const auto& spec : kSuites) names.emplace_back(spec.name);
   names.emplace_back("decode");
+  names.emplace_back("variants");
   return names;
 }
 
@@ -167,6 +216,19 @@ std::optional<Config> find_config(const std::string& name) {
       if (c.name == name) return c;
   }
   return std::nullopt;
+}
+
+double attended_pairs(const Config& c) {
+  // Causal pairs of one sequence of length T within a window of W keys (W < 0: unbounded).
+  const auto causal_pairs = [&](double T) {
+    if (c.window < 0 || c.window >= T) return T * (T + 1) / 2;
+    const double W = static_cast<double>(c.window);
+    return W * (W + 1) / 2 + (T - W) * W;
+  };
+  if (c.lengths.empty()) return c.B * causal_pairs(static_cast<double>(c.Tq));
+  double pairs = 0;
+  for (int64_t length : c.lengths) pairs += causal_pairs(static_cast<double>(length));
+  return pairs;  // the padded batch is credited with the same useful work
 }
 
 double bytes_read(const Config& c) {
@@ -181,6 +243,7 @@ double flops(const Config& c) {
   if (c.kind == Kind::Gemm) return 2 * Tq * Tk * d;
   if (c.kind == Kind::Bandwidth) return 0;
   if (c.kind == Kind::Decode) return 4 * B * H * Tq * Tk * d;  // every cached key is before the new query
+  if (c.kind == Kind::Variant) return 4 * H * d * attended_pairs(c);
   // Forward attention: QKᵀ and PV, 2·Tq·Tk·d each (4·B·H·Tq·Tk·d; 2·B·H·Tq·Tk·(d_k+d_v) if they differed).
   // Causal does half the pairs.
   const double attention = 4 * B * H * Tq * Tk * d * (c.causal ? 0.5 : 1.0);

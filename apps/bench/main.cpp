@@ -50,7 +50,7 @@ std::string usage() {
   std::string suites;
   for (const std::string& name : bench::suite_names()) {
     const bench::Suite suite = *bench::make_suite(name);
-    suites += fmt::format("                    {:<6} {} configurations, warm-up {}, reps {}\n", name,
+    suites += fmt::format("                    {:<8} {} configurations, warm-up {}, reps {}\n", name,
                           suite.configs.size(), suite.warmup, suite.reps);
   }
   return fmt::format(R"(Usage: attn-bench [OPTIONS]
@@ -89,6 +89,7 @@ scaled_dot_product_attention (on LibTorch 2.x its fused CPU flash kernel). Examp
   attn-bench --suite peer                  # ours against LibTorch's SDPA, float32 and bfloat16
   attn-bench --suite full --filter core/fused/ --reps 5
   attn-bench --suite decode --filter L=8192  # decode steps against an 8k cache, with the bandwidth ceiling
+  attn-bench --suite variants              # sliding window, softcap, ALiBi, sinks, packed vs padded batches
   attn-bench --filter /causal              # only the causal configurations
 
 Exit status: 0 when the run completed (a configuration that failed is a row with an error, not a failed

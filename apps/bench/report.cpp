@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -199,6 +200,36 @@ void print_ratios(const std::vector<Record>& records, double ceiling) {
                gqa->config.Tq, gqa->config.H, kv_heads(gqa->config), gqa->measurement->ms_median,
                kv_heads(mha->config), mha->measurement->ms_median,
                gqa->measurement->ms_median / mha->measurement->ms_median);
+  }
+  // The variants suite: the window's time against full causal attention, each score term's cost over plain
+  // causal attention, and a ragged batch packed against padded.
+  const auto find_variant = [&](const std::string& name) -> const Record* {
+    for (const Record& r : records)
+      if (r.config.name == name && r.measurement) return &r;
+    return nullptr;
+  };
+  for (const Record& r : records) {
+    const Config& c = r.config;
+    if (c.kind != Kind::Variant || !r.measurement) continue;
+    if (c.window > 0) {
+      const Record* full = find_variant(fmt::format("variants/fused/T={}/causal", c.Tq));
+      if (!full) continue;
+      fmt::print("  variants T={} causal window={}: {:.2f}x the time of full causal (target <= 0.2); {:.1f}% of the "
+                 "GEMM ceiling on its T x window FLOPs, full causal {:.1f}%\n",
+                 c.Tq, c.window, r.measurement->ms_median / full->measurement->ms_median, r.pct_of(ceiling),
+                 full->pct_of(ceiling));
+    } else if (!c.term.empty()) {
+      const Record* plain = find_variant(fmt::format("variants/fused/T={}/causal", c.Tq));
+      if (!plain) continue;
+      fmt::print("  variants T={} causal {}: {:+.1f}% time over plain fused (target <= +15%)\n", c.Tq, c.term,
+                 (r.measurement->ms_median / plain->measurement->ms_median - 1) * 100);
+    } else if (c.impl == "packed") {
+      const Record* padded = find_variant(fmt::format("varlen/padded/B={}/causal", c.lengths.size()));
+      if (!padded) continue;
+      fmt::print("  varlen {} sequences ({} to {} tokens) causal: packed vs padded to the longest {} (target >= 1.5x)\n",
+                 c.lengths.size(), *std::min_element(c.lengths.begin(), c.lengths.end()),
+                 *std::max_element(c.lengths.begin(), c.lengths.end()), speedup(&r, padded));
+    }
   }
   for (const Record& r : records)
     if (r.config.kind == Kind::LongContext && r.measurement)

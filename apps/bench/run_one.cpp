@@ -58,6 +58,38 @@ std::function<torch::Tensor()> core_call(const Config& c, torch::Tensor q, torch
   return [=] { return attn::scaled_dot_product_attention(q, k, v, options); };
 }
 
+// A variant configuration: the fused core with a window or a score term, or a ragged batch packed or padded.
+std::function<void()> variant_workload(const Config& c, const torch::TensorOptions& opts) {
+  auto options = attn::SdpaOptions().backend(attn::Backend::Fused).causal(c.causal);
+  if (c.window > 0) options.window(c.window - 1, 0);
+  if (c.term == "softcap") options.softcap(30.0);
+  else if (c.term == "alibi") options.alibi_slopes(attn::alibi_slopes(c.H).to(opts.device()));
+  else if (c.term == "sinks") options.sinks(torch::randn({c.H}, opts));
+  else if (!c.term.empty()) throw std::invalid_argument("unknown score term '" + c.term + "'");
+  if (c.lengths.empty()) {
+    const torch::Tensor q = torch::randn({c.B, c.H, c.Tq, c.d}, opts), k = torch::randn({c.B, c.H, c.Tk, c.d}, opts),
+                        v = torch::randn({c.B, c.H, c.Tk, c.d}, opts);
+    return [=] { attn::scaled_dot_product_attention(q, k, v, options); };
+  }
+  const torch::Tensor lengths = torch::tensor(c.lengths, torch::kLong);
+  const int64_t longest = lengths.max().item<int64_t>();
+  if (c.impl == "packed") {
+    const int64_t total = lengths.sum().item<int64_t>();
+    const torch::Tensor q = torch::randn({total, c.H, c.d}, opts), k = torch::randn({total, c.H, c.d}, opts),
+                        v = torch::randn({total, c.H, c.d}, opts);
+    const torch::Tensor cu = torch::cat({torch::zeros({1}, torch::kLong), lengths.cumsum(0)});
+    return [=] { attn::varlen_attention(q, k, v, cu, cu, longest, longest, options); };
+  }
+  if (c.impl != "padded") throw std::invalid_argument("unknown ragged-batch impl '" + c.impl + "'");
+  // Right-padded to the longest sequence, with the padding masked: what a batch without varlen costs.
+  const int64_t B = static_cast<int64_t>(c.lengths.size());
+  const torch::Tensor q = torch::randn({B, c.H, longest, c.d}, opts), k = torch::randn({B, c.H, longest, c.d}, opts),
+                      v = torch::randn({B, c.H, longest, c.d}, opts);
+  const torch::Tensor padding = (torch::arange(longest).unsqueeze(0) >= lengths.unsqueeze(1)).unsqueeze(1);
+  options.masks(attn::AttentionMasks().key_padding_mask(padding.to(opts.device())));
+  return [=] { attn::scaled_dot_product_attention(q, k, v, options); };
+}
+
 // What one timed call does. The returned callable owns its inputs (and module), built here, untimed.
 std::function<void()> make_workload(const Config& c, const torch::Device& device) {
   torch::manual_seed(0);
@@ -75,6 +107,8 @@ std::function<void()> make_workload(const Config& c, const torch::Device& device
                             torch::randn({c.B, kv_heads(c), c.Tk, c.d}, opts));
       return [=] { call(); };
     }
+    case Kind::Variant:
+      return variant_workload(c, opts);
     case Kind::Bandwidth: {
       const torch::Tensor x = torch::ones({static_cast<int64_t>(kBandwidthBytes / 4)}, opts.dtype(torch::kFloat32));
       return [=] { x.sum(); };

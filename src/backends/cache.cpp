@@ -68,13 +68,11 @@ void check_cache_inputs(const char* fn, const torch::Tensor& query, const torch:
 
 bool uses_decode_kernel(const torch::Tensor& query, const torch::Tensor& key_cache, const torch::Tensor& value_cache,
                         const SdpaOptions& options) {
-  const bool needs_grad = at::GradMode::is_enabled() &&
-                          (query.requires_grad() || key_cache.requires_grad() || value_cache.requires_grad());
+  const bool sinks_need_grad = options.sinks().defined() && options.sinks().requires_grad();
+  const bool needs_grad = at::GradMode::is_enabled() && (query.requires_grad() || key_cache.requires_grad() ||
+                                                         value_cache.requires_grad() || sinks_need_grad);
   const bool backend_ok = options.backend() == Backend::Auto || options.backend() == Backend::Fused;
-  // The decode kernel knows causality only; the score terms and the window take the general route.
-  const bool plain = !options.attention().has_window() && options.softcap() == 0.0 &&
-                     !options.alibi_slopes().defined() && !options.sinks().defined();
-  return backend_ok && plain && query.is_cpu() && common::is_fused_kernel_dtype(query.scalar_type()) &&
+  return backend_ok && query.is_cpu() && common::is_fused_kernel_dtype(query.scalar_type()) &&
          options.dropout() == 0.0 && query.size(2) <= kDecodeMaxQueries && !needs_grad;
 }
 
@@ -84,9 +82,14 @@ torch::Tensor cache_attention(const char* fn, const torch::Tensor& query, const 
   if (uses_decode_kernel(query, key_cache, value_cache, options)) {
     // The op reads the positions as int64 on the CPU; tensors already so pass through without a copy.
     const auto host = [](const torch::Tensor& t) { return t.to(torch::kCPU, torch::kLong); };
+    const auto optional_tensor = [](const torch::Tensor& t) {
+      return t.defined() ? c10::optional<torch::Tensor>(t) : c10::nullopt;
+    };
     return ops::decode_attention(query, key_cache, value_cache, host(query_starts), host(key_lengths),
                                  options.causal(),
-                                 options.scale() ? c10::optional<double>(*options.scale()) : c10::nullopt);
+                                 options.scale() ? c10::optional<double>(*options.scale()) : c10::nullopt,
+                                 options.window_left(), options.window_right(), options.softcap(),
+                                 optional_tensor(options.alibi_slopes()), optional_tensor(options.sinks()));
   }
   // The general backends read the used prefix of the caches (a view) with the cache rule as a mask, or as
   // plain bottom-right causality when every row has the same length and its queries are the newest positions.

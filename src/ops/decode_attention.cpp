@@ -8,11 +8,15 @@ namespace attn::ops {
 
 torch::Tensor decode_attention(const torch::Tensor& query, const torch::Tensor& key_cache,
                                const torch::Tensor& value_cache, const torch::Tensor& query_starts,
-                               const torch::Tensor& key_lengths, bool is_causal, c10::optional<double> scale) {
+                               const torch::Tensor& key_lengths, bool is_causal, c10::optional<double> scale,
+                               int64_t window_left, int64_t window_right, double softcap,
+                               const c10::optional<torch::Tensor>& alibi_slopes,
+                               const c10::optional<torch::Tensor>& sinks) {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("attn::decode_attention", "")
                              .typed<decltype(decode_attention)>();
-  return op.call(query, key_cache, value_cache, query_starts, key_lengths, is_causal, scale);
+  return op.call(query, key_cache, value_cache, query_starts, key_lengths, is_causal, scale, window_left,
+                 window_right, softcap, alibi_slopes, sinks);
 }
 
 }  // namespace attn::ops

@@ -17,5 +17,6 @@ TORCH_LIBRARY(attn, m) {
       "-> (Tensor grad_query, Tensor grad_key, Tensor grad_value, Tensor grad_sinks)");
   m.def(
       "decode_attention(Tensor query, Tensor key_cache, Tensor value_cache, Tensor query_starts, "
-      "Tensor key_lengths, bool is_causal=True, float? scale=None) -> Tensor");
+      "Tensor key_lengths, bool is_causal=True, float? scale=None, int window_left=-1, int window_right=-1, "
+      "float softcap=0.0, Tensor? alibi_slopes=None, Tensor? sinks=None) -> Tensor");
 }

@@ -13,10 +13,16 @@ namespace attn::ops {
 /// Query t of row b sits at position query_starts[b] + t and may attend key j iff j < key_lengths[b] and,
 /// when is_causal, j <= query_starts[b] + t. query_starts and key_lengths are [B] int64 on the CPU.
 /// float32, float64 or bfloat16 (the caches and the query alike), CPU; bfloat16 is computed in float32.
+/// The variants of attn::flash_attention apply around each query's position p: window_left/right (key j
+/// allowed iff p - left <= j <= p + right, -1 unbounded, is_causal bounds right at 0), softcap, alibi_slopes
+/// ([H] or [B, H]: bias -slope · |p - j|) and sinks ([H]).
 /// Not differentiable: an inference kernel. A query with no allowed key gets a zero row.
 torch::Tensor decode_attention(const torch::Tensor& query, const torch::Tensor& key_cache,
                                const torch::Tensor& value_cache, const torch::Tensor& query_starts,
                                const torch::Tensor& key_lengths, bool is_causal = true,
-                               c10::optional<double> scale = c10::nullopt);
+                               c10::optional<double> scale = c10::nullopt, int64_t window_left = -1,
+                               int64_t window_right = -1, double softcap = 0.0,
+                               const c10::optional<torch::Tensor>& alibi_slopes = c10::nullopt,
+                               const c10::optional<torch::Tensor>& sinks = c10::nullopt);
 
 }  // namespace attn::ops

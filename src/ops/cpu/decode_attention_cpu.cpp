@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <type_traits>
 #include <vector>
 
 namespace attn::ops::cpu {
@@ -33,7 +34,9 @@ View4<T> view(const at::Tensor& t) {
 
 at::Tensor decode_attention_cpu(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
                                 const at::Tensor& query_starts, const at::Tensor& key_lengths, bool is_causal,
-                                c10::optional<double> scale) {
+                                c10::optional<double> scale, int64_t window_left, int64_t window_right,
+                                double softcap, const c10::optional<at::Tensor>& alibi_slopes,
+                                const c10::optional<at::Tensor>& sinks) {
   check_input(kOp, "query", query, "[B, H, Tq, d_k]");
   check_input(kOp, "key_cache", key_cache, "[B, H_kv, capacity, d_k]");
   check_input(kOp, "value_cache", value_cache, "[B, H_kv, capacity, d_v]");
@@ -51,6 +54,8 @@ at::Tensor decode_attention_cpu(const at::Tensor& query, const at::Tensor& key_c
   TORCH_CHECK(dk > 0 && dv > 0, kOp, ": d_k and d_v must be positive, got query ", query.sizes(), " and value_cache ",
               value_cache.sizes());
   if (scale) TORCH_CHECK(std::isfinite(*scale), kOp, ": scale must be finite, got ", *scale);
+  check_variant_args(kOp, FlashSizes{B, H, tq, capacity, dk, dv, H_kv}, query, /*has_masks=*/false, 0, window_left,
+                     window_right, softcap, alibi_slopes, sinks, c10::nullopt, c10::nullopt);
   const std::vector<int64_t> starts = positions("query_starts", query_starts, B);
   const std::vector<int64_t> lengths = positions("key_lengths", key_lengths, B);
   for (int64_t b = 0; b < B; ++b) {
@@ -67,12 +72,23 @@ at::Tensor decode_attention_cpu(const at::Tensor& query, const at::Tensor& key_c
   // [B, Tq, H, d_v] memory, as flash_attention's output: merging the heads back is a free view.
   at::Tensor out = at::empty({B, tq, H, dv}, q.options()).transpose(1, 2);
   const double sc = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(dk));
+  // The per-head terms in the compute type, contiguous.
+  const at::Tensor slopes = alibi_slopes && alibi_slopes->defined() ? alibi_slopes->to(compute).contiguous() : at::Tensor();
+  const at::Tensor sink_logits = sinks && sinks->defined() ? sinks->to(compute).contiguous() : at::Tensor();
 
   const auto fill = [&](auto& args) {
     args.batch = B, args.heads = H, args.kv_heads = H_kv, args.tq = tq, args.dk = dk, args.dv = dv;
     args.query_starts = starts.data();
     args.key_lengths = lengths.data();
     args.causal = is_causal;
+    args.window_left = window_left, args.window_right = window_right;
+    using T = std::remove_pointer_t<decltype(args.sinks)>;
+    args.softcap = static_cast<std::remove_const_t<T>>(softcap);
+    if (slopes.defined()) {
+      args.alibi = slopes.data_ptr<std::remove_const_t<T>>();
+      args.alibi_stride = slopes.dim() == 2 && slopes.size(0) > 1 ? H : 0;
+    }
+    if (sink_logits.defined()) args.sinks = sink_logits.data_ptr<std::remove_const_t<T>>();
   };
   if (bf16) {
     DecodeArgs<float, c10::BFloat16> args;

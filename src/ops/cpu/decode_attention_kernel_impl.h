@@ -25,14 +25,20 @@
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE {
 namespace {
 
-/// The end of the keys query t of row b may attend: the cache rule of DecodeArgs (and of backends/masks.h).
-inline int64_t key_limit(int64_t key_length, int64_t query_start, int64_t t, bool causal) {
-  return causal ? std::clamp<int64_t>(query_start + t + 1, 0, key_length) : key_length;
+/// The keys [begin, end) query t of row b may attend: the cache rule of DecodeArgs (and of backends/masks.h),
+/// the band around the query's position p, cut to the written keys.
+template <typename T, typename KV>
+std::pair<int64_t, int64_t> key_band(const DecodeArgs<T, KV>& a, int64_t b, int64_t t) {
+  const int64_t p = a.query_starts[b] + t, length = a.key_lengths[b], right = a.right_bound();
+  const int64_t begin = a.window_left >= 0 ? std::clamp<int64_t>(p - a.window_left, 0, length) : 0;
+  const int64_t end = right >= 0 ? std::clamp<int64_t>(p + right + 1, 0, length) : length;
+  return {begin, std::max(begin, end)};
 }
 
 /// y += alpha · x, x widened from the cache type.
@@ -98,7 +104,7 @@ void weighted_sum_rows(int64_t rows, const T* w, int64_t ldw, int64_t n, const K
 template <typename T>
 struct DecodeState {
   std::vector<T> q, scores;
-  std::vector<int64_t> allowed;
+  std::vector<int64_t> begin, end;  // each packed row's allowed keys in the split, [begin, end)
 };
 
 template <typename T, typename KV>
@@ -124,6 +130,23 @@ void decode(const DecodeArgs<T, KV>& a) {
     T* l = part_sum.data() + task * rows;
     T* acc = part_out.data() + task * rows * a.dv;
 
+    // Each packed row's allowed keys within the split; a split outside every row's band is not read at all.
+    st.begin.resize(rows);
+    st.end.resize(rows);
+    bool any_allowed = false;
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto [begin, end] = key_band(a, b, r % a.tq);
+      st.begin[r] = std::clamp<int64_t>(begin - j0, 0, cols);
+      st.end[r] = std::clamp<int64_t>(end - j0, st.begin[r], cols);
+      any_allowed = any_allowed || st.end[r] > st.begin[r];
+    }
+    if (!any_allowed) {
+      std::fill(m, m + rows, kNegInf<T>);
+      std::fill(l, l + rows, T(0));
+      std::fill(acc, acc + rows * a.dv, T(0));
+      return;
+    }
+
     // The group's query rows, packed: row r = i * Tq + t is query t of head hk * group + i.
     st.q.resize(rows * a.dk);
     for (int64_t i = 0; i < group; ++i) {
@@ -144,35 +167,42 @@ void decode(const DecodeArgs<T, KV>& a) {
                  a.dv, a.scale, s + r0 * lds, lds);
     }
 
-    st.allowed.resize(rows);
     for (int64_t r = 0; r < rows; ++r) {
-      const int64_t limit = key_limit(a.key_lengths[b], a.query_starts[b], r % a.tq, a.causal);
-      const int64_t allowed = std::clamp<int64_t>(limit - j0, 0, cols);
-      st.allowed[r] = allowed;
       T* row = s + r * lds;
-      std::fill(row + allowed, row + cols, kNegInf<T>);
-      m[r] = allowed > 0 ? row_max(row, cols) : kNegInf<T>;
+      const int64_t h = hk * group + r / a.tq;
+      // The score terms in backends/masks.h's order, then the blocked keys outside the row's band.
+      if (a.softcap > T(0)) softcap_row(row, cols, a.softcap, static_cast<T*>(nullptr));
+      if (a.alibi) alibi_row(row, cols, a.alibi[b * a.alibi_stride + h], a.query_starts[b] + r % a.tq - j0);
+      std::fill(row, row + st.begin[r], kNegInf<T>);
+      std::fill(row + st.end[r], row + cols, kNegInf<T>);
+      m[r] = st.end[r] > st.begin[r] ? row_max(row, cols) : kNegInf<T>;
       if (m[r] == kNegInf<T>) {  // no key of this split is allowed for this row
         std::fill(row, row + cols, T(0));
         l[r] = T(0);
-        st.allowed[r] = 0;
+        st.begin[r] = st.end[r] = 0;
       } else {
         l[r] = exp_shifted_sum(row, cols, m[r]);
       }
     }
 
-    // The keys every row of a tile may attend go through the tile; a row's remaining allowed keys (causal
-    // rows of a multi-query step) go row by row. A blocked key never enters a product, so a NaN or Inf
+    // The keys every row of a tile may attend go through the tile; a row's other allowed keys (causal rows of
+    // a multi-query step, window edges) go row by row. A blocked key never enters a product, so a NaN or Inf
     // value there contributes nothing.
     std::fill(acc, acc + rows * a.dv, T(0));
     for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
       const int64_t tile = std::min<int64_t>(kTileRows, rows - r0);
-      const int64_t common = *std::min_element(st.allowed.begin() + r0, st.allowed.begin() + r0 + tile);
-      weighted_sum_rows(tile, s + r0 * lds, lds, common, v, a.v.si, a.dv, acc + r0 * a.dv);
+      const int64_t common_begin = *std::max_element(st.begin.begin() + r0, st.begin.begin() + r0 + tile);
+      const int64_t common_end = std::max(common_begin, *std::min_element(st.end.begin() + r0, st.end.begin() + r0 + tile));
+      if (common_end > common_begin) {
+        weighted_sum_rows(tile, s + r0 * lds + common_begin, lds, common_end - common_begin, v + common_begin * a.v.si,
+                          a.v.si, a.dv, acc + r0 * a.dv);
+      }
       for (int64_t r = r0; r < r0 + tile; ++r) {
-        for (int64_t c = common; c < st.allowed[r]; ++c) {
+        const auto add = [&](int64_t c) {
           if (s[r * lds + c] != T(0)) axpy(s[r * lds + c], v + c * a.v.si, acc + r * a.dv, a.dv);
-        }
+        };
+        for (int64_t c = st.begin[r]; c < std::min(common_begin, st.end[r]); ++c) add(c);
+        for (int64_t c = std::max(common_end, st.begin[r]); c < st.end[r]; ++c) add(c);
       }
     }
   });
@@ -183,7 +213,9 @@ void decode(const DecodeArgs<T, KV>& a) {
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / a.kv_heads, hk = bh % a.kv_heads;
       for (int64_t r = 0; r < rows; ++r) {
-        T max = kNegInf<T>;
+        // A sink joins the merge as one more split: its logit, exp(0) = 1 of mass, and no output.
+        const T sink = a.sinks ? a.sinks[hk * group + r / a.tq] : kNegInf<T>;
+        T max = sink;
         for (int64_t sp = first_split[b]; sp < first_split[b + 1]; ++sp) {
           const T ms = part_max[(sp * a.kv_heads + hk) * rows + r];
           if (std::isnan(ms) || ms > max) max = ms;
@@ -194,7 +226,7 @@ void decode(const DecodeArgs<T, KV>& a) {
           std::fill(dst, dst + a.dv, T(0));
           continue;
         }
-        T denom = 0;
+        T denom = sink == kNegInf<T> ? T(0) : std::exp(sink - max);
         std::fill(out.begin(), out.end(), T(0));
         for (int64_t sp = first_split[b]; sp < first_split[b + 1]; ++sp) {
           const int64_t slot = sp * a.kv_heads + hk;

@@ -20,6 +20,13 @@ struct View4 {
   T* row(int64_t b, int64_t h, int64_t i) const { return data + b * sb + h * sh + i * si; }
 };
 
+/// The right bound of a window band with causality folded in (-1: unbounded): causal bounds it at 0, as
+/// backends/masks.h's band_of does for the tensor backends.
+inline int64_t band_right(bool causal, int64_t window_right) {
+  if (!causal) return window_right;
+  return window_right < 0 ? 0 : std::min<int64_t>(window_right, 0);
+}
+
 /// What the forward and backward kernels share: sizes, inputs, masks and options.
 template <typename T>
 struct FlashProblem {
@@ -45,11 +52,7 @@ struct FlashProblem {
   const int64_t* cu_seqlens_k = nullptr;
   int64_t sequences = 0;
 
-  /// The right bound of the band, with causality folded in (-1: unbounded).
-  int64_t right_bound() const {
-    if (!causal) return window_right;
-    return window_right < 0 ? 0 : std::min<int64_t>(window_right, 0);
-  }
+  int64_t right_bound() const { return band_right(causal, window_right); }
 
   /// How many query heads share one key/value head, and which one query head h reads.
   int64_t group() const { return heads / kv_heads; }
@@ -75,8 +78,9 @@ struct FlashBackward {
 };
 
 /// The decode kernel: few queries (Tq <= 16 or so) per batch row against a KV cache. Query t of row b sits at
-/// position query_starts[b] + t; it may attend key j iff j < key_lengths[b] and, when causal,
-/// j <= query_starts[b] + t (backends/masks.h, cache_blocked, states the same rule). The cache element type
+/// position p = query_starts[b] + t; it may attend key j iff j < key_lengths[b] and j lies in the band around
+/// p: when causal j <= p, with a window p - window_left <= j <= p + window_right (backends/masks.h,
+/// cache_blocked, states the same rule). The cache element type
 /// KV is the compute type T, or bfloat16 for T = float.
 template <typename T, typename KV>
 struct DecodeArgs {
@@ -87,7 +91,15 @@ struct DecodeArgs {
   const int64_t* key_lengths = nullptr;   // [B], each <= capacity
   bool causal = true;
   T scale = 1;
+  // The variants of FlashProblem, around each query's position p instead of a diagonal.
+  int64_t window_left = -1, window_right = -1;
+  T softcap = 0;
+  const T* alibi = nullptr;  // slope of (row b, head h) at alibi[b * alibi_stride + h]
+  int64_t alibi_stride = 0;
+  const T* sinks = nullptr;  // [H]
   View4<T> out;              // [B, H, Tq, dv]
+
+  int64_t right_bound() const { return band_right(causal, window_right); }
 };
 
 /// Keys per split of a row's cache: the split depends on the length only, never on the thread count, so

@@ -296,6 +296,9 @@ void run_tasks(int64_t count, const Task& task) {
   });
 }
 
+/// Rows of a score tile that get their score terms and masks together, just before their softmax.
+inline constexpr int64_t kRowChunk = 8;
+
 template <typename T>
 struct ForwardState {
   std::vector<T> scores, acc, row_max, row_sum;
@@ -347,11 +350,16 @@ void forward(const FlashForward<T>& args) {
       const int64_t cols = std::min(kKeyBlock, key_end - j0);
       const T* k = p.k.row(b, hk, sq.k0 + j0);
       gemm<T>(false, true, rows, cols, p.dk, p.scale, q, p.q.si, k, p.k.si, T(0), s, kKeyBlock);
-      score_terms(p, sq, h, i0, rows, j0, cols, s, kKeyBlock, static_cast<T*>(nullptr));
-      if (masked || tile_leaves_band(p, sq, i0, rows, j0, cols)) mask_tile(p, sq, h, i0, rows, j0, cols, s, kKeyBlock);
+      const bool mask = masked || tile_leaves_band(p, sq, i0, rows, j0, cols);
 
       for (int64_t r = 0; r < rows; ++r) {
         T* row = s + r * kKeyBlock;
+        // The score terms and masks a few rows at a time, so the softmax below reads them from L1.
+        if (r % kRowChunk == 0) {
+          const int64_t chunk = std::min(kRowChunk, rows - r);
+          score_terms(p, sq, h, i0 + r, chunk, j0, cols, row, kKeyBlock, static_cast<T*>(nullptr));
+          if (mask) mask_tile(p, sq, h, i0 + r, chunk, j0, cols, row, kKeyBlock);
+        }
         const T tile_max = row_max(row, cols);
         const T old_max = st.row_max[r];
         const T new_max = (std::isnan(tile_max) || tile_max > old_max) ? tile_max : old_max;
