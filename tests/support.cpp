@@ -1,6 +1,7 @@
 #include "support.h"
 
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <sstream>
 
@@ -110,6 +111,40 @@ void load_linear(torch::nn::Linear& linear, const torch::Tensor& w, const torch:
   torch::NoGradGuard no_grad;
   linear->weight.copy_(w);
   if (b.defined()) linear->bias.copy_(b);
+}
+
+/// Compares d(sum(fn() * cotangent))/d(t) from autograd with central differences, for every tensor in
+/// `wrt` (float64 leaves that fn reads).
+void expect_gradients_match_finite_differences(const std::function<torch::Tensor()>& fn, const std::vector<torch::Tensor>& wrt, const std::string& what) {
+  SCOPED_TRACE(what);
+  torch::manual_seed(3);
+  const torch::Tensor cotangent = torch::randn(fn().sizes(), torch::kFloat64);
+  for (const auto& t : wrt) {
+    if (t.grad().defined()) t.grad().zero_();
+  }
+  (fn() * cotangent).sum().backward();
+  constexpr double eps = 1e-6;
+  for (size_t i = 0; i < wrt.size(); ++i) {
+    torch::Tensor t = wrt[i];
+    ASSERT_TRUE(t.grad().defined()) << "no gradient reached input " << i;
+    const torch::Tensor analytic = t.grad().clone();
+    torch::Tensor numeric = torch::zeros_like(t);
+    torch::NoGradGuard no_grad;
+    auto flat = t.view(-1);
+    auto numeric_flat = numeric.view(-1);
+    for (int64_t j = 0; j < flat.numel(); ++j) {
+      const double saved = flat[j].item<double>();
+      flat[j] = saved + eps;
+      const double plus = (fn() * cotangent).sum().item<double>();
+      flat[j] = saved - eps;
+      const double minus = (fn() * cotangent).sum().item<double>();
+      flat[j] = saved;
+      numeric_flat[j] = (plus - minus) / (2 * eps);
+    }
+    EXPECT_TRUE(torch::isfinite(analytic).all().item<bool>()) << "input " << i;
+    EXPECT_TRUE(torch::allclose(analytic, numeric, 1e-5, 1e-6))
+        << "input " << i << ": max |autograd - finite difference| = " << (analytic - numeric).abs().max().item<double>();
+  }
 }
 
 }  // namespace attn::test

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,11 @@ std::tuple<torch::Tensor, torch::Tensor> float64_attention(const torch::Tensor& 
 }  // namespace attn::test
 
 namespace attn::test {
+/// Compares d(sum(fn() * cotangent))/d(t) from autograd with central differences (float64, eps 1e-6), for
+/// every tensor in `wrt` (float64 leaves that fn reads).
+void expect_gradients_match_finite_differences(const std::function<torch::Tensor()>& fn,
+                                               const std::vector<torch::Tensor>& wrt, const std::string& what);
+
 /// Readable test parameters in gtest's output ("cpu_Float" rather than a byte dump).
 inline void PrintTo(const DeviceDtype& p, std::ostream* os) { *os << param_name(p); }
 }  // namespace attn::test

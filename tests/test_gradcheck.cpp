@@ -8,42 +8,6 @@
 namespace attn::test {
 namespace {
 
-using Fn = std::function<torch::Tensor()>;
-
-/// Compares d(sum(fn() * cotangent))/d(t) from autograd with central differences, for every tensor in
-/// `wrt` (float64 leaves that fn reads).
-void expect_gradients_match(const Fn& fn, const std::vector<torch::Tensor>& wrt, const std::string& what) {
-  SCOPED_TRACE(what);
-  torch::manual_seed(3);
-  const torch::Tensor cotangent = torch::randn(fn().sizes(), torch::kFloat64);
-  for (const auto& t : wrt) {
-    if (t.grad().defined()) t.grad().zero_();
-  }
-  (fn() * cotangent).sum().backward();
-  constexpr double eps = 1e-6;
-  for (size_t i = 0; i < wrt.size(); ++i) {
-    torch::Tensor t = wrt[i];
-    ASSERT_TRUE(t.grad().defined()) << "no gradient reached input " << i;
-    const torch::Tensor analytic = t.grad().clone();
-    torch::Tensor numeric = torch::zeros_like(t);
-    torch::NoGradGuard no_grad;
-    auto flat = t.view(-1);
-    auto numeric_flat = numeric.view(-1);
-    for (int64_t j = 0; j < flat.numel(); ++j) {
-      const double saved = flat[j].item<double>();
-      flat[j] = saved + eps;
-      const double plus = (fn() * cotangent).sum().item<double>();
-      flat[j] = saved - eps;
-      const double minus = (fn() * cotangent).sum().item<double>();
-      flat[j] = saved;
-      numeric_flat[j] = (plus - minus) / (2 * eps);
-    }
-    EXPECT_TRUE(torch::isfinite(analytic).all().item<bool>()) << "input " << i;
-    EXPECT_TRUE(torch::allclose(analytic, numeric, 1e-5, 1e-6))
-        << "input " << i << ": max |autograd - finite difference| = " << (analytic - numeric).abs().max().item<double>();
-  }
-}
-
 torch::Tensor leaf(at::IntArrayRef shape) { return torch::randn(shape, torch::kFloat64).requires_grad_(true); }
 
 template <typename Module>
@@ -62,9 +26,9 @@ TEST(GradCheck, FunctionalWithEveryMaskKind) {
   attend[3] = false;  // a fully masked row: its gradient must be exactly zero, not NaN
   const torch::Tensor additive = torch::randn({4, 5}, torch::kFloat64);
   const auto masks = AttentionMasks().key_padding_mask(padding).attend_mask(attend).additive_mask(additive);
-  expect_gradients_match([&] { return scaled_dot_product_attention(q, k, v, SdpaOptions().masks(masks)); }, {q, k, v},
+  expect_gradients_match_finite_differences([&] { return scaled_dot_product_attention(q, k, v, SdpaOptions().masks(masks)); }, {q, k, v},
                          "masks");
-  expect_gradients_match([&] { return scaled_dot_product_attention(q, k, v, SdpaOptions().causal(true).scale(0.7)); },
+  expect_gradients_match_finite_differences([&] { return scaled_dot_product_attention(q, k, v, SdpaOptions().causal(true).scale(0.7)); },
                          {q, k, v}, "causal, Tq < Tk, scale");
 }
 
@@ -74,7 +38,7 @@ TEST(GradCheck, GroupedQueryAttention) {
   torch::manual_seed(12);
   const torch::Tensor q = leaf({1, 4, 3, 3}), k = leaf({1, 2, 5, 3}), v = leaf({1, 2, 5, 2});
   for (Backend backend : {Backend::Math, Backend::Fused}) {
-    expect_gradients_match(
+    expect_gradients_match_finite_differences(
         [&] { return scaled_dot_product_attention(q, k, v, SdpaOptions().causal(true).backend(backend)); }, {q, k, v},
         std::string("grouped, causal, ") + to_string(backend));
   }
@@ -85,7 +49,7 @@ TEST(GradCheck, AttentionHead) {
   AttentionHead head(AttentionHeadOptions(4, 3).d_v(5).bias(true).causal(true));
   head->to(torch::kFloat64);
   const torch::Tensor x = leaf({2, 4, 4});
-  expect_gradients_match([&] { return head->forward(x); }, with_parameters(head, {x}), "self-attention");
+  expect_gradients_match_finite_differences([&] { return head->forward(x); }, with_parameters(head, {x}), "self-attention");
 }
 
 TEST(GradCheck, MultiHeadAttention) {
@@ -96,7 +60,7 @@ TEST(GradCheck, MultiHeadAttention) {
   torch::Tensor padding = torch::zeros({2, 4}, torch::kBool);
   padding.index_put_({1, 3}, true);
   const auto masks = AttentionMasks().key_padding_mask(padding);
-  expect_gradients_match([&] { return mha->forward(query, key, value, masks); },
+  expect_gradients_match_finite_differences([&] { return mha->forward(query, key, value, masks); },
                          with_parameters(mha, {query, key, value}), "kdim/vdim, key padding");
 }
 
@@ -107,7 +71,7 @@ TEST(GradCheck, CrossAttention) {
   const torch::Tensor x = leaf({2, 3, 5}), context = leaf({2, 6, 3});
   torch::Tensor padding = torch::zeros({2, 6}, torch::kBool);
   padding[1] = true;  // batch 1 has no context at all
-  expect_gradients_match([&] { return cross->forward(x, context, AttentionMasks().key_padding_mask(padding)); },
+  expect_gradients_match_finite_differences([&] { return cross->forward(x, context, AttentionMasks().key_padding_mask(padding)); },
                          with_parameters(cross, {x, context}), "context padding");
 }
 

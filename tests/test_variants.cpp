@@ -429,42 +429,6 @@ TEST(VariantsOnTorchBackend, WindowAndAlibiMatchFloat64Reference) {
 // ------------------------------------------------------------------------------------------------------------
 // Finite differences (float64): softcap, ALiBi and sinks, the sink gradient included
 
-using Fn = std::function<torch::Tensor()>;
-
-/// d(sum(fn() * cotangent))/d(t) from autograd against central differences, for every float64 leaf in `wrt`.
-void expect_gradients_match_finite_differences(const Fn& fn, const std::vector<torch::Tensor>& wrt,
-                                               const std::string& what) {
-  SCOPED_TRACE(what);
-  torch::manual_seed(3);
-  const torch::Tensor cotangent = torch::randn(fn().sizes(), kF64);
-  for (const auto& t : wrt) {
-    if (t.grad().defined()) t.grad().zero_();
-  }
-  (fn() * cotangent).sum().backward();
-  constexpr double eps = 1e-6;
-  for (size_t i = 0; i < wrt.size(); ++i) {
-    torch::Tensor t = wrt[i];
-    ASSERT_TRUE(t.grad().defined()) << "no gradient reached input " << i;
-    const torch::Tensor analytic = t.grad().clone();
-    torch::Tensor numeric = torch::zeros_like(t);
-    torch::NoGradGuard no_grad;
-    auto flat = t.view(-1);
-    auto numeric_flat = numeric.view(-1);
-    for (int64_t j = 0; j < flat.numel(); ++j) {
-      const double saved = flat[j].item<double>();
-      flat[j] = saved + eps;
-      const double plus = (fn() * cotangent).sum().item<double>();
-      flat[j] = saved - eps;
-      const double minus = (fn() * cotangent).sum().item<double>();
-      flat[j] = saved;
-      numeric_flat[j] = (plus - minus) / (2 * eps);
-    }
-    EXPECT_TRUE(torch::isfinite(analytic).all().item<bool>()) << "input " << i;
-    EXPECT_TRUE(torch::allclose(analytic, numeric, 1e-5, 1e-6))
-        << "input " << i << ": max |autograd - finite difference| = " << (analytic - numeric).abs().max().item<double>();
-  }
-}
-
 torch::Tensor leaf64(at::IntArrayRef shape) { return torch::randn(shape, kF64).requires_grad_(true); }
 
 TEST(VariantGradCheck, SoftcapAlibiAndSinksMatchFiniteDifferences) {
