@@ -25,6 +25,8 @@ from transformers.models.gpt_neox import modeling_gpt_neox as neox
 from transformers.models.gptj import modeling_gptj as gptj
 from transformers.models.llama import modeling_llama as llama
 
+from transformers_cases import write_cases
+
 
 def positions_for(batch, tq, offsets):
     return torch.stack([torch.arange(o, o + tq) for o in offsets[:batch]])
@@ -147,13 +149,7 @@ def main():
         "rope_neox_partial": neox_partial_case(7),
         "rope_gptj_interleaved": gptj_case(8),
     }
-    for name, case in cases.items():
-        case["name"] = name
-        case["transformers_version"] = transformers.__version__
-        torch.save(case, os.path.join(args.out, name + ".pt"))
-    with open(os.path.join(args.out, "manifest.txt"), "w") as f:
-        f.write("\n".join(cases) + "\n")
-    print(f"wrote {len(cases)} rotary cases from transformers {transformers.__version__} to {args.out}")
+    write_cases(args.out, cases, "rotary")
 
 
 if __name__ == "__main__":

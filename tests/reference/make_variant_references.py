@@ -56,6 +56,8 @@ from transformers.models.gemma2 import modeling_gemma2 as gemma2
 from transformers.models.gpt_oss import modeling_gpt_oss as gpt_oss
 from transformers.models.mistral import modeling_mistral as mistral
 
+from transformers_cases import write_cases
+
 FLOAT32_SOFTMAX_TOL = 2e-6  # float64 runs against a reference whose softmax ran in float32
 BLOOM_TOL = 5e-6            # BLOOM also forms its bias slope * j in float32 (float32 slopes times integer positions)
 FLOAT64_TOL = 1e-10         # as the PyTorch references (docs/testing.md)
@@ -174,6 +176,18 @@ def mistral_decode_case(seed, batch, heads, kv_heads, past, new, head_dim, windo
                 scale=float(module.scaling), float64_tol=FLOAT32_SOFTMAX_TOL)
 
 
+def layer_mask(config, module, layer_type, batch, seq, window):
+    """The mask transformers builds for a layer of this type (sliding-window causal or causal), with the left
+    window side attn takes for it: sliding_window W keeps W keys, window(W - 1, 0)."""
+    embeds = torch.zeros(batch, seq, config.hidden_size, dtype=torch.float64)
+    mask_kwargs = dict(config=config, inputs_embeds=embeds, attention_mask=None, past_key_values=None)
+    if layer_type == "sliding_attention":
+        assert module.sliding_window == window
+        return create_sliding_window_causal_mask(**mask_kwargs), window - 1
+    assert module.sliding_window is None
+    return create_causal_mask(**mask_kwargs), -1
+
+
 def gemma2_case(seed, batch, heads, kv_heads, seq, head_dim, window, softcap, query_pre_attn_scalar, layer_type,
                 q_scale):
     """Gemma 2's eager attention: scores * query_pre_attn_scalar ** -0.5, then softcap * tanh(scores / softcap),
@@ -185,14 +199,7 @@ def gemma2_case(seed, batch, heads, kv_heads, seq, head_dim, window, softcap, qu
     layer_idx = config.layer_types.index(layer_type)
     module = gemma2.Gemma2Attention(config, layer_idx=layer_idx).eval()
     _, q, k, v, grad_output = seeded_inputs(seed, batch, heads, kv_heads, seq, seq, head_dim, q_scale)
-    embeds = torch.zeros(batch, seq, config.hidden_size, dtype=torch.float64)
-    mask_kwargs = dict(config=config, inputs_embeds=embeds, attention_mask=None, past_key_values=None)
-    if layer_type == "sliding_attention":
-        mask, left = create_sliding_window_causal_mask(**mask_kwargs), window - 1
-        assert module.sliding_window == window
-    else:
-        mask, left = create_causal_mask(**mask_kwargs), -1
-        assert module.sliding_window is None
+    mask, left = layer_mask(config, module, layer_type, batch, seq, window)
     case = eager_case(module, gemma2.eager_attention_forward, q, k, v, grad_output, mask, scaling=module.scaling,
                       sliding_window=module.sliding_window, softcap=module.attn_logit_softcapping)
     # The scores must reach the tanh's curved part, or softcap would go untested.
@@ -261,13 +268,7 @@ def gptoss_case(seed, batch, heads, kv_heads, seq, head_dim, window, layer_type)
     # Sinks from -2 to 4: from negligible to taking most of a row.
     sinks = torch.linspace(-2.0, 4.0, heads, dtype=torch.float64)[torch.randperm(heads, generator=gen)]
     module.sinks = nn.Parameter(sinks.clone())
-    embeds = torch.zeros(batch, seq, config.hidden_size, dtype=torch.float64)
-    mask_kwargs = dict(config=config, inputs_embeds=embeds, attention_mask=None, past_key_values=None)
-    if layer_type == "sliding_attention":
-        mask, left = create_sliding_window_causal_mask(**mask_kwargs), window - 1
-        assert module.sliding_window == window
-    else:
-        mask, left = create_causal_mask(**mask_kwargs), -1
+    mask, left = layer_mask(config, module, layer_type, batch, seq, window)
     case = eager_case(module, gpt_oss.eager_attention_forward, q, k, v, grad_output, mask, scaling=module.scaling,
                       sliding_window=module.sliding_window)
     return dict(case, model="gpt_oss", sinks=sinks, grad_sinks=module.sinks.grad.detach().clone(), causal=True,
@@ -313,13 +314,7 @@ def main():
         print(f"{name}: transformers against the plain float64 formula: max error {worst:.2e} "
               f"(float64 tolerance {case['float64_tol']:.0e})")
     cases["alibi_slopes"] = slopes_case()
-    for name, case in cases.items():
-        case["name"] = name
-        case["transformers_version"] = transformers.__version__
-        torch.save(case, os.path.join(args.out, name + ".pt"))
-    with open(os.path.join(args.out, "manifest.txt"), "w") as f:
-        f.write("\n".join(cases) + "\n")
-    print(f"wrote {len(cases)} variant cases from transformers {transformers.__version__} to {args.out}")
+    write_cases(args.out, cases, "variant")
 
 
 if __name__ == "__main__":
