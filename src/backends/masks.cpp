@@ -1,5 +1,7 @@
 #include "backends/masks.h"
 
+#include "common/band.h"
+
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -38,8 +40,7 @@ Band band_of(const AttentionOptions& options, int64_t tq, int64_t tk) {
   Band band;
   band.offset = causal_offset(tq, tk, options.causal_alignment());
   band.left = options.window_left();
-  band.right = options.window_right();
-  if (options.causal()) band.right = band.right < 0 ? 0 : std::min<int64_t>(band.right, 0);
+  band.right = common::band_right(options.causal(), options.window_right());
   return band;
 }
 

@@ -4,6 +4,8 @@
 // time, the way ATen's own CPU kernels are. Everything here is validated by the caller
 // (flash_attention_cpu.cpp): shapes agree, the last dimension of every tensor is contiguous.
 
+#include "common/band.h"
+
 #include <c10/util/BFloat16.h>
 
 #include <algorithm>
@@ -19,13 +21,6 @@ struct View4 {
   int64_t sb = 0, sh = 0, si = 0, sj = 1;
   T* row(int64_t b, int64_t h, int64_t i) const { return data + b * sb + h * sh + i * si; }
 };
-
-/// The right bound of a window band with causality folded in (-1: unbounded): causal bounds it at 0, as
-/// backends/masks.h's band_of does for the tensor backends.
-inline int64_t band_right(bool causal, int64_t window_right) {
-  if (!causal) return window_right;
-  return window_right < 0 ? 0 : std::min<int64_t>(window_right, 0);
-}
 
 /// What the forward and backward kernels share: sizes, inputs, masks and options.
 template <typename T>
@@ -52,7 +47,7 @@ struct FlashProblem {
   const int64_t* cu_seqlens_k = nullptr;
   int64_t sequences = 0;
 
-  int64_t right_bound() const { return band_right(causal, window_right); }
+  int64_t right_bound() const { return common::band_right(causal, window_right); }
 
   /// How many query heads share one key/value head, and which one query head h reads.
   int64_t group() const { return heads / kv_heads; }
@@ -99,7 +94,7 @@ struct DecodeArgs {
   const T* sinks = nullptr;  // [H]
   View4<T> out;              // [B, H, Tq, dv]
 
-  int64_t right_bound() const { return band_right(causal, window_right); }
+  int64_t right_bound() const { return common::band_right(causal, window_right); }
 };
 
 /// Keys per split of a row's cache: the split depends on the length only, never on the thread count, so
