@@ -12,8 +12,8 @@ TORCH_LIBRARY(attn, m) {
   m.def(
       "flash_attention_backward(Tensor grad_output, Tensor query, Tensor key, Tensor value, Tensor output, "
       "Tensor logsumexp, Tensor? key_padding_mask, Tensor? attend_mask, Tensor? additive_mask, bool is_causal, "
-      "int causal_offset, float? scale, int window_left, int window_right, float softcap, Tensor? alibi_slopes, "
-      "Tensor? sinks, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k) "
+      "int causal_offset, float? scale, int window_left=-1, int window_right=-1, float softcap=0.0, "
+      "Tensor? alibi_slopes=None, Tensor? sinks=None, Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k=None) "
       "-> (Tensor grad_query, Tensor grad_key, Tensor grad_value, Tensor grad_sinks)");
   m.def(
       "decode_attention(Tensor query, Tensor key_cache, Tensor value_cache, Tensor query_starts, "
