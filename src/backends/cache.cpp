@@ -2,6 +2,7 @@
 
 #include "backends/dispatch.h"
 #include "backends/masks.h"
+#include "backends/op_arguments.h"
 #include "backends/validate.h"
 #include "common/checks.h"
 #include "common/dtypes.h"
@@ -14,14 +15,6 @@
 #include <vector>
 
 namespace attn::backends {
-namespace {
-
-std::vector<int64_t> host_values(const torch::Tensor& t) {
-  const torch::Tensor c = t.to(torch::kCPU, torch::kLong).contiguous();
-  return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
-}
-
-}  // namespace
 
 void check_cache_inputs(const char* fn, const torch::Tensor& query, const torch::Tensor& key_cache,
                         const torch::Tensor& value_cache, const torch::Tensor& query_starts,
@@ -82,14 +75,10 @@ torch::Tensor cache_attention(const char* fn, const torch::Tensor& query, const 
   if (uses_decode_kernel(query, key_cache, value_cache, options)) {
     // The op reads the positions as int64 on the CPU; tensors already so pass through without a copy.
     const auto host = [](const torch::Tensor& t) { return t.to(torch::kCPU, torch::kLong); };
-    const auto optional_tensor = [](const torch::Tensor& t) {
-      return t.defined() ? c10::optional<torch::Tensor>(t) : c10::nullopt;
-    };
     return ops::decode_attention(query, key_cache, value_cache, host(query_starts), host(key_lengths),
-                                 options.causal(),
-                                 options.scale() ? c10::optional<double>(*options.scale()) : c10::nullopt,
-                                 options.window_left(), options.window_right(), options.softcap(),
-                                 optional_tensor(options.alibi_slopes()), optional_tensor(options.sinks()));
+                                 options.causal(), optional_scale(options), options.window_left(),
+                                 options.window_right(), options.softcap(), optional_tensor(options.alibi_slopes()),
+                                 optional_tensor(options.sinks()));
   }
   // The general backends read the used prefix of the caches (a view) with the cache rule as a mask, or as
   // plain bottom-right causality when every row has the same length and its queries are the newest positions.

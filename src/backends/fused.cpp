@@ -1,8 +1,10 @@
-// Backend::Fused: brings [..., T, d] inputs and their masks to the [B, H, T, d] layout of the
-// attn::flash_attention op, without copying (views only, except for inputs of rank 5 and more).
+// Backend::Fused: brings [..., T, d] inputs and their masks, or packed [total, H, d] sequences, to the
+// [B, H, T, d] layout of the attn::flash_attention op, without copying (views only, except for inputs of rank 5
+// and more).
 
 #include "backends/implementations.h"
 #include "backends/masks.h"
+#include "backends/op_arguments.h"
 
 #include <attn/ops/flash_attention.h>
 
@@ -49,6 +51,22 @@ torch::Tensor fold(const torch::Tensor& x, at::IntArrayRef lead, const std::vect
   }
 }
 
+/// The attn::flash_attention op on [B, H, T, d] inputs with `options`' settings and score terms; the masks,
+/// the causal offset, the ALiBi slopes and the packed boundaries come in the op's own layout.
+torch::Tensor flash_output(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
+                           const c10::optional<torch::Tensor>& key_padding_mask,
+                           const c10::optional<torch::Tensor>& attend_mask,
+                           const c10::optional<torch::Tensor>& additive_mask, int64_t causal_offset,
+                           const torch::Tensor& alibi_slopes, const SdpaOptions& options,
+                           const c10::optional<torch::Tensor>& cu_seqlens_q = c10::nullopt,
+                           const c10::optional<torch::Tensor>& cu_seqlens_k = c10::nullopt) {
+  return std::get<0>(ops::flash_attention(query, key, value, key_padding_mask, attend_mask, additive_mask,
+                                          options.causal(), causal_offset, optional_scale(options),
+                                          options.window_left(), options.window_right(), options.softcap(),
+                                          optional_tensor(alibi_slopes), optional_tensor(options.sinks()),
+                                          cu_seqlens_q, cu_seqlens_k));
+}
+
 }  // namespace
 
 torch::Tensor fused_attention(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
@@ -67,24 +85,30 @@ torch::Tensor fused_attention(const torch::Tensor& query, const torch::Tensor& k
     return fold(m, lead, folded, trailing);
   };
   const int64_t tq = query.size(-2), tk = key.size(-2);
-  const auto optional_tensor = [](const torch::Tensor& t) {
-    return t.defined() ? c10::optional<torch::Tensor>(t) : c10::nullopt;
-  };
   torch::Tensor slopes = options.alibi_slopes();
   if (slopes.defined() && slopes.dim() == 2 && lead.size() > 2) {
     std::vector<int64_t> lead_shape(lead.begin(), lead.end());
     slopes = slopes.expand(lead_shape).reshape({folded[0], folded[1]});
   }
-  auto [out, lse] = ops::flash_attention(
-      fold_input(query), fold_input(key), fold_input(value), optional_mask(masks.key_padding_mask(), 1),
-      optional_mask(masks.attend_mask(), 2), optional_mask(masks.additive_mask(), 2), options.causal(),
-      causal_offset(tq, tk, options.causal_alignment()),
-      options.scale() ? c10::optional<double>(*options.scale()) : c10::nullopt, options.window_left(),
-      options.window_right(), options.softcap(), optional_tensor(slopes), optional_tensor(options.sinks()));
+  const torch::Tensor out =
+      flash_output(fold_input(query), fold_input(key), fold_input(value), optional_mask(masks.key_padding_mask(), 1),
+                   optional_mask(masks.attend_mask(), 2), optional_mask(masks.additive_mask(), 2),
+                   causal_offset(tq, tk, options.causal_alignment()), slopes, options);
   std::vector<int64_t> shape(lead.begin(), lead.end());
   shape.push_back(tq);
   shape.push_back(value.size(-1));
   return out.reshape(shape);
+}
+
+torch::Tensor fused_varlen_attention(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
+                                     const torch::Tensor& cu_seqlens_q, const torch::Tensor& cu_seqlens_k,
+                                     const SdpaOptions& options) {
+  // Each sequence aligns its own diagonal bottom-right inside the op, so the causal offset is 0.
+  const torch::Tensor out =
+      flash_output(packed_heads_first(query), packed_heads_first(key), packed_heads_first(value), c10::nullopt,
+                   c10::nullopt, c10::nullopt, 0, options.alibi_slopes(), options,
+                   cu_seqlens_q.to(torch::kCPU, torch::kLong), cu_seqlens_k.to(torch::kCPU, torch::kLong));
+  return out.squeeze(0).transpose(0, 1);  // [total_q, H, d_v]: the op's output is laid out so, a free view
 }
 
 }  // namespace attn::backends

@@ -5,6 +5,7 @@
 #include "backends/groups.h"
 #include "backends/implementations.h"
 #include "backends/masks.h"
+#include "backends/op_arguments.h"
 
 #include <ATen/ATen.h>
 #include <torch/version.h>
@@ -54,7 +55,7 @@ torch::Tensor torch_attention(const torch::Tensor& query, const torch::Tensor& k
   const c10::optional<torch::Tensor> attn_mask = mask.defined() ? c10::optional<torch::Tensor>(mask) : c10::nullopt;
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
   // SDPA takes the scale itself since 2.1; nullopt keeps its default 1/sqrt(d_k).
-  const c10::optional<double> scale = options.scale() ? c10::optional<double>(*options.scale()) : c10::nullopt;
+  const c10::optional<double> scale = optional_scale(options);
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
   torch::Tensor out = at::scaled_dot_product_attention(query, key, value, attn_mask, options.dropout(),
                                                        native_causal, scale, enable_gqa);

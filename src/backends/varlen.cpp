@@ -1,10 +1,10 @@
 #include "backends/varlen.h"
 
 #include "backends/dispatch.h"
+#include "backends/implementations.h"
+#include "backends/op_arguments.h"
 #include "backends/validate.h"
 #include "common/checks.h"
-
-#include <attn/ops/flash_attention.h>
 
 #include <ATen/ATen.h>
 
@@ -12,18 +12,6 @@
 #include <vector>
 
 namespace attn::backends {
-namespace {
-
-std::vector<int64_t> host_values(const torch::Tensor& t) {
-  const torch::Tensor c = t.to(torch::kCPU, torch::kLong).contiguous();
-  return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
-}
-
-/// [total, H, d] -> [1, H, total, d], a view.
-torch::Tensor heads_first(const torch::Tensor& x) { return x.transpose(0, 1).unsqueeze(0); }
-
-}  // namespace
-
 void check_varlen_inputs(const char* fn, const torch::Tensor& query, const torch::Tensor& key,
                          const torch::Tensor& value, const torch::Tensor& cu_seqlens_q,
                          const torch::Tensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
@@ -38,7 +26,7 @@ void check_varlen_inputs(const char* fn, const torch::Tensor& query, const torch
   // The dense checks on the [1, H, total, d] views: dtypes, devices, heads, widths, scale, dropout, score terms.
   SdpaOptions dense = options;
   dense.alibi_slopes({});
-  check_sdpa_inputs(fn, heads_first(query), heads_first(key), heads_first(value), dense);
+  check_sdpa_inputs(fn, packed_heads_first(query), packed_heads_first(key), packed_heads_first(value), dense);
 
   for (const auto& [arg, t] : {std::pair<const char*, const torch::Tensor&>{"cu_seqlens_q", cu_seqlens_q},
                                std::pair<const char*, const torch::Tensor&>{"cu_seqlens_k", cu_seqlens_k}}) {
@@ -84,17 +72,8 @@ void check_varlen_inputs(const char* fn, const torch::Tensor& query, const torch
 torch::Tensor varlen_attention(const char* fn, const torch::Tensor& query, const torch::Tensor& key,
                                const torch::Tensor& value, const torch::Tensor& cu_seqlens_q,
                                const torch::Tensor& cu_seqlens_k, const SdpaOptions& options) {
-  if (resolve(fn, heads_first(query), options, /*need_weights=*/false) == Backend::Fused) {
-    const auto optional_tensor = [](const torch::Tensor& t) {
-      return t.defined() ? c10::optional<torch::Tensor>(t) : c10::nullopt;
-    };
-    auto [out, lse] = ops::flash_attention(
-        heads_first(query), heads_first(key), heads_first(value), c10::nullopt, c10::nullopt, c10::nullopt,
-        options.causal(), 0, options.scale() ? c10::optional<double>(*options.scale()) : c10::nullopt,
-        options.window_left(), options.window_right(), options.softcap(), optional_tensor(options.alibi_slopes()),
-        optional_tensor(options.sinks()), cu_seqlens_q.to(torch::kCPU, torch::kLong),
-        cu_seqlens_k.to(torch::kCPU, torch::kLong));
-    return out.squeeze(0).transpose(0, 1);  // [total_q, H, d_v]: the op's output is laid out so, a free view
+  if (resolve(fn, packed_heads_first(query), options, /*need_weights=*/false) == Backend::Fused) {
+    return fused_varlen_attention(query, key, value, cu_seqlens_q, cu_seqlens_k, options);
   }
   // The general backends: one sequence at a time, as [H, len, d], each with its own diagonal.
   const std::vector<int64_t> cq = host_values(cu_seqlens_q), ck = host_values(cu_seqlens_k);

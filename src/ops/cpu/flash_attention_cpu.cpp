@@ -172,7 +172,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> flash_attention_backw
   int64_t longest_keys = s.tk;
   if (packed > 0) {
     const at::Tensor lengths = variants.cu_seqlens_k.narrow(0, 1, packed) - variants.cu_seqlens_k.narrow(0, 0, packed);
-    longest_keys = packed > 0 ? lengths.max().item<int64_t>() : 0;
+    longest_keys = lengths.max().item<int64_t>();
   }
   const int64_t k_blocks = (longest_keys + kBackwardKeyBlock - 1) / kBackwardKeyBlock;
   const int64_t heads_total = std::max<int64_t>((packed > 0 ? packed : s.batch) * s.kv_heads, 1);
