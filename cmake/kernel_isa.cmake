@@ -22,6 +22,19 @@ function(attn_add_kernel_variants target)
     COMPILE_DEFINITIONS "CPU_CAPABILITY=AVX512;CPU_CAPABILITY_AVX512"
     COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mfma;$<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>;$<$<CXX_COMPILER_ID:GNU>:-Wno-uninitialized>"
     SKIP_PRECOMPILE_HEADERS ON)
+  # The bfloat16 route's micro-kernel (ops/cpu/bf16_gemm.h): its own file, so that no other code is compiled
+  # for AVX512-BF16, which CPUs with AVX-512 may lack.
+  include(CheckCXXCompilerFlag)
+  check_cxx_compiler_flag(-mavx512bf16 ATTN_COMPILER_HAS_AVX512BF16)
+  if(ATTN_COMPILER_HAS_AVX512BF16)
+    target_sources(${target} PRIVATE ${dir}/bf16_gemm_avx512bf16.cpp)
+    set_source_files_properties(${dir}/bf16_gemm_avx512bf16.cpp PROPERTIES
+      COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512bf16;-mfma;$<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>;$<$<CXX_COMPILER_ID:GNU>:-Wno-uninitialized>"
+      SKIP_PRECOMPILE_HEADERS ON)
+    target_compile_definitions(${target} PRIVATE ATTN_HAVE_BF16_DOT)
+  endif()
+  # The tests of the micro-kernel are compiled where it is.
+  set(ATTN_HAVE_BF16_DOT ${ATTN_COMPILER_HAS_AVX512BF16} CACHE INTERNAL "the bfloat16 route is compiled")
   target_include_directories(${target} PRIVATE ${ATTN_SLEEF_INCLUDE_DIR})
   target_link_libraries(${target} PRIVATE ${ATTN_SLEEF_LIBRARY})
   target_compile_definitions(${target} PRIVATE ATTN_HAVE_AVX2_KERNELS ATTN_HAVE_AVX512_KERNELS)

@@ -1,11 +1,14 @@
 #include <attn/device.h>
 
+#include "ops/cpu/flash_attention_kernel.h"
+
 #include <torch/cuda.h>
 
 #include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 
 namespace attn {
 
@@ -35,6 +38,27 @@ torch::Device resolve_device(const std::string& spec) {
     return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
   }
   TORCH_CHECK(false, "attn::resolve_device: unknown device \"", spec, "\"; expected auto, cpu, cuda or cuda:N");
+}
+
+CpuKernelInfo cpu_kernel_info() {
+  using ops::cpu::Capability;
+  CpuKernelInfo info;
+  const Capability active = ops::cpu::active_capability();
+  info.variant = ops::cpu::capability_name(active);
+  info.bfloat16_route = active == Capability::Avx512Bf16;
+  info.bfloat16_tile_speed = ops::cpu::bf16_tile_speed();
+  char measured[64] = "";
+  if (info.bfloat16_tile_speed > 0) {
+    std::snprintf(measured, sizeof(measured), ": AVX512-BF16 measured %.2fx", info.bfloat16_tile_speed);
+  }
+  if (info.bfloat16_route) {
+    info.summary = info.variant + " (bfloat16 multiplied as bfloat16 pairs" + measured + ")";
+  } else if (ops::cpu::hardware_capability_limit() == Capability::Avx512Bf16) {
+    info.summary = info.variant + " (bfloat16 widened to float" + measured + ")";
+  } else {
+    info.summary = info.variant + " (bfloat16 widened to float: no AVX512-BF16)";
+  }
+  return info;
 }
 
 }  // namespace attn

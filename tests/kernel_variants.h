@@ -37,12 +37,14 @@ inline std::string kernel_param_name(const ::testing::TestParamInfo<KernelParam>
   return std::string(ops::cpu::capability_name(info.param.capability)) + "_" + c10::toString(info.param.dtype);
 }
 
-/// Every variant × float32, float64 and bfloat16.
+/// Every variant × float32, float64 and bfloat16, and the bfloat16 route (avx512_bf16), which only
+/// bfloat16 takes.
 inline std::vector<KernelParam> kernel_grid() {
   std::vector<KernelParam> grid;
   for (auto c : {ops::cpu::Capability::Default, ops::cpu::Capability::Avx2, ops::cpu::Capability::Avx512}) {
     for (torch::Dtype d : {torch::kFloat32, torch::kFloat64, torch::kBFloat16}) grid.push_back({c, d});
   }
+  grid.push_back({ops::cpu::Capability::Avx512Bf16, torch::kBFloat16});
   return grid;
 }
 

@@ -16,4 +16,18 @@ torch::Device resolve_device(const std::string& spec);
 /// True when this LibTorch was built with CUDA and at least one device is visible.
 bool cuda_available();
 
+/// Which fused CPU kernel runs here, for logs and benchmarks.
+struct CpuKernelInfo {
+  /// The instruction-set variant: "default", "avx2", "avx512" or "avx512_bf16".
+  std::string variant;
+  /// Whether a bfloat16 forward pass multiplies bfloat16 pairs (AVX512-BF16) rather than widening its inputs
+  /// to float: taken where the CPU has the instructions and they measured faster, at first use.
+  bool bfloat16_route = false;
+  /// That measurement: the bfloat16 tile product's speed over the float one's (0 where not measured).
+  double bfloat16_tile_speed = 0.0;
+  /// One line that says the above, e.g. "avx512 (bfloat16 widened to float: AVX512-BF16 measured 0.52x)".
+  std::string summary;
+};
+CpuKernelInfo cpu_kernel_info();
+
 }  // namespace attn

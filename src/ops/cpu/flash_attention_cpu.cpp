@@ -46,8 +46,8 @@ struct KernelMasks {
     if (add && add->defined()) additive = add->to(compute).expand({s.batch, s.heads, s.tq, s.tk});
   }
 
-  template <typename T>
-  void fill(FlashProblem<T>& p) const {
+  template <typename T, typename In>
+  void fill(FlashProblem<T, In>& p) const {
     if (padding.defined()) {
       p.key_padding = {padding.data_ptr<bool>(), padding.stride(0), padding.stride(1), 0, padding.stride(3)};
     }
@@ -77,8 +77,8 @@ struct KernelVariants {
     if (packed > 0) cu_seqlens_q = cu_q->contiguous(), cu_seqlens_k = cu_k->contiguous();
   }
 
-  template <typename T>
-  void fill(FlashProblem<T>& p) const {
+  template <typename T, typename In>
+  void fill(FlashProblem<T, In>& p) const {
     p.window_left = window_left, p.window_right = window_right;
     p.softcap = static_cast<T>(softcap);
     if (alibi.defined()) {
@@ -94,20 +94,27 @@ struct KernelVariants {
   }
 };
 
-template <typename T>
-FlashProblem<T> make_problem(const FlashSizes& s, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                             const KernelMasks& masks, const KernelVariants& variants, bool is_causal,
-                             int64_t causal_offset, double scale) {
-  FlashProblem<T> p;
+template <typename T, typename In = T>
+FlashProblem<T, In> make_problem(const FlashSizes& s, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const KernelMasks& masks, const KernelVariants& variants, bool is_causal,
+                                 int64_t causal_offset, double scale) {
+  FlashProblem<T, In> p;
   p.batch = s.batch, p.heads = s.heads, p.tq = s.tq, p.tk = s.tk, p.dk = s.dk, p.dv = s.dv;
   p.kv_heads = s.kv_heads;
-  p.q = input_view<T>(q), p.k = input_view<T>(k), p.v = input_view<T>(v);
+  p.q = input_view<In>(q), p.k = input_view<In>(k), p.v = input_view<In>(v);
   masks.fill(p);
   variants.fill(p);
   p.causal = is_causal;
   p.causal_offset = causal_offset;
   p.scale = static_cast<T>(scale);
   return p;
+}
+
+/// Whether the forward pass takes the bfloat16 route (Capability::Avx512Bf16): bfloat16 inputs multiplied
+/// as bfloat16 pairs, instead of widened to float for the float kernel. The pairs of Q·Kᵀ run along d_k, so it
+/// must be even.
+bool bfloat16_route(const at::Tensor& query, const FlashSizes& s) {
+  return query.scalar_type() == at::kBFloat16 && active_capability() == Capability::Avx512Bf16 && s.dk % 2 == 0;
 }
 
 std::tuple<at::Tensor, at::Tensor> flash_attention_cpu(
@@ -124,11 +131,23 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_cpu(
                                             cu_seqlens_q, cu_seqlens_k);
   const double sc = resolved_scale(scale, s.dk);
   const at::ScalarType compute = compute_type(query);
-  const at::Tensor q = kernel_layout(query, compute), k = kernel_layout(key, compute),
-                   v = kernel_layout(value, compute);
   const KernelMasks masks(s, key_padding_mask, attend_mask, additive_mask, compute);
   const KernelVariants variants(window_left, window_right, softcap, alibi_slopes, sinks, cu_seqlens_q, cu_seqlens_k,
                                 packed, compute);
+  if (bfloat16_route(query, s)) {
+    const at::Tensor q = row_major_layout(query), k = row_major_layout(key), v = row_major_layout(value);
+    at::Tensor out, lse;
+    std::tie(out, lse) = empty_forward_results(s, q.options());
+    lse = at::empty_like(lse, lse.options().dtype(compute));
+    FlashForward<float, c10::BFloat16> args;
+    args.problem = make_problem<float, c10::BFloat16>(s, q, k, v, masks, variants, is_causal, causal_offset, sc);
+    args.out = output_view<c10::BFloat16>(out);
+    args.lse = lse.data_ptr<float>();
+    flash_forward(args);
+    return {out, lse};
+  }
+  const at::Tensor q = kernel_layout(query, compute), k = kernel_layout(key, compute),
+                   v = kernel_layout(value, compute);
 
   at::Tensor out, lse;  // not a structured binding: C++17 lambdas (the dispatch below) cannot capture those
   std::tie(out, lse) = empty_forward_results(s, q.options());

@@ -1,16 +1,32 @@
 // Picks the fused kernels' instruction-set variant once per call, by what the CPU supports and which
-// variants this build compiled (ATTN_HAVE_AVX2_KERNELS / ATTN_HAVE_AVX512_KERNELS, set by CMake).
+// variants this build compiled (ATTN_HAVE_AVX2_KERNELS / ATTN_HAVE_AVX512_KERNELS / ATTN_HAVE_BF16_DOT, set
+// by CMake). The bfloat16 route is taken where the CPU has AVX512-BF16 and a measurement at first use says
+// it is faster than widening to float.
 
 #include "ops/cpu/flash_attention_kernel.h"
 
+#include <c10/util/Exception.h>
+
+#include "ops/cpu/blas.h"
+#ifdef ATTN_HAVE_BF16_DOT
+#include "ops/cpu/bf16_gemm.h"
+#endif
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <vector>
 
 namespace attn::ops::cpu {
 namespace {
 
-Capability detected_capability() {
+/// The widest variant that this CPU and build support; ATTN_CPU_CAPABILITY may lower it.
+Capability hardware_capability() {
   Capability best = Capability::Default;
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #ifdef ATTN_HAVE_AVX2_KERNELS
@@ -21,15 +37,85 @@ Capability detected_capability() {
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
     best = Capability::Avx512;
+#ifdef ATTN_HAVE_BF16_DOT
+    if (__builtin_cpu_supports("avx512bf16")) best = Capability::Avx512Bf16;
+#endif
   }
 #endif
 #endif
   // The environment may lower the choice (never raise it past what the CPU has).
   if (const char* env = std::getenv("ATTN_CPU_CAPABILITY")) {
     if (std::strcmp(env, "default") == 0) best = Capability::Default;
-    if (std::strcmp(env, "avx2") == 0 && best == Capability::Avx512) best = Capability::Avx2;
+    if (std::strcmp(env, "avx2") == 0 && best >= Capability::Avx512) best = Capability::Avx2;
+    if (std::strcmp(env, "avx512") == 0 && best == Capability::Avx512Bf16) best = Capability::Avx512;
   }
   return best;
+}
+
+#ifdef ATTN_HAVE_BF16_DOT
+/// The bfloat16 route's tile products per second over the float route's, on one forward tile (Q·Kᵀ of 256
+/// query rows, 512 keys, d = 64), best of 5 each, on every thread at once as the kernels run. AVX512-BF16
+/// does not always pay: where vdpbf16ps issues at half the rate of a float FMA, widening to float is faster.
+double measure_bf16_tile_speed() {
+  constexpr int64_t m = 256, n = 512, d = 64, reps = 5;
+  const int64_t threads = std::max<int64_t>(at::get_num_threads(), 1);
+  std::vector<double> ratios(threads, 0.0);
+  at::parallel_for(0, threads, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      std::vector<float> qf(m * d, 0.5f), kf(n * d, 0.25f), scores(m * n);
+      std::vector<c10::BFloat16> q16(m * d, c10::BFloat16(0.5f)), k16(n * d, c10::BFloat16(0.25f));
+      const int64_t ld = pairs_row_length(n);
+      std::vector<uint32_t> kt(d / 2 * ld + kPairLanes);
+      pack_transposed_in_pairs(k16.data(), d, n, d, kt.data(), ld);
+      const auto best_of = [&](const auto& run) {
+        double best = std::numeric_limits<double>::infinity();
+        for (int64_t r = 0; r < reps; ++r) {
+          const auto start = std::chrono::steady_clock::now();
+          run();
+          best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        }
+        return best;
+      };
+      // Row-major S = Q·Kᵀ through column-major BLAS: Sᵀ = K·Qᵀ.
+      const double float_time = best_of([&] {
+        blas_gemm(true, false, n, m, d, 1.0f, kf.data(), d, qf.data(), d, 0.0f, scores.data(), n);
+      });
+      const double pairs_time = best_of([&] {
+        bf16_gemm(m, n, d / 2, 1.0f, LeftOperand{q16.data(), d, 2}, PairsOperand{kt.data(), ld}, 0.0f,
+                  scores.data(), n);
+      });
+      ratios[t] = float_time / pairs_time;
+    }
+  });
+  std::sort(ratios.begin(), ratios.end());
+  return ratios[ratios.size() / 2];
+}
+#endif
+
+struct Detection {
+  Capability hardware = Capability::Default;  // the widest a test may force
+  Capability preferred = Capability::Default;  // what runs unless forced
+  double bf16_tile_speed = 0.0;                // 0: not measured
+};
+
+Detection detect() {
+  Detection d;
+  d.hardware = d.preferred = hardware_capability();
+#ifdef ATTN_HAVE_BF16_DOT
+  if (d.hardware == Capability::Avx512Bf16) {
+    const char* env = std::getenv("ATTN_CPU_CAPABILITY");
+    if (!(env && std::strcmp(env, "avx512_bf16") == 0)) {  // that value asks for the route without measuring
+      d.bf16_tile_speed = measure_bf16_tile_speed();
+      if (d.bf16_tile_speed < 1.0) d.preferred = Capability::Avx512;
+    }
+  }
+#endif
+  return d;
+}
+
+const Detection& detection() {
+  static const Detection d = detect();
+  return d;
 }
 
 // -1: no override; otherwise a Capability.
@@ -38,17 +124,20 @@ std::atomic<int> forced{-1};
 }  // namespace
 
 Capability active_capability() {
-  static const Capability detected = detected_capability();
   const int f = forced.load();
-  if (f >= 0 && f <= static_cast<int>(detected)) return static_cast<Capability>(f);
-  return detected;
+  if (f >= 0 && f <= static_cast<int>(detection().hardware)) return static_cast<Capability>(f);
+  return detection().preferred;
 }
+
+Capability hardware_capability_limit() { return detection().hardware; }
+double bf16_tile_speed() { return detection().bf16_tile_speed; }
 
 void force_capability(Capability capability) { forced.store(static_cast<int>(capability)); }
 void reset_capability() { forced.store(-1); }
 
 const char* capability_name(Capability capability) {
   switch (capability) {
+    case Capability::Avx512Bf16: return "avx512_bf16";
     case Capability::Avx512: return "avx512";
     case Capability::Avx2: return "avx2";
     case Capability::Default: break;
@@ -61,6 +150,7 @@ template <typename Args>
 void dispatch_forward(const Args& args) {
   switch (active_capability()) {
 #ifdef ATTN_HAVE_AVX512_KERNELS
+    case Capability::Avx512Bf16:
     case Capability::Avx512: return kernel_avx512::flash_forward(args);
 #endif
 #ifdef ATTN_HAVE_AVX2_KERNELS
@@ -74,6 +164,7 @@ template <typename Args>
 void dispatch_backward(const Args& args) {
   switch (active_capability()) {
 #ifdef ATTN_HAVE_AVX512_KERNELS
+    case Capability::Avx512Bf16:
     case Capability::Avx512: return kernel_avx512::flash_backward(args);
 #endif
 #ifdef ATTN_HAVE_AVX2_KERNELS
@@ -86,6 +177,7 @@ template <typename Args>
 void dispatch_decode(const Args& args) {
   switch (active_capability()) {
 #ifdef ATTN_HAVE_AVX512_KERNELS
+    case Capability::Avx512Bf16:
     case Capability::Avx512: return kernel_avx512::decode_forward(args);
 #endif
 #ifdef ATTN_HAVE_AVX2_KERNELS
@@ -103,5 +195,13 @@ void flash_forward(const FlashForward<float>& args) { dispatch_forward(args); }
 void flash_forward(const FlashForward<double>& args) { dispatch_forward(args); }
 void flash_backward(const FlashBackward<float>& args) { dispatch_backward(args); }
 void flash_backward(const FlashBackward<double>& args) { dispatch_backward(args); }
+void flash_forward(const FlashForward<float, c10::BFloat16>& args) {
+  TORCH_CHECK(active_capability() == Capability::Avx512Bf16,
+              "attn: the bfloat16 route needs AVX512-BF16, and this CPU or build has ",
+              capability_name(active_capability()));
+#ifdef ATTN_HAVE_AVX512_KERNELS
+  kernel_avx512::flash_forward(args);
+#endif
+}
 
 }  // namespace attn::ops::cpu

@@ -23,11 +23,13 @@ struct View4 {
 };
 
 /// What the forward and backward kernels share: sizes, inputs, masks and options.
-template <typename T>
+/// In is the element type of q, k, v and the output: T itself, or bfloat16 for T = float on the bfloat16
+/// route (Capability::Avx512Bf16), whose tile products run on bfloat16 pairs and accumulate in float.
+template <typename T, typename In = T>
 struct FlashProblem {
   int64_t batch = 0, heads = 0, tq = 0, tk = 0, dk = 0, dv = 0;
   int64_t kv_heads = 0;  // k and v have kv_heads heads, each shared by heads / kv_heads query heads
-  View4<const T> q, k, v;
+  View4<const In> q, k, v;
   View4<const bool> key_padding;  // [B, H, 1, Tk] (si unused); data == nullptr when absent; true = padding
   View4<const bool> attend;       // [B, H, Tq, Tk]; true = may attend
   View4<const T> additive;        // [B, H, Tq, Tk]
@@ -54,10 +56,10 @@ struct FlashProblem {
   int64_t kv_head(int64_t h) const { return h / group(); }
 };
 
-template <typename T>
+template <typename T, typename In = T>
 struct FlashForward {
-  FlashProblem<T> problem;
-  View4<T> out;  // [B, H, Tq, dv]
+  FlashProblem<T, In> problem;
+  View4<In> out;  // [B, H, Tq, dv]
   T* lse = nullptr;  // [B, H, Tq] contiguous
 };
 
@@ -101,12 +103,21 @@ struct DecodeArgs {
 /// the merged result is bitwise the same at any thread count.
 inline constexpr int64_t kDecodeKeyBlock = 256;
 
-/// The instruction sets the kernels are compiled for.
-enum class Capability { Default, Avx2, Avx512 };
+/// The instruction sets the kernels are compiled for. Avx512Bf16 is the AVX-512 variant plus the bfloat16
+/// route: bfloat16 inputs are multiplied as bfloat16 pairs (ops/cpu/bf16_gemm.h) instead of being widened to
+/// float first.
+enum class Capability { Default, Avx2, Avx512, Avx512Bf16 };
 
-/// The best one this CPU and build support. ATTN_CPU_CAPABILITY=default|avx2|avx512 lowers it (for tests).
+/// The one that runs: the widest this CPU and build support, except that Avx512Bf16 runs only where the
+/// bfloat16 route measured faster at first use (bf16_tile_speed() >= 1). ATTN_CPU_CAPABILITY=default|avx2|
+/// avx512 lowers it; =avx512_bf16 takes the bfloat16 route without measuring.
 Capability active_capability();
-/// Forces a lower capability than detected (tests run every variant); `reset_capability()` undoes it.
+/// The widest this CPU and build support (after ATTN_CPU_CAPABILITY).
+Capability hardware_capability_limit();
+/// The bfloat16 route's tile speed over the float route's, measured once; 0 where not measured.
+double bf16_tile_speed();
+/// Forces a capability up to hardware_capability_limit() (tests run every variant); `reset_capability()`
+/// undoes it.
 void force_capability(Capability capability);
 void reset_capability();
 const char* capability_name(Capability capability);
@@ -118,6 +129,8 @@ void flash_backward(const FlashBackward<double>& args);
 void decode_forward(const DecodeArgs<float, float>& args);
 void decode_forward(const DecodeArgs<double, double>& args);
 void decode_forward(const DecodeArgs<float, c10::BFloat16>& args);
+/// The bfloat16 route's forward; only where active_capability() is Avx512Bf16 and d_k is even.
+void flash_forward(const FlashForward<float, c10::BFloat16>& args);
 
 /// The per-instruction-set definitions, declared once per variant namespace.
 #define ATTN_DECLARE_FLASH_KERNELS(ns)                               \
@@ -134,6 +147,9 @@ ATTN_DECLARE_FLASH_KERNELS(kernel_default)
 ATTN_DECLARE_FLASH_KERNELS(kernel_avx2)
 ATTN_DECLARE_FLASH_KERNELS(kernel_avx512)
 #undef ATTN_DECLARE_FLASH_KERNELS
+namespace kernel_avx512 {
+void flash_forward(const FlashForward<float, c10::BFloat16>& args);
+}
 
 /// Tile sizes: query rows and key rows per tile. A [kQueryBlock, kKeyBlock] score tile plus the output
 /// accumulator stay in L2; the key tile is wide enough that P·V runs as an efficient GEMM.

@@ -15,6 +15,10 @@
 #endif
 
 #include "ops/cpu/blas.h"
+#if defined(CPU_CAPABILITY_AVX512) && defined(ATTN_HAVE_BF16_DOT)
+#define ATTN_BF16_ROUTE 1
+#include "ops/cpu/bf16_gemm.h"
+#endif
 #include "ops/cpu/flash_attention_kernel.h"
 #include "ops/cpu/score_terms.h"
 #include "ops/cpu/vec_exp.h"
@@ -28,6 +32,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -136,10 +141,19 @@ bool all_finite(const T* x, int64_t rows, int64_t cols, int64_t ld) {
   return !std::isnan(at::vec::vec_reduce_all<T>(std::plus<Vec>(), acc) + tail);
 }
 
+/// The same for bfloat16: an all-ones exponent is Inf or NaN.
+inline bool all_finite(const c10::BFloat16* x, int64_t rows, int64_t cols, int64_t ld) {
+  bool finite = true;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) finite &= (x[r * ld + c].x & 0x7F80) != 0x7F80;
+  }
+  return finite;
+}
+
 /// For each (b, kv head, block of `block` rows) of x [B, H_kv, Tk, width]: whether all its elements are
 /// finite. One pass over x per call, so the tiles can choose the plain GEMM without scanning their block again.
-template <typename T>
-std::vector<uint8_t> finite_blocks(const FlashProblem<T>& p, const View4<const T>& x, int64_t width,
+template <typename T, typename In, typename X>
+std::vector<uint8_t> finite_blocks(const FlashProblem<T, In>& p, const View4<const X>& x, int64_t width,
                                    int64_t block) {
   const int64_t blocks = (p.tk + block - 1) / block;
   std::vector<uint8_t> flags(p.batch * p.kv_heads * blocks);
@@ -152,8 +166,8 @@ std::vector<uint8_t> finite_blocks(const FlashProblem<T>& p, const View4<const T
   return flags;
 }
 
-template <typename T>
-bool has_masks(const FlashProblem<T>& p) {
+template <typename T, typename In>
+bool has_masks(const FlashProblem<T, In>& p) {
   return p.key_padding.data != nullptr || p.attend.data != nullptr || p.additive.data != nullptr;
 }
 
@@ -163,8 +177,8 @@ struct Sequence {
   int64_t b, id, q0, tq, k0, tk, offset;
 };
 
-template <typename T>
-std::vector<Sequence> sequences_of(const FlashProblem<T>& p) {
+template <typename T, typename In>
+std::vector<Sequence> sequences_of(const FlashProblem<T, In>& p) {
   std::vector<Sequence> out;
   if (p.cu_seqlens_q) {
     for (int64_t s = 0; s < p.sequences; ++s) {
@@ -179,8 +193,8 @@ std::vector<Sequence> sequences_of(const FlashProblem<T>& p) {
 }
 
 /// The keys [begin, end) that some query of rows [i0, i0 + rows) may see under the band.
-template <typename T>
-std::pair<int64_t, int64_t> key_range(const FlashProblem<T>& p, const Sequence& sq, int64_t i0, int64_t rows) {
+template <typename T, typename In>
+std::pair<int64_t, int64_t> key_range(const FlashProblem<T, In>& p, const Sequence& sq, int64_t i0, int64_t rows) {
   const int64_t right = p.right_bound();
   const int64_t begin = p.window_left >= 0 ? std::clamp<int64_t>(i0 + sq.offset - p.window_left, 0, sq.tk) : 0;
   const int64_t end = right >= 0 ? std::clamp<int64_t>(i0 + rows - 1 + sq.offset + right + 1, 0, sq.tk) : sq.tk;
@@ -188,8 +202,8 @@ std::pair<int64_t, int64_t> key_range(const FlashProblem<T>& p, const Sequence& 
 }
 
 /// The queries [begin, end) that may see some key of [j0, j0 + cols) under the band.
-template <typename T>
-std::pair<int64_t, int64_t> query_range(const FlashProblem<T>& p, const Sequence& sq, int64_t j0, int64_t cols) {
+template <typename T, typename In>
+std::pair<int64_t, int64_t> query_range(const FlashProblem<T, In>& p, const Sequence& sq, int64_t j0, int64_t cols) {
   const int64_t right = p.right_bound();
   const int64_t begin = right >= 0 ? std::clamp<int64_t>(j0 - sq.offset - right, 0, sq.tq) : 0;
   const int64_t end =
@@ -198,8 +212,8 @@ std::pair<int64_t, int64_t> query_range(const FlashProblem<T>& p, const Sequence
 }
 
 /// True when some pair of the tile lies outside the band, so the tile needs masking.
-template <typename T>
-bool tile_leaves_band(const FlashProblem<T>& p, const Sequence& sq, int64_t i0, int64_t rows, int64_t j0,
+template <typename T, typename In>
+bool tile_leaves_band(const FlashProblem<T, In>& p, const Sequence& sq, int64_t i0, int64_t rows, int64_t j0,
                       int64_t cols) {
   const int64_t right = p.right_bound();
   return (right >= 0 && j0 + cols - 1 > i0 + sq.offset + right) ||
@@ -208,8 +222,8 @@ bool tile_leaves_band(const FlashProblem<T>& p, const Sequence& sq, int64_t i0, 
 
 /// Soft-capping and ALiBi on a [rows, cols] tile of scaled scores at local (i0, j0); the tanh values go to
 /// `tanh_out` (same layout) when given.
-template <typename T>
-void score_terms(const FlashProblem<T>& p, const Sequence& sq, int64_t h, int64_t i0, int64_t rows, int64_t j0,
+template <typename T, typename In>
+void score_terms(const FlashProblem<T, In>& p, const Sequence& sq, int64_t h, int64_t i0, int64_t rows, int64_t j0,
                  int64_t cols, T* s, int64_t lds, T* tanh_out) {
   if (p.softcap > T(0)) {
     for (int64_t r = 0; r < rows; ++r) {
@@ -224,8 +238,8 @@ void score_terms(const FlashProblem<T>& p, const Sequence& sq, int64_t h, int64_
 
 /// Applies the masks to a [rows, cols] tile of scores at local (i0, j0): adds the additive mask, then sets
 /// every blocked pair to -inf (replacing, not adding, so that a NaN score at a blocked pair disappears).
-template <typename T>
-void mask_tile(const FlashProblem<T>& p, const Sequence& sq, int64_t h, int64_t i0, int64_t rows, int64_t j0,
+template <typename T, typename In>
+void mask_tile(const FlashProblem<T, In>& p, const Sequence& sq, int64_t h, int64_t i0, int64_t rows, int64_t j0,
                int64_t cols, T* s, int64_t lds) {
   const int64_t b = sq.b, gi = sq.q0 + i0, gj = sq.k0 + j0;  // the masks are indexed by the batch row's rows
   if (p.additive.data) {
@@ -272,8 +286,8 @@ void mask_tile(const FlashProblem<T>& p, const Sequence& sq, int64_t h, int64_t 
 }
 
 /// Whether every row of keys (or values) [g0, g0 + rows) of (b, kv head) is finite, from finite_blocks' flags.
-template <typename T>
-bool rows_finite(const FlashProblem<T>& p, const std::vector<uint8_t>& flags, int64_t block, int64_t b, int64_t hk,
+template <typename T, typename In>
+bool rows_finite(const FlashProblem<T, In>& p, const std::vector<uint8_t>& flags, int64_t block, int64_t b, int64_t hk,
                  int64_t g0, int64_t rows) {
   const int64_t blocks = (p.tk + block - 1) / block;
   const uint8_t* f = flags.data() + (b * p.kv_heads + hk) * blocks;
@@ -302,19 +316,66 @@ inline constexpr int64_t kRowChunk = 8;
 template <typename T>
 struct ForwardState {
   std::vector<T> scores, acc, row_max, row_sum;
+  std::vector<c10::BFloat16> probs;  // the bfloat16 route: P rounded for P·V
+  std::vector<uint32_t> value_pairs;  // the bfloat16 route: the key block's V in pairs layout
 };
+
+#ifdef ATTN_BF16_ROUTE
+/// The bfloat16 route's Kᵀ of every (batch row, kv head) in pairs layout (ops/cpu/bf16_gemm.h), packed once
+/// and read by every query block and every query head of its group.
+struct TransposedKeys {
+  std::vector<uint32_t> data;
+  int64_t ld = 0, pairs = 0, kv_heads = 0;
+  const uint32_t* of(int64_t b, int64_t hk) const { return data.data() + (b * kv_heads + hk) * pairs * ld; }
+};
+
+inline TransposedKeys transposed_keys(const FlashProblem<float, c10::BFloat16>& p) {
+  TransposedKeys t;
+  t.ld = pairs_row_length(p.tk);
+  t.pairs = (p.dk + 1) / 2;
+  t.kv_heads = p.kv_heads;
+  // kPairLanes words of slack: a panel that starts mid-row reads up to one vector past the last column.
+  t.data.resize(p.batch * p.kv_heads * t.pairs * t.ld + kPairLanes);
+  at::parallel_for(0, p.batch * p.kv_heads, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t b = i / p.kv_heads, hk = i % p.kv_heads;
+      pack_transposed_in_pairs(p.k.row(b, hk, 0), p.k.si, p.tk, p.dk, t.data.data() + i * t.pairs * t.ld, t.ld);
+    }
+  });
+  return t;
+}
+
+/// dst[0 .. n) = src rounded to bfloat16, and a zero at dst[n] when n is odd, so that pairs never read past.
+inline void round_row(const float* src, int64_t n, c10::BFloat16* dst) {
+  using Vec = Vectorized<float>;
+  int64_t j = 0;
+  for (; j + 2 * Vec::size() <= n; j += 2 * Vec::size()) {
+    at::vec::convert_float_bfloat16(Vec::loadu(src + j), Vec::loadu(src + j + Vec::size())).store(dst + j);
+  }
+  for (; j < n; ++j) dst[j] = c10::BFloat16(src[j]);
+  if (n % 2) dst[n] = c10::BFloat16(0.0f);
+}
+#endif
 
 /// A block of query rows of one sequence, and how many keys it visits (its cost).
 struct QueryBlock {
   int64_t sequence, i0, rows, cost;
 };
 
-template <typename T>
-void forward(const FlashForward<T>& args) {
-  const FlashProblem<T>& p = args.problem;
+template <typename T, typename In>
+void forward(const FlashForward<T, In>& args) {
+  // The bfloat16 route: Q·Kᵀ and P·V on bfloat16 pairs, the softmax and the output accumulator in float, P
+  // rounded to bfloat16 for P·V as FlashAttention does.
+  constexpr bool kPairs = !std::is_same_v<T, In>;
+  const FlashProblem<T, In>& p = args.problem;
   const bool masked = has_masks(p);
   const std::vector<Sequence> seqs = sequences_of(p);
   const std::vector<uint8_t> values_finite = finite_blocks(p, p.v, p.dv, kKeyBlock);
+#ifdef ATTN_BF16_ROUTE
+  TransposedKeys keys_t;
+  if constexpr (kPairs) keys_t = transposed_keys(p);
+  const int64_t ld_probs = kKeyBlock + 2, ld_values = pairs_row_length(p.dv);
+#endif
 
   // The costliest blocks first (under a causal mask, the last ones), so the run ends on short tasks.
   std::vector<QueryBlock> blocks;
@@ -341,15 +402,28 @@ void forward(const FlashForward<T>& args) {
     st.row_sum.assign(rows, has_sink ? T(1) : T(0));
     T* s = st.scores.data();
     T* acc = st.acc.data();
+#ifdef ATTN_BF16_ROUTE
+    if constexpr (kPairs) {
+      st.probs.resize(kQueryBlock * ld_probs);
+      st.value_pairs.resize((kKeyBlock + 1) / 2 * ld_values);
+    }
+#endif
 
     // Keys outside the band of every row of the block are skipped entirely.
     const auto [key_begin, key_end] = key_range(p, sq, i0, rows);
-    const T* q = p.q.row(b, h, sq.q0 + i0);
+    const In* q = p.q.row(b, h, sq.q0 + i0);
     const int64_t hk = p.kv_head(h);
     for (int64_t j0 = key_begin; j0 < key_end; j0 += kKeyBlock) {
       const int64_t cols = std::min(kKeyBlock, key_end - j0);
-      const T* k = p.k.row(b, hk, sq.k0 + j0);
-      gemm<T>(false, true, rows, cols, p.dk, p.scale, q, p.q.si, k, p.k.si, T(0), s, kKeyBlock);
+      if constexpr (kPairs) {
+#ifdef ATTN_BF16_ROUTE
+        bf16_gemm(rows, cols, keys_t.pairs, p.scale, LeftOperand{q, p.q.si, 2},
+                  PairsOperand{keys_t.of(b, hk) + sq.k0 + j0, keys_t.ld}, 0.0f, s, kKeyBlock);
+#endif
+      } else {
+        const In* k = p.k.row(b, hk, sq.k0 + j0);
+        gemm<T>(false, true, rows, cols, p.dk, p.scale, q, p.q.si, k, p.k.si, T(0), s, kKeyBlock);
+      }
       const bool mask = masked || tile_leaves_band(p, sq, i0, rows, j0, cols);
 
       for (int64_t r = 0; r < rows; ++r) {
@@ -376,34 +450,45 @@ void forward(const FlashForward<T>& args) {
         st.row_max[r] = new_max;
       }
 
-      const T* v = p.v.row(b, hk, sq.k0 + j0);
+      const In* v = p.v.row(b, hk, sq.k0 + j0);
       if (rows_finite(p, values_finite, kKeyBlock, b, hk, sq.k0 + j0, cols)) {
-        gemm<T>(false, false, rows, p.dv, cols, T(1), s, kKeyBlock, v, p.v.si, T(1), acc, p.dv);
+        if constexpr (kPairs) {
+#ifdef ATTN_BF16_ROUTE
+          // The row sums keep the float P; P·V reads it rounded, as FlashAttention's bfloat16 kernels do.
+          c10::BFloat16* probs = st.probs.data();
+          for (int64_t r = 0; r < rows; ++r) round_row(s + r * kKeyBlock, cols, probs + r * ld_probs);
+          pack_rows_in_pairs(v, p.v.si, cols, p.dv, st.value_pairs.data(), ld_values);
+          bf16_gemm(rows, p.dv, (cols + 1) / 2, 1.0f, LeftOperand{probs, ld_probs, 2},
+                    PairsOperand{st.value_pairs.data(), ld_values}, 1.0f, acc, p.dv);
+#endif
+        } else {
+          gemm<T>(false, false, rows, p.dv, cols, T(1), s, kKeyBlock, v, p.v.si, T(1), acc, p.dv);
+        }
       } else {
         // 0 · Inf is NaN in a matrix product: add up only the keys with a nonzero weight.
         for (int64_t r = 0; r < rows; ++r) {
           for (int64_t c = 0; c < cols; ++c) {
             const T w = s[r * kKeyBlock + c];
             if (w == T(0)) continue;
-            const T* vrow = v + c * p.v.si;
-            for (int64_t e = 0; e < p.dv; ++e) acc[r * p.dv + e] += w * vrow[e];
+            const In* vrow = v + c * p.v.si;
+            for (int64_t e = 0; e < p.dv; ++e) acc[r * p.dv + e] += w * static_cast<T>(vrow[e]);
           }
         }
       }
     }
 
     for (int64_t r = 0; r < rows; ++r) {
-      T* out = args.out.row(b, h, sq.q0 + i0 + r);
+      In* out = args.out.row(b, h, sq.q0 + i0 + r);
       T& lse = args.lse[(b * p.heads + h) * p.tq + sq.q0 + i0 + r];
       const T sum = st.row_sum[r];
       if (sum == T(0)) {  // every key blocked: zeros, as FlashAttention and SDPA give
-        std::fill(out, out + p.dv, T(0));
+        std::fill(out, out + p.dv, In(0));
         lse = kNegInf<T>;
         continue;
       }
       // With a sink and no allowed key, acc is 0 and sum 1: a zero row, and lse = the sink.
       const T inv = T(1) / sum;
-      for (int64_t c = 0; c < p.dv; ++c) out[c] = acc[r * p.dv + c] * inv;
+      for (int64_t c = 0; c < p.dv; ++c) out[c] = static_cast<In>(acc[r * p.dv + c] * inv);
       lse = st.row_max[r] + std::log(sum);
     }
   });
@@ -506,5 +591,15 @@ void flash_forward(const FlashForward<float>& args) { forward(args); }
 void flash_forward(const FlashForward<double>& args) { forward(args); }
 void flash_backward(const FlashBackward<float>& args) { backward(args); }
 void flash_backward(const FlashBackward<double>& args) { backward(args); }
+#ifdef CPU_CAPABILITY_AVX512
+void flash_forward(const FlashForward<float, c10::BFloat16>& args) {
+#ifdef ATTN_BF16_ROUTE
+  forward(args);
+#else
+  (void)args;
+  TORCH_INTERNAL_ASSERT(false, "attn: the bfloat16 route was not compiled (no AVX512-BF16 compiler support)");
+#endif
+}
+#endif
 
 }  // namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE

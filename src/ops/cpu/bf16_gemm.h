@@ -1,0 +1,52 @@
+#pragma once
+// Matrix products of bfloat16 operands accumulated and returned in float32, on AVX512-BF16's pairwise dot
+// product (vdpbf16ps: each of 16 lanes adds a0·b0 + a1·b1 for one pair of bfloat16 from each operand). The
+// right operand is packed once into "pairs" (two consecutive rows interleaved), so the micro-kernel reads it
+// as whole vectors; the left operand is read where it lies, one pair broadcast at a time, so a query tile or
+// a probability row needs no copy. Only bf16_gemm_avx512bf16.cpp is compiled with AVX512-BF16 enabled: call
+// these only where the CPU has it (Capability::Avx512Bf16).
+
+#include <c10/util/BFloat16.h>
+
+#include <cstdint>
+
+namespace attn::ops::cpu {
+
+/// Columns per vector of the micro-kernel; a pairs layout pads each row to a multiple of this.
+inline constexpr int64_t kPairLanes = 16;
+
+/// The smallest row length of a pairs layout for n columns.
+inline int64_t pairs_row_length(int64_t n) { return (n + kPairLanes - 1) / kPairLanes * kPairLanes; }
+
+/// A right operand B[k, n] in pairs layout: pair p of column j, (B[2p, j], B[2p+1, j]), is data[p * ld + j]
+/// (low half first), with a zero high half past an odd k. Reads run up to the next multiple of kPairLanes
+/// past column n, so those words must exist (pairs_row_length); their values never reach a result.
+struct PairsOperand {
+  const uint32_t* data = nullptr;
+  int64_t ld = 0;
+};
+
+/// A left operand A[m, k]: pair p of row i, (A[i, 2p], A[i, 2p+1]), is the two bfloat16 at data + i·si + p·sp.
+/// A row-major A has si = lda, sp = 2 (its k must then be even, or its pad element zero); the pairs layout of
+/// Aᵀ (from pack_rows_in_pairs) has si = 2, sp = 2 · ld.
+struct LeftOperand {
+  const c10::BFloat16* data = nullptr;
+  int64_t si = 0, sp = 2;
+};
+
+/// dst[p * ld + j] = (src[2p, j], src[2p+1, j]) for p < ceil(k / 2), j < n; zero past row k and in the columns
+/// n .. ld. Row r of src is src + r * ld_src. The float source is rounded to bfloat16 (to nearest even).
+void pack_rows_in_pairs(const c10::BFloat16* src, int64_t ld_src, int64_t k, int64_t n, uint32_t* dst, int64_t ld);
+void pack_rows_in_pairs(const float* src, int64_t ld_src, int64_t k, int64_t n, uint32_t* dst, int64_t ld);
+
+/// The pairs layout of Bᵀ for a row-major B[n, k] (keys as stored, for Q·Kᵀ): dst[p * ld + j] =
+/// (src[j, 2p], src[j, 2p+1]), zero high half past an odd k, zero in the columns n .. ld.
+void pack_transposed_in_pairs(const c10::BFloat16* src, int64_t ld_src, int64_t n, int64_t k, uint32_t* dst,
+                              int64_t ld);
+
+/// C[m, n] = alpha · A · B + beta · C over `pairs` pairs of k, row-major C. beta is 0 (C is only written, so
+/// NaN in it is harmless) or 1.
+void bf16_gemm(int64_t m, int64_t n, int64_t pairs, float alpha, LeftOperand a, PairsOperand b, float beta,
+               float* c, int64_t ldc);
+
+}  // namespace attn::ops::cpu

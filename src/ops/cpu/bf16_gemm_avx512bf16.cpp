@@ -1,0 +1,174 @@
+// The bfloat16 micro-kernel and its packing (ops/cpu/bf16_gemm.h). CMake compiles this file alone with
+// AVX512-BF16 enabled; the callers reach it only where the CPU has that extension.
+
+#include "ops/cpu/bf16_gemm.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace attn::ops::cpu {
+namespace {
+
+/// Rows and vectors of columns per register tile: 6 × 4 accumulators, 4 loaded vectors of B and one
+/// broadcast pair fill 29 of the 32 registers.
+constexpr int kRows = 6;
+constexpr int kVectors = 4;
+constexpr int64_t kPanel = kVectors * kPairLanes;
+
+// The accumulators stay in registers only if the loops over them are unrolled completely.
+#if defined(__clang__)
+#define ATTN_UNROLL _Pragma("unroll")
+#else
+#define ATTN_UNROLL _Pragma("GCC unroll 8")
+#endif
+
+inline __m512i broadcast_pair(const c10::BFloat16* p) {
+  int32_t word;
+  std::memcpy(&word, p, sizeof(word));
+  return _mm512_set1_epi32(word);
+}
+
+/// Lanes of column vector v that hold real columns of a panel with `cols` columns.
+inline __mmask16 lanes(int64_t cols, int v) {
+  const int64_t n = std::clamp<int64_t>(cols - v * kPairLanes, 0, kPairLanes);
+  return static_cast<__mmask16>((1u << n) - 1u);
+}
+
+/// One register tile: R rows of A against NV vectors of B's columns, all `pairs` pairs of k.
+template <int R, int NV>
+void tile(int64_t pairs, const LeftOperand& a, const uint32_t* b, int64_t ldb, float alpha, float beta, float* c,
+          int64_t ldc, int64_t cols) {
+  __m512 acc[R][NV];
+  ATTN_UNROLL
+  for (int r = 0; r < R; ++r) {
+    ATTN_UNROLL
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  }
+  const c10::BFloat16* arow = a.data;
+  for (int64_t p = 0; p < pairs; ++p) {
+    __m512i bv[NV];
+    ATTN_UNROLL
+    for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_si512(b + p * ldb + v * kPairLanes);
+    ATTN_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const __m512bh av = (__m512bh)broadcast_pair(arow + r * a.si + p * a.sp);
+      ATTN_UNROLL
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, (__m512bh)bv[v]);
+    }
+  }
+  const __m512 valpha = _mm512_set1_ps(alpha);
+  ATTN_UNROLL
+  for (int r = 0; r < R; ++r) {
+    float* crow = c + r * ldc;
+    ATTN_UNROLL
+    for (int v = 0; v < NV; ++v) {
+      const __mmask16 m = lanes(cols, v);
+      __m512 x = _mm512_mul_ps(acc[r][v], valpha);
+      if (beta != 0.0f) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, crow + v * kPairLanes));
+      _mm512_mask_storeu_ps(crow + v * kPairLanes, m, x);
+    }
+  }
+}
+
+using TileFn = void (*)(int64_t, const LeftOperand&, const uint32_t*, int64_t, float, float, float*, int64_t,
+                        int64_t);
+
+template <int R>
+TileFn tile_for_vectors(int nv) {
+  switch (nv) {
+    case 1: return tile<R, 1>;
+    case 2: return tile<R, 2>;
+    case 3: return tile<R, 3>;
+    default: return tile<R, 4>;
+  }
+}
+
+TileFn tile_for(int rows, int nv) {
+  switch (rows) {
+    case 1: return tile_for_vectors<1>(nv);
+    case 2: return tile_for_vectors<2>(nv);
+    case 3: return tile_for_vectors<3>(nv);
+    case 4: return tile_for_vectors<4>(nv);
+    case 5: return tile_for_vectors<5>(nv);
+    default: return tile_for_vectors<6>(nv);
+  }
+}
+
+inline uint32_t bits(c10::BFloat16 x) { return x.x; }
+
+}  // namespace
+
+void pack_rows_in_pairs(const c10::BFloat16* src, int64_t ld_src, int64_t k, int64_t n, uint32_t* dst,
+                        int64_t ld) {
+  for (int64_t p = 0; p < (k + 1) / 2; ++p) {
+    const c10::BFloat16* r0 = src + 2 * p * ld_src;
+    const c10::BFloat16* r1 = 2 * p + 1 < k ? r0 + ld_src : nullptr;
+    uint32_t* out = dst + p * ld;
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+      const __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + j)));
+      const __m512i hi = r1 ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1 + j)))
+                            : _mm512_setzero_si512();
+      _mm512_storeu_si512(out + j, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    }
+    for (; j < n; ++j) out[j] = bits(r0[j]) | (r1 ? bits(r1[j]) << 16 : 0u);
+    std::fill(out + n, out + ld, 0u);
+  }
+}
+
+void pack_rows_in_pairs(const float* src, int64_t ld_src, int64_t k, int64_t n, uint32_t* dst, int64_t ld) {
+  for (int64_t p = 0; p < (k + 1) / 2; ++p) {
+    const float* r0 = src + 2 * p * ld_src;
+    const float* r1 = 2 * p + 1 < k ? r0 + ld_src : nullptr;
+    uint32_t* out = dst + p * ld;
+    int64_t j = 0;
+    for (; j < n; j += 16) {
+      const __mmask16 m = lanes(n - j, 0);
+      // vcvtneps2bf16 rounds to nearest even, as c10::BFloat16 does; the high row goes to the upper halves.
+      const __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, r0 + j)));
+      const __m512i hi = r1 ? _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, r1 + j)))
+                            : _mm512_setzero_si512();
+      _mm512_mask_storeu_epi32(out + j, m, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    }
+    std::fill(out + n, out + ld, 0u);
+  }
+}
+
+void pack_transposed_in_pairs(const c10::BFloat16* src, int64_t ld_src, int64_t n, int64_t k, uint32_t* dst,
+                              int64_t ld) {
+  const int64_t whole = k / 2;
+  for (int64_t j = 0; j < n; ++j) {
+    const c10::BFloat16* row = src + j * ld_src;
+    for (int64_t p = 0; p < whole; ++p) {
+      uint32_t word;
+      std::memcpy(&word, row + 2 * p, sizeof(word));
+      dst[p * ld + j] = word;
+    }
+    if (k % 2) dst[whole * ld + j] = bits(row[k - 1]);
+  }
+  for (int64_t p = 0; p < (k + 1) / 2; ++p) std::fill(dst + p * ld + n, dst + (p + 1) * ld, 0u);
+}
+
+void bf16_gemm(int64_t m, int64_t n, int64_t pairs, float alpha, LeftOperand a, PairsOperand b, float beta,
+               float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  for (int64_t j0 = 0; j0 < n; j0 += kPanel) {
+    const int64_t cols = std::min(kPanel, n - j0);
+    const int nv = static_cast<int>((cols + kPairLanes - 1) / kPairLanes);
+    const TileFn full = tile_for(kRows, nv);
+    int64_t i0 = 0;
+    for (; i0 + kRows <= m; i0 += kRows) {
+      const LeftOperand rows{a.data + i0 * a.si, a.si, a.sp};
+      full(pairs, rows, b.data + j0, b.ld, alpha, beta, c + i0 * ldc + j0, ldc, cols);
+    }
+    if (i0 < m) {
+      const LeftOperand rows{a.data + i0 * a.si, a.si, a.sp};
+      tile_for(static_cast<int>(m - i0), nv)(pairs, rows, b.data + j0, b.ld, alpha, beta, c + i0 * ldc + j0, ldc,
+                                             cols);
+    }
+  }
+}
+
+}  // namespace attn::ops::cpu

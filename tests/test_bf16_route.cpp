@@ -1,0 +1,187 @@
+// The bfloat16 route (Capability::Avx512Bf16): its micro-kernel and packing against float64 products of the
+// same rounded inputs, and the route's choice. The fused kernel's results on the route, for every mask kind
+// and shape, are checked in test_fused.cpp (the avx512_bf16 variant of FusedKernel).
+
+#include "kernel_variants.h"
+#include "ops/cpu/flash_attention_kernel.h"
+#ifdef ATTN_HAVE_BF16_DOT
+#include "ops/cpu/bf16_gemm.h"
+#endif
+
+#include <attn/attn.h>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <vector>
+
+namespace attn::test {
+namespace {
+
+using ops::cpu::Capability;
+
+bool cpu_has_bf16_route() { return ops::cpu::hardware_capability_limit() == Capability::Avx512Bf16; }
+
+TEST(Bf16Route, KernelInfoSaysWhichRouteRunsAndWhy) {
+  const CpuKernelInfo info = cpu_kernel_info();
+  EXPECT_EQ(info.bfloat16_route, info.variant == "avx512_bf16");
+  EXPECT_NE(info.summary.find(info.variant), std::string::npos) << info.summary;
+  if (!cpu_has_bf16_route()) {
+    EXPECT_FALSE(info.bfloat16_route);
+    EXPECT_NE(info.summary.find("no AVX512-BF16"), std::string::npos) << info.summary;
+    return;
+  }
+  // Measured at first use, unless ATTN_CPU_CAPABILITY=avx512_bf16 asked for the route outright; the route
+  // runs exactly when the measurement favoured it.
+  if (info.bfloat16_tile_speed > 0) {
+    EXPECT_EQ(info.bfloat16_route, info.bfloat16_tile_speed >= 1.0) << info.summary;
+    EXPECT_NE(info.summary.find("measured"), std::string::npos) << info.summary;
+  }
+  CapabilityScope forced(Capability::Avx512Bf16);
+  EXPECT_TRUE(cpu_kernel_info().bfloat16_route);
+}
+
+#ifdef ATTN_HAVE_BF16_DOT
+
+/// A [rows, cols] bfloat16 matrix of N(0, 1) values, and its float64 copy (the values exactly).
+struct Matrix {
+  std::vector<c10::BFloat16> data;
+  torch::Tensor exact;
+  int64_t ld;
+};
+
+Matrix random_matrix(int64_t rows, int64_t cols, int64_t ld, uint64_t seed) {
+  torch::manual_seed(seed);
+  const torch::Tensor values = torch::randn({rows, cols}).to(torch::kBFloat16);
+  Matrix m{std::vector<c10::BFloat16>(std::max<int64_t>(rows * ld + 2, 2), c10::BFloat16(0.0f)),
+           values.to(torch::kFloat64), ld};
+  const auto* src = values.data_ptr<c10::BFloat16>();
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) m.data[r * ld + c] = src[r * cols + c];
+  }
+  return m;
+}
+
+torch::Tensor as_tensor(const std::vector<float>& c, int64_t m, int64_t n, int64_t ldc) {
+  return torch::from_blob(const_cast<float*>(c.data()), {m, n}, {ldc, 1}, torch::kFloat32).to(torch::kFloat64);
+}
+
+/// |C - reference| within float32 accumulation of k products of magnitude ~1.
+void expect_product(const torch::Tensor& actual, const torch::Tensor& expected, int64_t k) {
+  const double tol = 1e-6 * (k + 1) + 1e-6 * expected.abs().max().item<double>();
+  EXPECT_TRUE(torch::isfinite(actual).all().item<bool>());
+  EXPECT_LE((actual - expected).abs().max().item<double>(), tol);
+}
+
+TEST(Bf16Gemm, MatchesFloat64ProductOfTheRoundedInputs) {
+  if (!cpu_has_bf16_route()) {
+    std::printf("[ NOTE     ] this CPU has no AVX512-BF16: the micro-kernel cannot run here (the route is never taken)\n");
+    EXPECT_FALSE(cpu_kernel_info().bfloat16_route);
+    return;
+  }
+  uint64_t seed = 1;
+  for (int64_t m : {1, 5, 6, 7, 13}) {
+    for (int64_t n : {1, 15, 16, 17, 64, 65, 130}) {
+      for (int64_t k : {1, 2, 3, 64, 129}) {
+        SCOPED_TRACE(::testing::Message() << "m=" << m << " n=" << n << " k=" << k);
+        // A row-major with an even leading dimension and a zero pad column past an odd k.
+        const int64_t lda = k + 3 + (k + 3) % 2;
+        const Matrix a = random_matrix(m, k, lda, ++seed), b = random_matrix(k, n, n + 1, ++seed);
+        const torch::Tensor expected = 0.5 * a.exact.matmul(b.exact);
+
+        const int64_t ld = ops::cpu::pairs_row_length(n), pairs = (k + 1) / 2;
+        std::vector<uint32_t> rows_packed(pairs * ld + ops::cpu::kPairLanes, 7u);
+        ops::cpu::pack_rows_in_pairs(b.data.data(), b.ld, k, n, rows_packed.data(), ld);
+        // The same B from its transpose (as keys are stored) must give the same layout.
+        const int64_t ldt = k + 1;
+        std::vector<c10::BFloat16> bt(n * ldt + 2, c10::BFloat16(0.0f));
+        for (int64_t r = 0; r < k; ++r) {
+          for (int64_t c = 0; c < n; ++c) bt[c * ldt + r] = b.data[r * b.ld + c];
+        }
+        std::vector<uint32_t> transposed_packed(pairs * ld + ops::cpu::kPairLanes, 9u);
+        ops::cpu::pack_transposed_in_pairs(bt.data(), ldt, n, k, transposed_packed.data(), ld);
+        EXPECT_TRUE(std::equal(rows_packed.begin(), rows_packed.begin() + pairs * ld, transposed_packed.begin()));
+
+        // beta = 0 writes C without reading it: NaN there must not leak in.
+        const int64_t ldc = n + 5;
+        std::vector<float> c(m * ldc, std::numeric_limits<float>::quiet_NaN());
+        ops::cpu::bf16_gemm(m, n, pairs, 0.5f, {a.data.data(), a.ld, 2}, {rows_packed.data(), ld}, 0.0f, c.data(), ldc);
+        expect_product(as_tensor(c, m, n, ldc), expected, k);
+        // The columns between n and ldc are not C's: untouched.
+        for (int64_t i = 0; i < m; ++i) EXPECT_TRUE(std::isnan(c[i * ldc + n])) << "row " << i;
+
+        // beta = 1 accumulates.
+        std::vector<float> acc(m * ldc, 1.0f);
+        ops::cpu::bf16_gemm(m, n, pairs, 0.5f, {a.data.data(), a.ld, 2}, {rows_packed.data(), ld}, 1.0f, acc.data(),
+                            ldc);
+        expect_product(as_tensor(acc, m, n, ldc), expected + 1.0, k);
+      }
+    }
+  }
+}
+
+TEST(Bf16Gemm, LeftOperandInPairsLayoutAndFloatSourcesRoundToNearestEven) {
+  if (!cpu_has_bf16_route()) {
+    std::printf("[ NOTE     ] this CPU has no AVX512-BF16: the micro-kernel cannot run here (the route is never taken)\n");
+    EXPECT_FALSE(cpu_kernel_info().bfloat16_route);
+    return;
+  }
+  // C = Aᵀ·B as the backward pass forms dVᵀ = dOᵀ·P: A [k, m] packed in pairs of its rows is the pairs
+  // layout of the left operand Aᵀ (si = 2, sp = 2·ld); B comes from float, rounded while packing.
+  for (int64_t k : {1, 8, 33}) {
+    for (int64_t m : {3, 17}) {
+      const int64_t n = 20;
+      SCOPED_TRACE(::testing::Message() << "k=" << k << " m=" << m);
+      const Matrix a = random_matrix(k, m, m, 40 + k + m);
+      torch::manual_seed(k * m);
+      const torch::Tensor bf = torch::randn({k, n});
+      const torch::Tensor expected = a.exact.t().matmul(bf.to(torch::kBFloat16).to(torch::kFloat64));
+
+      const int64_t lda = ops::cpu::pairs_row_length(m), ldb = ops::cpu::pairs_row_length(n), pairs = (k + 1) / 2;
+      std::vector<uint32_t> a_pairs(pairs * lda), b_pairs(pairs * ldb + ops::cpu::kPairLanes);
+      ops::cpu::pack_rows_in_pairs(a.data.data(), a.ld, k, m, a_pairs.data(), lda);
+      ops::cpu::pack_rows_in_pairs(bf.data_ptr<float>(), n, k, n, b_pairs.data(), ldb);
+      std::vector<float> c(m * n);
+      const auto* left = reinterpret_cast<const c10::BFloat16*>(a_pairs.data());
+      ops::cpu::bf16_gemm(m, n, pairs, 1.0f, {left, 2, 2 * lda}, {b_pairs.data(), ldb}, 0.0f, c.data(), n);
+      expect_product(as_tensor(c, m, n, n), expected, k);
+    }
+  }
+}
+
+#endif  // ATTN_HAVE_BF16_DOT
+
+// The route's forward through the public API, forced on: against the float64 math path and against the
+// widened route, which rounds nothing but the inputs.
+TEST(Bf16Route, ForwardAgreesWithFloat64AndWithTheWidenedRoute) {
+  torch::manual_seed(3);
+  const torch::Tensor q = torch::randn({2, 4, 300, 64}), k = torch::randn({2, 2, 700, 64}),
+                      v = torch::randn({2, 2, 700, 64});
+  const auto opts = SdpaOptions().causal(true).backend(Backend::Fused);
+  const auto bf = [](const torch::Tensor& t) { return t.to(torch::kBFloat16); };
+  const torch::Tensor expected =
+      scaled_dot_product_attention(bf(q).to(torch::kFloat64), bf(k).to(torch::kFloat64), bf(v).to(torch::kFloat64),
+                                   SdpaOptions().causal(true).backend(Backend::Math));
+  torch::Tensor widened, paired;
+  {
+    CapabilityScope scope(Capability::Avx512);
+    widened = scaled_dot_product_attention(bf(q), bf(k), bf(v), opts).to(torch::kFloat64);
+  }
+  {
+    CapabilityScope scope(Capability::Avx512Bf16);
+    paired = scaled_dot_product_attention(bf(q), bf(k), bf(v), opts).to(torch::kFloat64);
+  }
+  // Relative to the outputs' mean size: bfloat16 output rounding alone is 2^-9 (0.2 %) of each value, rounding P
+  // adds about as much again; a 1 % error anywhere in the route's products fails the mean bounds.
+  const double size = expected.abs().mean().item<double>();
+  EXPECT_LE((widened - expected).abs().max().item<double>(), 0.1 * size);
+  EXPECT_LE((paired - expected).abs().max().item<double>(), 0.1 * size);
+  EXPECT_LE((widened - expected).abs().mean().item<double>(), 3e-3 * size);
+  EXPECT_LE((paired - expected).abs().mean().item<double>(), 4e-3 * size);
+}
+
+}  // namespace
+}  // namespace attn::test
