@@ -9,6 +9,7 @@
 //   main.cpp     arguments and orchestration
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,7 +20,7 @@ namespace bench {
 // Configurations (configs.cpp).
 
 enum class Kind {
-  Gemm,         // the fp32 GEMM ceiling
+  Gemm,         // the GEMM ceiling of its dtype
   Core,         // the functional core on q, k, v [B, H, T, d], inference
   Module,       // multi-head attention modules on x [B, T, E] (torch_mha: [T, B, E]), inference
   Training,     // the functional core, forward + backward of out.sum()
@@ -130,14 +131,21 @@ struct Record {
 /// GB/s of the bandwidth ceiling record, NaN if it did not run.
 double bandwidth_gbps(const std::vector<Record>& records);
 
-/// GFLOP/s of the GEMM ceiling record, NaN if it did not run.
-double ceiling_gflops(const std::vector<Record>& records);
+/// The GEMM ceilings of this run (GFLOP/s of a 2048³ torch::mm in each dtype), NaN where not run. Each
+/// record's "% GEMM" is relative to the ceiling of its own dtype.
+struct Ceilings {
+  double float32 = std::numeric_limits<double>::quiet_NaN();
+  double bfloat16 = std::numeric_limits<double>::quiet_NaN();
+  double of(const std::string& dtype) const { return dtype == "bfloat16" ? bfloat16 : float32; }
+  /// Takes a GEMM record's result, if r is one.
+  void take(const Record& r);
+};
 /// The results table, on stdout.
-void print_table(const std::vector<Record>& records, double ceiling);
+void print_table(const std::vector<Record>& records, const Ceilings& ceilings);
 /// The comparisons within this run: fused vs its peers, attn_mha vs torch_mha, causal vs not, training memory.
-void print_ratios(const std::vector<Record>& records, double ceiling);
+void print_ratios(const std::vector<Record>& records, const Ceilings& ceilings);
 /// A JSON list with one object per record that ran or failed (skipped ones are left out).
-std::string to_json(const std::vector<Record>& records, double ceiling, const std::string& device);
+std::string to_json(const std::vector<Record>& records, const Ceilings& ceilings, const std::string& device);
 
 // --- blas_info.cpp ---
 /// Which BLAS LibTorch's matrix products run on, e.g. "OpenBLAS 0.3.21 (openmp), kernels SkylakeX"; plus a

@@ -15,7 +15,7 @@ namespace {
 
 // Shapes shared by the suites: one sequence, 8 heads of 64 (E = 512), the shape design.md's peer numbers use.
 constexpr int64_t kB = 1, kH = 8, kD = 64;
-constexpr int64_t kGemmN = 2048;  // the ceiling: a 2048³ fp32 torch::mm
+constexpr int64_t kGemmN = 2048;  // the ceilings: a 2048³ torch::mm in float32 (and bfloat16)
 
 // THE SUITE TABLE. Everything a suite runs is derived from one row here. "quick" must finish in under
 // 3 minutes on the 2-core reference machine: measured 2m05s at LibTorch's default of 1 thread there, of which
@@ -66,12 +66,17 @@ Suite build(const SuiteSpec& spec) {
   Suite suite{spec.name, spec.warmup, spec.reps, {}};
   auto& out = suite.configs;
 
-  Config gemm;  // first: every other record is reported as a percentage of it
+  Config gemm;  // first: every other record is reported as a percentage of the ceiling of its dtype
   gemm.name = fmt::format("gemm/{}", kGemmN);
   gemm.kind = Kind::Gemm;
   gemm.impl = "gemm";
   gemm.Tq = gemm.Tk = gemm.d = kGemmN;
   out.push_back(gemm);
+  if (std::find(spec.dtypes.begin(), spec.dtypes.end(), "bfloat16") != spec.dtypes.end()) {
+    gemm.name += "/bfloat16";
+    gemm.dtype = "bfloat16";
+    out.push_back(gemm);
+  }
 
   // Training rows are named causal or not only where the suite runs both, so the quick suite's names stay.
   const bool name_training_causal = spec.training_causal.size() > 1;

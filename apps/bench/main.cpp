@@ -9,6 +9,7 @@
 #include "app_main.h"
 #include "command_line.h"
 
+#include <attn/device.h>
 #include <attn/io/files.h>
 
 #include <fmt/core.h>
@@ -61,8 +62,8 @@ reports the median of its timed runs and its peak RSS. Progress goes to stderr; 
 ratios to stdout.
 
 FLOPs follow FlashAttention's benchmarks: attention 4·B·H·Tq·Tk·d forward, half if causal, backward 2.5×
-forward, plus 2·T·d_in·d_out per projection. "% GEMM" is relative to a 2048³ fp32 torch::mm measured first
-in the same run. The decode suite is bound by memory instead: "GB/s" is the K/V cache read per step, and
+forward, plus 2·T·d_in·d_out per projection. "% GEMM" is relative to a 2048³ torch::mm of the row's dtype
+(float32, or bfloat16 where the suite has bfloat16 rows) measured first in the same run. The decode suite is bound by memory instead: "GB/s" is the K/V cache read per step, and
 "% BW" is relative to a streaming read (sum over 1 GiB) measured first in the same run.
 
 Options:
@@ -182,10 +183,11 @@ int run_suite(const BenchOptions& options, const char* argv0) {
   const bench::BlasInfo blas = bench::blas_info();
   fmt::print(stderr, "attn-bench: BLAS: {}\n", blas.description);
   if (!blas.warning.empty()) fmt::print(stderr, "attn-bench: warning: {}\n", blas.warning);
+  if (device == "cpu") fmt::print(stderr, "attn-bench: CPU kernel: {}\n", attn::cpu_kernel_info().summary);
 
   const auto start = std::chrono::steady_clock::now();
   std::vector<bench::Record> records;
-  double ceiling = std::numeric_limits<double>::quiet_NaN();
+  bench::Ceilings ceilings;
   for (size_t i = 0; i < selected.size(); ++i) {
     bench::Record record{selected[i], std::nullopt, "", ""};
     const bench::Config& c = record.config;
@@ -200,13 +202,14 @@ int run_suite(const BenchOptions& options, const char* argv0) {
       record.measurement = outcome.measurement;
       record.error = outcome.error;
     }
-    if (c.kind == bench::Kind::Gemm) ceiling = record.gflops();
-    fmt::print(stderr, "{}\n", progress_result(record, ceiling));
+    ceilings.take(record);
+    fmt::print(stderr, "{}\n", progress_result(record, ceilings.of(c.dtype)));
     records.push_back(std::move(record));
   }
 
-  bench::print_table(records, ceiling);
-  bench::print_ratios(records, ceiling);
+  bench::print_table(records, ceilings);
+  bench::print_ratios(records, ceilings);
+  if (device == "cpu") fmt::print("  CPU kernel: {}\n", attn::cpu_kernel_info().summary);
 
   int failed = 0, skipped = 0;
   for (const auto& r : records) failed += !r.error.empty(), skipped += !r.skipped.empty();
@@ -214,7 +217,7 @@ int run_suite(const BenchOptions& options, const char* argv0) {
   fmt::print(stderr, "attn-bench: {} configurations in {:.0f} s: {} failed, {} skipped\n", records.size(), seconds,
              failed, skipped);
   if (!options.json_path.empty()) {
-    attn::io::write_file_atomically(options.json_path, bench::to_json(records, ceiling, device));
+    attn::io::write_file_atomically(options.json_path, bench::to_json(records, ceilings, device));
     fmt::print(stderr, "attn-bench: wrote {}\n", options.json_path);
   }
   return 0;

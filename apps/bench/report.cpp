@@ -86,13 +86,12 @@ double bandwidth_gbps(const std::vector<Record>& records) {
   return kNaN;
 }
 
-double ceiling_gflops(const std::vector<Record>& records) {
-  for (const Record& r : records)
-    if (r.config.kind == Kind::Gemm) return r.gflops();
-  return kNaN;
+void Ceilings::take(const Record& r) {
+  if (r.config.kind != Kind::Gemm) return;
+  (r.config.dtype == "bfloat16" ? bfloat16 : float32) = r.gflops();
 }
 
-void print_table(const std::vector<Record>& records, double ceiling) {
+void print_table(const std::vector<Record>& records, const Ceilings& ceilings) {
   size_t width = 4;
   for (const Record& r : records) width = std::max(width, r.config.name.size());
   // Memory-bound rows (the bandwidth ceiling, decode steps) add GB/s and their share of the bandwidth ceiling.
@@ -110,7 +109,7 @@ void print_table(const std::vector<Record>& records, double ceiling) {
     const bool compute = bytes_read(r.config) <= 0 || r.config.kind == Kind::Decode;
     fmt::print("{:<{}}  {:>10}  {:>8}  {:>7}  {:>9}", r.config.name, width, number_or_dash(ms, "{:.2f}"),
                number_or_dash(compute ? r.gflops() : kNaN, "{:.1f}"),
-               number_or_dash(compute ? r.pct_of(ceiling) : kNaN, "{:.1f}"), number_or_dash(rss, "{:.0f}"));
+               number_or_dash(compute ? r.pct_of(ceilings.of(r.config.dtype)) : kNaN, "{:.1f}"), number_or_dash(rss, "{:.0f}"));
     if (memory_bound) {
       fmt::print("  {:>7}  {:>5}", number_or_dash(r.gbps(), "{:.1f}"),
                  number_or_dash(r.gbps() / bandwidth * 100, "{:.0f}"));
@@ -119,9 +118,15 @@ void print_table(const std::vector<Record>& records, double ceiling) {
   }
 }
 
-void print_ratios(const std::vector<Record>& records, double ceiling) {
+void print_ratios(const std::vector<Record>& records, const Ceilings& ceilings) {
   fmt::print("\nIn this run (speedup = peer ms / ours ms; > 1 means ours is faster):\n");
-  if (std::isfinite(ceiling)) fmt::print("  GEMM ceiling (2048³ fp32 torch::mm): {:.1f} GFLOP/s\n", ceiling);
+  if (std::isfinite(ceilings.float32))
+    fmt::print("  GEMM ceiling (2048³ fp32 torch::mm): {:.1f} GFLOP/s\n", ceilings.float32);
+  if (std::isfinite(ceilings.bfloat16)) {
+    fmt::print("  GEMM ceiling (2048³ bfloat16 torch::mm): {:.1f} GFLOP/s, {:.2f}x the fp32 one; bfloat16 rows' "
+               "% GEMM is of this one\n",
+               ceilings.bfloat16, ceilings.bfloat16 / ceilings.float32);
+  }
 
   for (const Record& r : records) {
     const Config& c = r.config;
@@ -216,8 +221,8 @@ void print_ratios(const std::vector<Record>& records, double ceiling) {
       if (!full) continue;
       fmt::print("  variants T={} causal window={}: {:.2f}x the time of full causal (target <= 0.2); {:.1f}% of the "
                  "GEMM ceiling on its T x window FLOPs, full causal {:.1f}%\n",
-                 c.Tq, c.window, r.measurement->ms_median / full->measurement->ms_median, r.pct_of(ceiling),
-                 full->pct_of(ceiling));
+                 c.Tq, c.window, r.measurement->ms_median / full->measurement->ms_median, r.pct_of(ceilings.of(c.dtype)),
+                 full->pct_of(ceilings.of(c.dtype)));
     } else if (!c.term.empty()) {
       const Record* plain = find_variant(fmt::format("variants/fused/T={}/causal", c.Tq));
       if (!plain) continue;
@@ -246,7 +251,7 @@ void print_ratios(const std::vector<Record>& records, double ceiling) {
     }
 }
 
-std::string to_json(const std::vector<Record>& records, double ceiling, const std::string& device) {
+std::string to_json(const std::vector<Record>& records, const Ceilings& ceilings, const std::string& device) {
   std::vector<std::string> objects;
   for (const Record& r : records) {
     if (!r.skipped.empty()) continue;
@@ -257,7 +262,7 @@ std::string to_json(const std::vector<Record>& records, double ceiling, const st
         "\"peak_rss_mib\": {}",
         json_string(c.name), json_string(c.impl), c.B, c.H, kv_heads(c), c.Tq, c.Tk, c.d, c.causal ? "true" : "false",
         json_string(c.dtype), json_string(device), json_number(r.measurement ? r.measurement->ms_median : kNaN),
-        json_number(r.gflops()), json_number(r.pct_of(ceiling)),
+        json_number(r.gflops()), json_number(r.pct_of(ceilings.of(c.dtype))),
         json_number(r.measurement ? r.measurement->peak_rss_mib : kNaN));
     if (!r.error.empty()) o += ", \"error\": " + json_string(r.error);
     objects.push_back(o + "}");

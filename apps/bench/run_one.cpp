@@ -96,8 +96,7 @@ std::function<void()> make_workload(const Config& c, const torch::Device& device
   const auto opts = torch::TensorOptions().dtype(scalar_type(c.dtype)).device(device);
   switch (c.kind) {
     case Kind::Gemm: {
-      const auto fp32 = opts.dtype(torch::kFloat32);  // the ceiling is always the float32 GEMM
-      const torch::Tensor a = torch::randn({c.Tq, c.d}, fp32), b = torch::randn({c.d, c.Tk}, fp32);
+      const torch::Tensor a = torch::randn({c.Tq, c.d}, opts), b = torch::randn({c.d, c.Tk}, opts);
       return [=] { torch::mm(a, b); };
     }
     case Kind::Core:
