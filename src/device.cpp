@@ -44,8 +44,10 @@ CpuKernelInfo cpu_kernel_info() {
   using ops::cpu::Capability;
   CpuKernelInfo info;
   const Capability active = ops::cpu::active_capability();
-  info.variant = ops::cpu::capability_name(active);
-  info.bfloat16_route = active == Capability::Avx512Bf16;
+  info.bfloat16_route = ops::cpu::bf16_route_chosen();
+  info.variant = info.bfloat16_route                     ? "avx512_bf16"
+                 : active == Capability::Avx512Bf16 ? "avx512"
+                                                     : ops::cpu::capability_name(active);
   info.bfloat16_tile_speed = ops::cpu::bf16_tile_speed();
   char measured[64] = "";
   if (info.bfloat16_tile_speed > 0) {

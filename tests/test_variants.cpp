@@ -10,6 +10,7 @@
 // central finite differences; a packed batch's per-sequence and padded forms; and values written out by hand.
 // The dtype runs compare against the float64 formula on the same inputs rounded to that dtype.
 
+#include "kernel_variants.h"
 #include "support.h"
 
 #include <attn/functional.h>
@@ -318,12 +319,22 @@ std::vector<VariantCase> variant_cases() {
 struct BackendDtype {
   Backend backend;
   torch::Dtype dtype;
+  bool bfloat16_route = false;  // force the fused kernel's bfloat16 route (kernel_variants.h), where the CPU has it
 };
 
-void PrintTo(const BackendDtype& p, std::ostream* os) { *os << to_string(p.backend) << " " << c10::toString(p.dtype); }
+void PrintTo(const BackendDtype& p, std::ostream* os) {
+  *os << to_string(p.backend) << " " << c10::toString(p.dtype) << (p.bfloat16_route ? " bfloat16 route" : "");
+}
 
 std::string backend_dtype_name(const ::testing::TestParamInfo<BackendDtype>& info) {
-  return std::string(to_string(info.param.backend)) + "_" + c10::toString(info.param.dtype);
+  return std::string(to_string(info.param.backend)) + "_" + c10::toString(info.param.dtype) +
+         (info.param.bfloat16_route ? "_bfloat16_route" : "");
+}
+
+/// The capability a case runs under: the bfloat16 route forced, or the one this CPU prefers.
+std::unique_ptr<CapabilityScope> route_scope(const BackendDtype& p) {
+  if (!p.bfloat16_route) return nullptr;
+  return std::make_unique<CapabilityScope>(ops::cpu::Capability::Avx512Bf16);
 }
 
 // ------------------------------------------------------------------------------------------------------------
@@ -332,6 +343,7 @@ std::string backend_dtype_name(const ::testing::TestParamInfo<BackendDtype>& inf
 class Variants : public ::testing::TestWithParam<BackendDtype> {};
 
 TEST_P(Variants, ForwardAndGradientsMatchFloat64Reference) {
+  const auto route = route_scope(GetParam());
   const Backend backend = GetParam().backend;
   const torch::Dtype dtype = GetParam().dtype;
   uint64_t seed = 1000;
@@ -401,7 +413,8 @@ INSTANTIATE_TEST_SUITE_P(Backends, Variants,
                                            BackendDtype{Backend::Math, torch::kBFloat16},
                                            BackendDtype{Backend::Fused, torch::kFloat64},
                                            BackendDtype{Backend::Fused, torch::kFloat32},
-                                           BackendDtype{Backend::Fused, torch::kBFloat16}),
+                                           BackendDtype{Backend::Fused, torch::kBFloat16},
+                                           BackendDtype{Backend::Fused, torch::kBFloat16, true}),
                          backend_dtype_name);
 
 // Backend::Torch folds the window and ALiBi into its mask (softcap and sinks it refuses: see the errors below).

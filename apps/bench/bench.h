@@ -39,7 +39,7 @@ struct Config {
   int64_t B = 1, H = 1, Tq = 0, Tk = 0, d = 0;
   int64_t Hkv = 0;  // key/value heads (grouped-query attention); 0 means H
   bool causal = false;
-  std::string dtype = "float32";  // of the inputs (and module): float32 or bfloat16; the GEMM ceiling is float32
+  std::string dtype = "float32";  // of the inputs (and module): float32 or bfloat16; a GEMM ceiling is of its own dtype
   // Variants: a causal sliding window of this many keys (window(window - 1, 0)), -1 for none; one score term
   // ("softcap", "alibi", "sinks" or ""); and the sequence lengths of a ragged batch (packed or padded).
   int64_t window = -1;

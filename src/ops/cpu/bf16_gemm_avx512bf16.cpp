@@ -3,6 +3,8 @@
 
 #include "ops/cpu/bf16_gemm.h"
 
+#include <c10/util/Exception.h>
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -126,7 +128,8 @@ void pack_rows_in_pairs(const float* src, int64_t ld_src, int64_t k, int64_t n, 
     int64_t j = 0;
     for (; j < n; j += 16) {
       const __mmask16 m = lanes(n - j, 0);
-      // vcvtneps2bf16 rounds to nearest even, as c10::BFloat16 does; the high row goes to the upper halves.
+      // vcvtneps2bf16 rounds to nearest even, as c10::BFloat16 does for normal numbers (it flushes subnormals
+      // to zero, as vdpbf16ps does with its inputs); the high row goes to the upper halves.
       const __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, r0 + j)));
       const __m512i hi = r1 ? _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, r1 + j)))
                             : _mm512_setzero_si512();
@@ -153,6 +156,7 @@ void pack_transposed_in_pairs(const c10::BFloat16* src, int64_t ld_src, int64_t 
 
 void bf16_gemm(int64_t m, int64_t n, int64_t pairs, float alpha, LeftOperand a, PairsOperand b, float beta,
                float* c, int64_t ldc) {
+  TORCH_INTERNAL_ASSERT(beta == 0.0f || beta == 1.0f, "bf16_gemm: beta must be 0 or 1, got ", beta);
   if (m == 0 || n == 0) return;
   for (int64_t j0 = 0; j0 < n; j0 += kPanel) {
     const int64_t cols = std::min(kPanel, n - j0);

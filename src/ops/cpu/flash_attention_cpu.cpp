@@ -114,7 +114,7 @@ FlashProblem<T, In> make_problem(const FlashSizes& s, const at::Tensor& q, const
 /// as bfloat16 pairs, instead of widened to float for the float kernel. The pairs of Q·Kᵀ run along d_k, so it
 /// must be even.
 bool bfloat16_route(const at::Tensor& query, const FlashSizes& s) {
-  return query.scalar_type() == at::kBFloat16 && active_capability() == Capability::Avx512Bf16 && s.dk % 2 == 0;
+  return query.scalar_type() == at::kBFloat16 && s.dk % 2 == 0 && bf16_route_chosen();
 }
 
 std::tuple<at::Tensor, at::Tensor> flash_attention_cpu(

@@ -1,7 +1,7 @@
 // Picks the fused kernels' instruction-set variant once per call, by what the CPU supports and which
 // variants this build compiled (ATTN_HAVE_AVX2_KERNELS / ATTN_HAVE_AVX512_KERNELS / ATTN_HAVE_BF16_DOT, set
-// by CMake). The bfloat16 route is taken where the CPU has AVX512-BF16 and a measurement at first use says
-// it is faster than widening to float.
+// by CMake). The bfloat16 route is taken where the CPU has AVX512-BF16 and a measurement, at the first
+// bfloat16 call, says it is clearly faster than widening to float.
 
 #include "ops/cpu/flash_attention_kernel.h"
 
@@ -26,7 +26,7 @@ namespace attn::ops::cpu {
 namespace {
 
 /// The widest variant that this CPU and build support; ATTN_CPU_CAPABILITY may lower it.
-Capability hardware_capability() {
+Capability detect_hardware() {
   Capability best = Capability::Default;
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #ifdef ATTN_HAVE_AVX2_KERNELS
@@ -52,70 +52,63 @@ Capability hardware_capability() {
   return best;
 }
 
+Capability hardware_limit() {
+  static const Capability limit = detect_hardware();
+  return limit;
+}
+
 #ifdef ATTN_HAVE_BF16_DOT
-/// The bfloat16 route's tile products per second over the float route's, on one forward tile (Q·Kᵀ of 256
-/// query rows, 512 keys, d = 64), best of 5 each, on every thread at once as the kernels run. AVX512-BF16
-/// does not always pay: where vdpbf16ps issues at half the rate of a float FMA, widening to float is faster.
+/// The bfloat16 route's tile product speed over the float route's, on one forward tile (Q·Kᵀ of 256 query
+/// rows, 512 keys, d = 64), best of 5 each, on the calling thread alone (no thread pool: it may run while
+/// another thread waits on its result). AVX512-BF16 does not always pay: where vdpbf16ps issues at half the
+/// rate of a float FMA, widening to float is faster.
 double measure_bf16_tile_speed() {
   constexpr int64_t m = 256, n = 512, d = 64, reps = 5;
-  const int64_t threads = std::max<int64_t>(at::get_num_threads(), 1);
-  std::vector<double> ratios(threads, 0.0);
-  at::parallel_for(0, threads, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      std::vector<float> qf(m * d, 0.5f), kf(n * d, 0.25f), scores(m * n);
-      std::vector<c10::BFloat16> q16(m * d, c10::BFloat16(0.5f)), k16(n * d, c10::BFloat16(0.25f));
-      const int64_t ld = pairs_row_length(n);
-      std::vector<uint32_t> kt(d / 2 * ld + kPairLanes);
-      pack_transposed_in_pairs(k16.data(), d, n, d, kt.data(), ld);
-      const auto best_of = [&](const auto& run) {
-        double best = std::numeric_limits<double>::infinity();
-        for (int64_t r = 0; r < reps; ++r) {
-          const auto start = std::chrono::steady_clock::now();
-          run();
-          best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-        }
-        return best;
-      };
-      // Row-major S = Q·Kᵀ through column-major BLAS: Sᵀ = K·Qᵀ.
-      const double float_time = best_of([&] {
-        blas_gemm(true, false, n, m, d, 1.0f, kf.data(), d, qf.data(), d, 0.0f, scores.data(), n);
-      });
-      const double pairs_time = best_of([&] {
-        bf16_gemm(m, n, d / 2, 1.0f, LeftOperand{q16.data(), d, 2}, PairsOperand{kt.data(), ld}, 0.0f,
-                  scores.data(), n);
-      });
-      ratios[t] = float_time / pairs_time;
+  std::vector<float> qf(m * d, 0.5f), kf(n * d, 0.25f), scores(m * n);
+  std::vector<c10::BFloat16> q16(m * d, c10::BFloat16(0.5f)), k16(n * d, c10::BFloat16(0.25f));
+  const int64_t ld = pairs_row_length(n);
+  std::vector<uint32_t> kt(d / 2 * ld + kPairLanes);
+  const auto best_of = [&](const auto& run) {
+    double best = std::numeric_limits<double>::infinity();
+    for (int64_t r = 0; r < reps; ++r) {
+      const auto start = std::chrono::steady_clock::now();
+      run();
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
+    return best;
+  };
+  // Row-major S = Q·Kᵀ through column-major BLAS: Sᵀ = K·Qᵀ. BLAS may thread it; the pairs side pays for its
+  // packing. Both favour the float route, which is the safe default.
+  const double float_time = best_of([&] {
+    blas_gemm(true, false, n, m, d, 1.0f, kf.data(), d, qf.data(), d, 0.0f, scores.data(), n);
   });
-  std::sort(ratios.begin(), ratios.end());
-  return ratios[ratios.size() / 2];
+  const double pairs_time = best_of([&] {
+    pack_transposed_in_pairs(k16.data(), d, n, d, kt.data(), ld);
+    bf16_gemm(m, n, d / 2, 1.0f, LeftOperand{q16.data(), d, 2}, PairsOperand{kt.data(), ld}, 0.0f, scores.data(), n);
+  });
+  return float_time / pairs_time;
 }
 #endif
 
-struct Detection {
-  Capability hardware = Capability::Default;  // the widest a test may force
-  Capability preferred = Capability::Default;  // what runs unless forced
-  double bf16_tile_speed = 0.0;                // 0: not measured
+/// The bfloat16 route's measured speed, once per process; 0 where it cannot run or was not measured.
+struct RouteTiming {
+  double speed = 0.0;
+  bool forced_by_environment = false;  // ATTN_CPU_CAPABILITY=avx512_bf16: the route without measuring
 };
 
-Detection detect() {
-  Detection d;
-  d.hardware = d.preferred = hardware_capability();
+const RouteTiming& route_timing() {
+  static const RouteTiming timing = [] {
+    RouteTiming t;
 #ifdef ATTN_HAVE_BF16_DOT
-  if (d.hardware == Capability::Avx512Bf16) {
-    const char* env = std::getenv("ATTN_CPU_CAPABILITY");
-    if (!(env && std::strcmp(env, "avx512_bf16") == 0)) {  // that value asks for the route without measuring
-      d.bf16_tile_speed = measure_bf16_tile_speed();
-      if (d.bf16_tile_speed < 1.0) d.preferred = Capability::Avx512;
+    if (hardware_limit() == Capability::Avx512Bf16) {
+      const char* env = std::getenv("ATTN_CPU_CAPABILITY");
+      t.forced_by_environment = env && std::strcmp(env, "avx512_bf16") == 0;
+      if (!t.forced_by_environment) t.speed = measure_bf16_tile_speed();
     }
-  }
 #endif
-  return d;
-}
-
-const Detection& detection() {
-  static const Detection d = detect();
-  return d;
+    return t;
+  }();
+  return timing;
 }
 
 // -1: no override; otherwise a Capability.
@@ -123,14 +116,26 @@ std::atomic<int> forced{-1};
 
 }  // namespace
 
+// The margin (kBf16RouteMargin): the route also packs V and rounds P, which the timing leaves out, and a near
+// tie should not make the numerics depend on a noisy measurement.
+
+Capability hardware_capability_limit() { return hardware_limit(); }
+
 Capability active_capability() {
   const int f = forced.load();
-  if (f >= 0 && f <= static_cast<int>(detection().hardware)) return static_cast<Capability>(f);
-  return detection().preferred;
+  if (f >= 0 && f <= static_cast<int>(hardware_limit())) return static_cast<Capability>(f);
+  return hardware_limit();
 }
 
-Capability hardware_capability_limit() { return detection().hardware; }
-double bf16_tile_speed() { return detection().bf16_tile_speed; }
+bool bf16_route_chosen() {
+  const int f = forced.load();
+  if (f >= 0 && f <= static_cast<int>(hardware_limit())) return f == static_cast<int>(Capability::Avx512Bf16);
+  if (hardware_limit() != Capability::Avx512Bf16) return false;
+  const RouteTiming& t = route_timing();
+  return t.forced_by_environment || t.speed >= kBf16RouteMargin;
+}
+
+double bf16_tile_speed() { return hardware_limit() == Capability::Avx512Bf16 ? route_timing().speed : 0.0; }
 
 void force_capability(Capability capability) { forced.store(static_cast<int>(capability)); }
 void reset_capability() { forced.store(-1); }
@@ -196,9 +201,9 @@ void flash_forward(const FlashForward<double>& args) { dispatch_forward(args); }
 void flash_backward(const FlashBackward<float>& args) { dispatch_backward(args); }
 void flash_backward(const FlashBackward<double>& args) { dispatch_backward(args); }
 void flash_forward(const FlashForward<float, c10::BFloat16>& args) {
-  TORCH_CHECK(active_capability() == Capability::Avx512Bf16,
+  TORCH_CHECK(hardware_limit() == Capability::Avx512Bf16,
               "attn: the bfloat16 route needs AVX512-BF16, and this CPU or build has ",
-              capability_name(active_capability()));
+              capability_name(hardware_limit()));
 #ifdef ATTN_HAVE_AVX512_KERNELS
   kernel_avx512::flash_forward(args);
 #endif

@@ -108,12 +108,18 @@ inline constexpr int64_t kDecodeKeyBlock = 256;
 /// float first.
 enum class Capability { Default, Avx2, Avx512, Avx512Bf16 };
 
-/// The one that runs: the widest this CPU and build support, except that Avx512Bf16 runs only where the
-/// bfloat16 route measured faster at first use (bf16_tile_speed() >= 1). ATTN_CPU_CAPABILITY=default|avx2|
-/// avx512 lowers it; =avx512_bf16 takes the bfloat16 route without measuring.
+/// The variant that runs: the widest this CPU and build support, or a lower one forced. ATTN_CPU_CAPABILITY=
+/// default|avx2|avx512 lowers it. Avx512Bf16 runs the AVX-512 kernels; whether bfloat16 takes its own route
+/// there is bf16_route_chosen().
 Capability active_capability();
 /// The widest this CPU and build support (after ATTN_CPU_CAPABILITY).
 Capability hardware_capability_limit();
+/// How much faster than widening to float the bfloat16 route must measure to be taken.
+inline constexpr double kBf16RouteMargin = 1.15;
+/// Whether a bfloat16 forward pass takes the bfloat16 route: forced with force_capability(Avx512Bf16) or
+/// ATTN_CPU_CAPABILITY=avx512_bf16; otherwise where the CPU has AVX512-BF16 and bf16_tile_speed() >=
+/// kBf16RouteMargin. The first call measures (a few milliseconds, on the calling thread, once per process).
+bool bf16_route_chosen();
 /// The bfloat16 route's tile speed over the float route's, measured once; 0 where not measured.
 double bf16_tile_speed();
 /// Forces a capability up to hardware_capability_limit() (tests run every variant); `reset_capability()`
