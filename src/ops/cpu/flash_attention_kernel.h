@@ -135,7 +135,7 @@ void flash_backward(const FlashBackward<double>& args);
 void decode_forward(const DecodeArgs<float, float>& args);
 void decode_forward(const DecodeArgs<double, double>& args);
 void decode_forward(const DecodeArgs<float, c10::BFloat16>& args);
-/// The bfloat16 route's forward; only where active_capability() is Avx512Bf16 and d_k is even.
+/// The bfloat16 route's forward: only on a CPU with AVX512-BF16 (hardware_capability_limit()), with d_k even.
 void flash_forward(const FlashForward<float, c10::BFloat16>& args);
 
 /// The per-instruction-set definitions, declared once per variant namespace.
