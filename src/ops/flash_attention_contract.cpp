@@ -171,9 +171,10 @@ double resolved_scale(c10::optional<double> scale, int64_t dk) {
   return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(dk));
 }
 
-std::tuple<at::Tensor, at::Tensor> empty_forward_results(const FlashSizes& s, const at::TensorOptions& options) {
+std::tuple<at::Tensor, at::Tensor> empty_forward_results(const FlashSizes& s, const at::TensorOptions& options,
+                                                         at::ScalarType lse_type) {
   return {at::empty({s.batch, s.tq, s.heads, s.dv}, options).transpose(1, 2),
-          at::empty({s.batch, s.heads, s.tq}, options)};
+          at::empty({s.batch, s.heads, s.tq}, options.dtype(lse_type))};
 }
 
 }  // namespace attn::ops

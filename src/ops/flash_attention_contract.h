@@ -55,8 +55,10 @@ at::ScalarType compute_type(const at::Tensor& query);
 /// scale, or 1 / sqrt(d_k).
 double resolved_scale(c10::optional<double> scale, int64_t dk);
 
-/// Uninitialised (output, logsumexp) in `options`' device and dtype: output [B, H, Tq, d_v] laid out as
-/// [B, Tq, H, d_v] (so that merging the heads back is a free view), logsumexp [B, H, Tq] contiguous.
-std::tuple<at::Tensor, at::Tensor> empty_forward_results(const FlashSizes& s, const at::TensorOptions& options);
+/// Uninitialised (output, logsumexp) on `options`' device: output [B, H, Tq, d_v] in `options`' dtype, laid out
+/// as [B, Tq, H, d_v] (so that merging the heads back is a free view), logsumexp [B, H, Tq] contiguous in
+/// `lse_type` (compute_type of the query).
+std::tuple<at::Tensor, at::Tensor> empty_forward_results(const FlashSizes& s, const at::TensorOptions& options,
+                                                         at::ScalarType lse_type);
 
 }  // namespace attn::ops

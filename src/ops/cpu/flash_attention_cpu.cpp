@@ -137,8 +137,7 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_cpu(
   if (bfloat16_route(query, s)) {
     const at::Tensor q = row_major_layout(query), k = row_major_layout(key), v = row_major_layout(value);
     at::Tensor out, lse;
-    std::tie(out, lse) = empty_forward_results(s, q.options());
-    lse = at::empty_like(lse, lse.options().dtype(compute));
+    std::tie(out, lse) = empty_forward_results(s, q.options(), compute);
     FlashForward<float, c10::BFloat16> args;
     args.problem = make_problem<float, c10::BFloat16>(s, q, k, v, masks, variants, is_causal, causal_offset, sc);
     args.out = output_view<c10::BFloat16>(out);
@@ -150,7 +149,7 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_cpu(
                    v = kernel_layout(value, compute);
 
   at::Tensor out, lse;  // not a structured binding: C++17 lambdas (the dispatch below) cannot capture those
-  std::tie(out, lse) = empty_forward_results(s, q.options());
+  std::tie(out, lse) = empty_forward_results(s, q.options(), compute);
   AT_DISPATCH_FLOATING_TYPES(compute, "attn::flash_attention", [&] {
     FlashForward<scalar_t> args;
     args.problem = make_problem<scalar_t>(s, q, k, v, masks, variants, is_causal, causal_offset, sc);

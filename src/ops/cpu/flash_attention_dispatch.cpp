@@ -12,8 +12,6 @@
 #include "ops/cpu/bf16_gemm.h"
 #endif
 
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -50,11 +48,6 @@ Capability detect_hardware() {
     if (std::strcmp(env, "avx512") == 0 && best == Capability::Avx512Bf16) best = Capability::Avx512;
   }
   return best;
-}
-
-Capability hardware_limit() {
-  static const Capability limit = detect_hardware();
-  return limit;
 }
 
 #ifdef ATTN_HAVE_BF16_DOT
@@ -100,7 +93,7 @@ const RouteTiming& route_timing() {
   static const RouteTiming timing = [] {
     RouteTiming t;
 #ifdef ATTN_HAVE_BF16_DOT
-    if (hardware_limit() == Capability::Avx512Bf16) {
+    if (hardware_capability_limit() == Capability::Avx512Bf16) {
       const char* env = std::getenv("ATTN_CPU_CAPABILITY");
       t.forced_by_environment = env && std::strcmp(env, "avx512_bf16") == 0;
       if (!t.forced_by_environment) t.speed = measure_bf16_tile_speed();
@@ -114,28 +107,35 @@ const RouteTiming& route_timing() {
 // -1: no override; otherwise a Capability.
 std::atomic<int> forced{-1};
 
+/// The forced capability, if one is set that this CPU supports; -1 otherwise.
+int forced_within_limit() {
+  const int f = forced.load();
+  return f >= 0 && f <= static_cast<int>(hardware_capability_limit()) ? f : -1;
+}
+
 }  // namespace
 
-// The margin (kBf16RouteMargin): the route also packs V and rounds P, which the timing leaves out, and a near
-// tie should not make the numerics depend on a noisy measurement.
-
-Capability hardware_capability_limit() { return hardware_limit(); }
+Capability hardware_capability_limit() {
+  static const Capability limit = detect_hardware();
+  return limit;
+}
 
 Capability active_capability() {
-  const int f = forced.load();
-  if (f >= 0 && f <= static_cast<int>(hardware_limit())) return static_cast<Capability>(f);
-  return hardware_limit();
+  const int f = forced_within_limit();
+  return f >= 0 ? static_cast<Capability>(f) : hardware_capability_limit();
 }
 
 bool bf16_route_chosen() {
-  const int f = forced.load();
-  if (f >= 0 && f <= static_cast<int>(hardware_limit())) return f == static_cast<int>(Capability::Avx512Bf16);
-  if (hardware_limit() != Capability::Avx512Bf16) return false;
+  const int f = forced_within_limit();
+  if (f >= 0) return f == static_cast<int>(Capability::Avx512Bf16);
+  if (hardware_capability_limit() != Capability::Avx512Bf16) return false;
   const RouteTiming& t = route_timing();
   return t.forced_by_environment || t.speed >= kBf16RouteMargin;
 }
 
-double bf16_tile_speed() { return hardware_limit() == Capability::Avx512Bf16 ? route_timing().speed : 0.0; }
+double bf16_tile_speed() {
+  return hardware_capability_limit() == Capability::Avx512Bf16 ? route_timing().speed : 0.0;
+}
 
 void force_capability(Capability capability) { forced.store(static_cast<int>(capability)); }
 void reset_capability() { forced.store(-1); }
@@ -201,9 +201,9 @@ void flash_forward(const FlashForward<double>& args) { dispatch_forward(args); }
 void flash_backward(const FlashBackward<float>& args) { dispatch_backward(args); }
 void flash_backward(const FlashBackward<double>& args) { dispatch_backward(args); }
 void flash_forward(const FlashForward<float, c10::BFloat16>& args) {
-  TORCH_CHECK(hardware_limit() == Capability::Avx512Bf16,
+  TORCH_CHECK(hardware_capability_limit() == Capability::Avx512Bf16,
               "attn: the bfloat16 route needs AVX512-BF16, and this CPU or build has ",
-              capability_name(hardware_limit()));
+              capability_name(hardware_capability_limit()));
 #ifdef ATTN_HAVE_AVX512_KERNELS
   kernel_avx512::flash_forward(args);
 #endif

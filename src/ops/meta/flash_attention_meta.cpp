@@ -26,9 +26,8 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_meta(const at::Tensor& query,
       check_forward_args(kForwardOp, query, key, value, key_padding_mask, attend_mask, additive_mask, scale);
   check_variant_args(kForwardOp, s, query, any_mask(key_padding_mask, attend_mask, additive_mask), causal_offset,
                      window_left, window_right, softcap, alibi_slopes, sinks, cu_seqlens_q, cu_seqlens_k);
-  auto [out, lse] = empty_forward_results(s, query.options().dtype(compute_type(query)));
-  // As the CPU kernel: computed in float32 for bfloat16 inputs, then converted (keeping the strides).
-  return {out.to(query.scalar_type()), lse};
+  // As the CPU kernel: the output in the query's dtype, the log-sum-exp in float32 for bfloat16 inputs.
+  return empty_forward_results(s, query.options(), compute_type(query));
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> flash_attention_backward_meta(
