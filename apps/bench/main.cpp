@@ -63,8 +63,9 @@ ratios to stdout.
 
 FLOPs follow FlashAttention's benchmarks: attention 4·B·H·Tq·Tk·d forward, half if causal, backward 2.5×
 forward, plus 2·T·d_in·d_out per projection. "% GEMM" is relative to a 2048³ torch::mm of the row's dtype
-(float32, or bfloat16 where the suite has bfloat16 rows) measured first in the same run. The decode suite is bound by memory instead: "GB/s" is the K/V cache read per step, and
-"% BW" is relative to a streaming read (sum over 1 GiB) measured first in the same run.
+(float32, or bfloat16 where the suite has bfloat16 rows) measured first in the same run. The decode suite
+is bound by memory instead: "GB/s" is the K/V cache read per step, and "% BW" is relative to a streaming
+read (sum over 1 GiB) measured first in the same run.
 
 Options:
   --suite NAME      which configurations to run (default: quick):

@@ -109,7 +109,8 @@ void print_table(const std::vector<Record>& records, const Ceilings& ceilings) {
     const bool compute = bytes_read(r.config) <= 0 || r.config.kind == Kind::Decode;
     fmt::print("{:<{}}  {:>10}  {:>8}  {:>7}  {:>9}", r.config.name, width, number_or_dash(ms, "{:.2f}"),
                number_or_dash(compute ? r.gflops() : kNaN, "{:.1f}"),
-               number_or_dash(compute ? r.pct_of(ceilings.of(r.config.dtype)) : kNaN, "{:.1f}"), number_or_dash(rss, "{:.0f}"));
+               number_or_dash(compute ? r.pct_of(ceilings.of(r.config.dtype)) : kNaN, "{:.1f}"),
+               number_or_dash(rss, "{:.0f}"));
     if (memory_bound) {
       fmt::print("  {:>7}  {:>5}", number_or_dash(r.gbps(), "{:.1f}"),
                  number_or_dash(r.gbps() / bandwidth * 100, "{:.0f}"));
