@@ -1,16 +1,17 @@
 # The include rule of docs/architecture.md, checked on every build:
 #
 #   apps -> public headers -> modules -> backends -> ops -> kernels (ops/cpu), with common/ at the bottom;
-#   nothing includes from a layer above it. io/ and jit/ sit beside the modules (they read module types).
+#   nothing includes from a layer above it. io/, jit/ and distributed/ sit beside the modules (they read module
+#   types).
 #
 #   cmake -DROOT=<source dir> -P check_layers.cmake     (fails, listing each offending line)
 #
 # Each layer lists the includes it may NOT have: the layers above it. Quoted includes are attn's internal
 # headers (relative to src/), <attn/...> its public ones.
-set(above_common    "^\"(ops|backends|modules|io|jit)/" "^<attn/")
-set(above_ops       "^\"(backends|modules|io|jit)/" "^<attn/(attn|functional|options|device)\\.h>" "^<attn/(modules|io|jit)/")
-set(above_backends  "^\"(modules|io|jit)/" "^<attn/(attn|functional|device)\\.h>" "^<attn/(modules|io|jit)/")
-set(above_modules   "^\"(io|jit)/" "^<attn/(attn|functional)\\.h>" "^<attn/(io|jit)/")
+set(above_common    "^\"(ops|backends|modules|io|jit|distributed)/" "^<attn/")
+set(above_ops       "^\"(backends|modules|io|jit|distributed)/" "^<attn/(attn|functional|options|device)\\.h>" "^<attn/(modules|io|jit|distributed)/")
+set(above_backends  "^\"(modules|io|jit|distributed)/" "^<attn/(attn|functional|device)\\.h>" "^<attn/(modules|io|jit|distributed)/")
+set(above_modules   "^\"(io|jit|distributed)/" "^<attn/(attn|functional)\\.h>" "^<attn/(io|jit|distributed)/")
 set(above_public    "^\"")  # public headers include only public headers
 
 if(NOT ROOT)
@@ -30,7 +31,7 @@ foreach(file IN LISTS files)
   elseif(file MATCHES "^include/")
     set(layer public)
   else()
-    continue()  # the front door (src/*.cpp), io/ and jit/ may include any layer below the apps
+    continue()  # the front door (src/*.cpp), io/, jit/ and distributed/ may include any layer below the apps
   endif()
   file(STRINGS "${ROOT}/${file}" lines REGEX "^[ \t]*#[ \t]*include")
   foreach(line IN LISTS lines)

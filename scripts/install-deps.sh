@@ -14,6 +14,7 @@ packages=(
   libutf8proc-dev             # utf8proc (NFD, categories, case mapping): the WordPiece tokenizer's BERT normalizer
   libfmt-dev libgtest-dev     # apps, tests
   libcli11-dev                # CLI11 (header-only): the apps' command-line parsing
+  libgloo-dev                 # Gloo's headers, for c10d's ProcessGroupGloo (LibTorch holds its symbols): context parallelism
   python3-torch               # /usr/bin/python3 computes the tests' reference outputs
   "$@"                        # the caller's extra packages
 )

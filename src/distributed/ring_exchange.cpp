@@ -1,0 +1,61 @@
+#include "distributed/ring_exchange.h"
+
+#include <chrono>
+
+namespace attn::distributed::detail {
+namespace {
+
+const char* name(Traffic traffic) {
+  switch (traffic) {
+    case Traffic::ForwardKeysValues: return "forward K/V";
+    case Traffic::BackwardKeysValues: return "backward K/V";
+    case Traffic::Gradients: return "dK/dV accumulator";
+  }
+  return "?";
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+RingExchange::Hop RingExchange::start(torch::Tensor& outgoing, torch::Tensor& incoming, Traffic traffic, int step) {
+  TORCH_INTERNAL_ASSERT(outgoing.is_contiguous() && incoming.is_contiguous());
+  const int tag = kRingTagBase + 3 * step + static_cast<int>(traffic);
+  Hop hop;
+  hop.traffic = traffic;
+  hop.step = step;
+  std::vector<torch::Tensor> out{outgoing};
+  std::vector<torch::Tensor> in{incoming};
+  try {
+    hop.recv = group_.recv(in, plan_.previous(), tag);
+    hop.send = group_.send(out, plan_.next(), tag);
+  } catch (const std::exception& error) {
+    TORCH_CHECK(false, "attn::distributed::ring_attention: rank ", plan_.rank, ": could not post the ", name(traffic),
+                " exchange of step ", step, " (to rank ", plan_.next(), ", from rank ", plan_.previous(),
+                "): ", error.what());
+  }
+  stats_.bytes_sent += outgoing.numel() * outgoing.element_size();
+  stats_.bytes_received += incoming.numel() * incoming.element_size();
+  return hop;
+}
+
+void RingExchange::finish(Hop& hop) {
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    hop.send->wait(plan_.timeout);
+    hop.recv->wait(plan_.timeout);
+  } catch (const std::exception& error) {
+    TORCH_CHECK(false, "attn::distributed::ring_attention: rank ", plan_.rank, " of ", plan_.world, ": the ",
+                name(hop.traffic), " exchange of step ", hop.step, " (sending to rank ", plan_.next(),
+                ", receiving from rank ", plan_.previous(), ") failed within the timeout of ", plan_.timeout.count(),
+                " ms: a peer died, stopped calling, or is calling something else. Every rank must call "
+                "ring_attention (and its backward pass) collectively, in the same order. Cause: ",
+                error.what());
+  }
+  stats_.wait_seconds += seconds_since(start);
+  stats_.hops += 1;
+}
+
+}  // namespace attn::distributed::detail
