@@ -3,6 +3,7 @@
 // rank whose own inputs are wrong) ends the call on every rank with the same message, instead of a silently
 // wrong output on one rank or an exception on Gloo's own thread (std::terminate).
 
+#include "distributed/error_text.h"
 #include "distributed/ring_plan.h"
 
 #include <torch/torch.h>
@@ -146,7 +147,7 @@ RingPlan agree_on_plan(const torch::Tensor& q, const torch::Tensor& k, const tor
       TORCH_CHECK(false, kFn, ": rank ", rank, " of ", world,
                   ": the ranks could not compare their inputs (the all-gather before any exchange failed within "
                   "the timeout of ", options.timeout().count(), " ms). Every rank of the group must call "
-                  "ring_attention collectively, in the same order. Cause: ", error.what());
+                  "ring_attention collectively, in the same order. Cause: ", cause_of(error));
     }
   } else {
     output[0][0].copy_(input[0]);

@@ -5,6 +5,8 @@
 
 #include <attn/modules/multi_head_attention.h>
 
+#include "distributed/error_text.h"
+
 #include <torch/torch.h>
 
 namespace attn::distributed {
@@ -20,7 +22,7 @@ int64_t global_length(int64_t local, c10d::ProcessGroup& group, std::chrono::mil
     group.allreduce(total)->wait(timeout);
   } catch (const std::exception& error) {
     TORCH_CHECK(false, kFn, ": rank ", group.getRank(), ": the all-reduce of the sequence length failed within ",
-                timeout.count(), " ms; every rank must call collectively. Cause: ", error.what());
+                timeout.count(), " ms; every rank must call collectively. Cause: ", detail::cause_of(error));
   }
   return total[0].item<int64_t>();
 }

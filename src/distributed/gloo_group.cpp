@@ -16,6 +16,8 @@
 #define ATTN_HAVE_GLOO_HEADERS 0
 #endif
 
+#include "distributed/error_text.h"
+
 #include <c10/util/Exception.h>
 
 namespace attn::distributed {
@@ -37,7 +39,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_gloo_group(int rank, int world,
   try {
     options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(host));
   } catch (const std::exception& error) {
-    TORCH_CHECK(false, kFn, ": rank ", rank, ": no network device for host '", host, "': ", error.what());
+    TORCH_CHECK(false, kFn, ": rank ", rank, ": no network device for host '", host, "': ", detail::cause_of(error));
   }
   options->threads = 2;  // one for sends and receives in flight, one for a collective
   try {
@@ -55,7 +57,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_gloo_group(int rank, int world,
     TORCH_CHECK(false, kFn, ": rank ", rank, " of ", world, ": the group did not form within ", timeout.count(),
                 " ms. Every rank must start and call make_gloo_group with the same store and world size; a "
                 "FileStore must be on a path that no earlier run used (a stale file breaks the rendezvous). "
-                "Cause: ", error.what());
+                "Cause: ", detail::cause_of(error));
   }
 #else
   (void)host;

@@ -1,5 +1,7 @@
 #include "distributed/ring_exchange.h"
 
+#include "distributed/error_text.h"
+
 #include <chrono>
 
 namespace attn::distributed::detail {
@@ -34,7 +36,7 @@ RingExchange::Hop RingExchange::start(torch::Tensor& outgoing, torch::Tensor& in
   } catch (const std::exception& error) {
     TORCH_CHECK(false, "attn::distributed::ring_attention: rank ", plan_.rank, ": could not post the ", name(traffic),
                 " exchange of step ", step, " (to rank ", plan_.next(), ", from rank ", plan_.previous(),
-                "): ", error.what());
+                "): ", cause_of(error));
   }
   stats_.bytes_sent += outgoing.numel() * outgoing.element_size();
   stats_.bytes_received += incoming.numel() * incoming.element_size();
@@ -52,7 +54,7 @@ void RingExchange::finish(Hop& hop) {
                 ", receiving from rank ", plan_.previous(), ") failed within the timeout of ", plan_.timeout.count(),
                 " ms: a peer died, stopped calling, or is calling something else. Every rank must call "
                 "ring_attention (and its backward pass) collectively, in the same order. Cause: ",
-                error.what());
+                cause_of(error));
   }
   stats_.wait_seconds += seconds_since(start);
   stats_.hops += 1;
