@@ -1,0 +1,315 @@
+// attn-ring: runs ring attention (attn::distributed::ring_attention) forward and backward on N local ranks,
+// then the same attention in one process, and reports the times, the speedup, the bytes each rank sent, the
+// fraction of communication hidden behind compute, peak memory, and the largest difference from one process.
+
+#include "app_main.h"
+#include "command_line.h"
+
+#include <attn/distributed/gloo.h>
+#include <attn/distributed/ring_attention.h>
+#include <attn/ops/flash_attention.h>
+
+#include <fmt/core.h>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/torch.h>
+
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+namespace dist = attn::distributed;
+using Clock = std::chrono::steady_clock;
+
+const char* kHelp = R"(attn-ring: context-parallel attention (ring attention over Gloo) on N local processes
+
+Usage: attn-ring [options]
+
+Starts N ranks of this program on this machine, each holding 1/N of the sequence, runs ring attention's forward
+and backward passes, then the same attention in one process with the same threads per process, and prints:
+the median time of each (a barrier before each repeat; a ring repeat lasts until its slowest rank ends), the
+speedup, the bytes each rank sent, the share of communication hidden behind compute, peak memory per process,
+and the largest relative difference of the output and the gradients from one process.
+
+Options:
+  --ranks N            processes in the ring (default 2)
+  --seq T              whole sequence length (default 16384)
+  --batch B            (default 1)
+  --heads H            query heads (default 8)
+  --kv-heads H_KV      key/value heads, dividing H (default H)
+  --head-dim D         (default 64)
+  --layout L           zigzag | contiguous (default zigzag)
+  --no-causal          full attention (default causal)
+  --dtype T            float32 | float64 | bfloat16 (default float32)
+  --threads-per-rank K intra-op threads of each process, the single one included (default 1)
+  --repeats R          timed repeats after one warm-up (default 3)
+  --timeout-s S        the ring's timeout per exchange (default 300)
+  -h, --help           this text
+)";
+
+struct Config {
+  int ranks = 2;
+  int64_t seq = 16384, batch = 1, heads = 8, kv_heads = -1, head_dim = 64;
+  dist::SequenceLayout layout = dist::SequenceLayout::Zigzag;
+  bool causal = true;
+  torch::Dtype dtype = torch::kFloat;
+  std::string dtype_name = "float32";
+  int threads = 1, repeats = 3, timeout_s = 300;
+};
+
+std::vector<std::string> config_args(const Config& c) {
+  return {"--ranks", std::to_string(c.ranks), "--seq", std::to_string(c.seq), "--batch", std::to_string(c.batch),
+          "--heads", std::to_string(c.heads), "--kv-heads", std::to_string(c.kv_heads), "--head-dim",
+          std::to_string(c.head_dim), "--layout", dist::to_string(c.layout), "--dtype", c.dtype_name,
+          "--threads-per-rank", std::to_string(c.threads), "--repeats", std::to_string(c.repeats), "--timeout-s",
+          std::to_string(c.timeout_s), c.causal ? "--causal" : "--no-causal"};
+}
+
+struct Inputs {
+  torch::Tensor q, k, v, grad;
+};
+
+Inputs make_inputs(const Config& c) {
+  torch::manual_seed(2024);
+  const auto o = torch::TensorOptions().dtype(c.dtype);
+  return {torch::randn({c.batch, c.heads, c.seq, c.head_dim}, o), torch::randn({c.batch, c.kv_heads, c.seq, c.head_dim}, o),
+          torch::randn({c.batch, c.kv_heads, c.seq, c.head_dim}, o), torch::randn({c.batch, c.heads, c.seq, c.head_dim}, o)};
+}
+
+void save(const torch::Tensor& t, const std::string& path) {
+  const torch::Tensor c = t.contiguous().to(torch::kDouble);
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(c.data_ptr<double>()), c.numel() * sizeof(double));
+  TORCH_CHECK(out.good(), "attn-ring: could not write ", path);
+}
+
+torch::Tensor load(const std::string& path, std::vector<int64_t> sizes) {
+  torch::Tensor t = torch::empty(sizes, torch::kDouble);
+  std::ifstream in(path, std::ios::binary);
+  in.read(reinterpret_cast<char*>(t.data_ptr<double>()), t.numel() * sizeof(double));
+  TORCH_CHECK(in.good(), "attn-ring: could not read ", path);
+  return t;
+}
+
+double peak_rss_mib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss / 1024.0;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+/// One rank (rank >= 0) or the single process (rank -1): writes its results and measurements under dir.
+int worker(const Config& c, int rank, const std::string& dir) {
+  torch::set_num_threads(c.threads);
+  Inputs in = make_inputs(c);
+  const std::string prefix = dir + "/" + (rank < 0 ? std::string("single") : "rank" + std::to_string(rank));
+  std::vector<double> times;
+  torch::Tensor out, dq, dk, dv;
+  std::ofstream report(prefix + ".txt");
+  if (rank < 0) {
+    for (int i = 0; i <= c.repeats; ++i) {
+      const torch::Tensor q = in.q.clone().requires_grad_(), k = in.k.clone().requires_grad_(),
+                          v = in.v.clone().requires_grad_();
+      const auto start = Clock::now();
+      out = std::get<0>(attn::ops::flash_attention(q, k, v, c10::nullopt, c10::nullopt, c10::nullopt, c.causal));
+      out.backward(in.grad);
+      if (i > 0) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+      dq = q.grad(), dk = k.grad(), dv = v.grad();
+    }
+    report << median(times) << " " << peak_rss_mib() << " 0 0 0 0\n";
+  } else {
+    auto store = c10::make_intrusive<c10d::FileStore>(dir + "/store", c.ranks);
+    auto group = dist::make_gloo_group(rank, c.ranks, store, "127.0.0.1", std::chrono::seconds(c.timeout_s));
+    const auto shard = [&](const torch::Tensor& x) { return dist::shard_sequence(x, 2, rank, c.ranks, c.layout); };
+    const torch::Tensor sq0 = shard(in.q), sk0 = shard(in.k), sv0 = shard(in.v), sgrad = shard(in.grad);
+    in = {};  // each rank keeps only its shard, so that its peak memory is its share
+    std::shared_ptr<dist::RingAttentionStats> stats;
+    std::vector<torch::Tensor> token{torch::zeros({1})};
+    for (int i = 0; i <= c.repeats; ++i) {
+      group->allreduce(token)->wait();  // a barrier: every rank starts the repeat together
+      stats = std::make_shared<dist::RingAttentionStats>();
+      const torch::Tensor q = sq0.clone().requires_grad_(), k = sk0.clone().requires_grad_(),
+                          v = sv0.clone().requires_grad_();
+      const auto start = Clock::now();
+      out = dist::ring_attention(q, k, v, group,
+                                 dist::RingAttentionOptions().is_causal(c.causal).layout(c.layout).stats(stats)
+                                     .timeout(std::chrono::seconds(c.timeout_s)));
+      out.backward(sgrad);
+      std::vector<torch::Tensor> elapsed{torch::tensor({std::chrono::duration<double>(Clock::now() - start).count()},
+                                                       torch::kDouble)};
+      c10d::AllreduceOptions max;
+      max.reduceOp = c10d::ReduceOp::MAX;
+      group->allreduce(elapsed, max)->wait();  // a repeat lasts until its slowest rank ends
+      if (i > 0) times.push_back(elapsed[0].item<double>());
+      dq = q.grad(), dk = k.grad(), dv = v.grad();
+    }
+    // The same hops without compute: how long the communication takes when nothing hides it.
+    const int64_t kv = sk0.numel() + sv0.numel();
+    torch::Tensor send = torch::zeros({kv}, sk0.options()), recv = torch::empty({kv}, sk0.options());
+    torch::Tensor gsend = torch::zeros({kv}, torch::kFloat), grecv = torch::empty({kv}, torch::kFloat);
+    group->allreduce(token)->wait();
+    const auto comm_start = Clock::now();
+    for (int hop = 0; hop < 3 * (c.ranks - 1) + 1 && c.ranks > 1; ++hop) {
+      const bool gradients = hop >= 2 * (c.ranks - 1);
+      std::vector<torch::Tensor> s{gradients ? gsend : send}, r{gradients ? grecv : recv};
+      auto rw = group->recv(r, (rank + c.ranks - 1) % c.ranks, 7);
+      auto sw = group->send(s, (rank + 1) % c.ranks, 7);
+      sw->wait();
+      rw->wait();
+    }
+    const double comm_only = std::chrono::duration<double>(Clock::now() - comm_start).count();
+    report << median(times) << " " << peak_rss_mib() << " " << stats->bytes_sent << " " << stats->wait_seconds
+           << " " << comm_only << " " << stats->compute_seconds << "\n";
+  }
+  save(out, prefix + ".out");
+  save(dq, prefix + ".dq");
+  save(dk, prefix + ".dk");
+  save(dv, prefix + ".dv");
+  return report.good() ? 0 : 1;
+}
+
+std::vector<pid_t> spawn(const std::string& self, const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  TORCH_CHECK(posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), environ) == 0,
+              "attn-ring: could not start ", self);
+  return {pid};
+}
+
+void wait_all(const std::vector<pid_t>& pids, const char* what) {
+  bool ok = true;
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+  TORCH_CHECK(ok, "attn-ring: a process of the ", what, " failed (its message is above)");
+}
+
+std::vector<double> read_report(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<double> v(6);
+  for (double& x : v) in >> x;
+  TORCH_CHECK(in.good() || in.eof(), "attn-ring: could not read ", path);
+  return v;
+}
+
+int run(int argc, char** argv) {
+  Config c;
+  int worker_rank = -2;
+  std::string dir;
+  attn_apps::CommandLine cl;
+  using attn_apps::parse_integer;
+  cl.add_option("--ranks", [&](const std::string& s) { c.ranks = parse_integer<int>("--ranks", s, 1, 64, "1..64"); });
+  cl.add_option("--seq", [&](const std::string& s) { c.seq = parse_integer<int64_t>("--seq", s, 1, 1 << 24, "a length"); });
+  cl.add_option("--batch", [&](const std::string& s) { c.batch = parse_integer<int64_t>("--batch", s, 1, 4096, "1..4096"); });
+  cl.add_option("--heads", [&](const std::string& s) { c.heads = parse_integer<int64_t>("--heads", s, 1, 4096, "1..4096"); });
+  cl.add_option("--kv-heads", [&](const std::string& s) { c.kv_heads = parse_integer<int64_t>("--kv-heads", s, -1, 4096, "1..4096"); });
+  cl.add_option("--head-dim", [&](const std::string& s) { c.head_dim = parse_integer<int64_t>("--head-dim", s, 1, 1024, "1..1024"); });
+  cl.add_option("--layout", [&](const std::string& s) {
+    if (s != "zigzag" && s != "contiguous") throw attn_apps::UsageError("--layout expects zigzag or contiguous, got '" + s + "'");
+    c.layout = s == "zigzag" ? dist::SequenceLayout::Zigzag : dist::SequenceLayout::Contiguous;
+  });
+  cl.add_flag("--no-causal", [&] { c.causal = false; });
+  cl.add_flag("--causal", [&] { c.causal = true; });
+  cl.add_option("--dtype", [&](const std::string& s) {
+    if (s != "float32" && s != "float64" && s != "bfloat16")
+      throw attn_apps::UsageError("--dtype expects float32, float64 or bfloat16, got '" + s + "'");
+    c.dtype_name = s;
+    c.dtype = s == "float64" ? torch::kDouble : s == "bfloat16" ? torch::kBFloat16 : torch::kFloat;
+  });
+  cl.add_option("--threads-per-rank", [&](const std::string& s) { c.threads = parse_integer<int>("--threads-per-rank", s, 1, 1024, "1..1024"); });
+  cl.add_option("--repeats", [&](const std::string& s) { c.repeats = parse_integer<int>("--repeats", s, 1, 1000, "1..1000"); });
+  cl.add_option("--timeout-s", [&](const std::string& s) { c.timeout_s = parse_integer<int>("--timeout-s", s, 1, 86400, "1..86400"); });
+  cl.add_option("--worker", [&](const std::string& s) { worker_rank = parse_integer<int>("--worker", s, -1, 63, "a rank"); });
+  cl.add_option("--dir", [&](const std::string& s) { dir = s; });
+  cl.parse(argc, argv);
+  if (c.kv_heads < 0) c.kv_heads = c.heads;
+  if (c.heads % c.kv_heads != 0) throw attn_apps::UsageError("--kv-heads must divide --heads");
+  if (worker_rank >= -1) return worker(c, worker_rank, dir);
+
+  char pattern[] = "/tmp/attn-ring-XXXXXX";
+  TORCH_CHECK(mkdtemp(pattern) != nullptr, "attn-ring: could not make a temporary directory");
+  dir = pattern;
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const auto args_for = [&](int rank) {
+    std::vector<std::string> a{self, "--worker", std::to_string(rank), "--dir", dir};
+    for (const auto& s : config_args(c)) a.push_back(s);
+    return a;
+  };
+  fmt::print("attn-ring: B={} H={} H_kv={} d={} T={} {} {} {}, {} thread(s) per process, {} repeat(s)\n", c.batch,
+             c.heads, c.kv_heads, c.head_dim, c.seq, c.causal ? "causal" : "full", dist::to_string(c.layout),
+             c.dtype_name, c.threads, c.repeats);
+  fmt::print("  ring: starting {} ranks...\n", c.ranks);
+  std::fflush(stdout);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < c.ranks; ++r) pids.push_back(spawn(self, args_for(r))[0]);
+  wait_all(pids, "ring");
+  fmt::print("  single process: running...\n");
+  std::fflush(stdout);
+  wait_all(spawn(self, args_for(-1)), "single process");
+
+  // Compare, from the files.
+  const auto full = [&](const std::string& what, int64_t heads) {
+    return load(dir + "/single." + what, {c.batch, heads, c.seq, c.head_dim});
+  };
+  const auto ring = [&](const std::string& what, int64_t heads) {
+    std::vector<torch::Tensor> shards;
+    for (int r = 0; r < c.ranks; ++r) {
+      const int64_t local = dist::shard_lengths(c.seq, c.ranks, c.layout)[r];
+      shards.push_back(load(dir + "/rank" + std::to_string(r) + "." + what, {c.batch, heads, local, c.head_dim}));
+    }
+    return dist::unshard_sequence(shards, 2, c.layout);
+  };
+  double worst = 0;
+  for (const auto& [what, heads] : std::vector<std::pair<std::string, int64_t>>{
+           {"out", c.heads}, {"dq", c.heads}, {"dk", c.kv_heads}, {"dv", c.kv_heads}}) {
+    const torch::Tensor expected = full(what, heads);
+    worst = std::max(worst, (ring(what, heads) - expected).abs().max().item<double>() /
+                                std::max(1.0, expected.abs().max().item<double>()));
+  }
+  const std::vector<double> single = read_report(dir + "/single.txt");
+  double ring_time = 0, ring_rss = 0, bytes = 0, wait = 0, comm = 0;
+  for (int r = 0; r < c.ranks; ++r) {
+    const std::vector<double> rep = read_report(dir + "/rank" + std::to_string(r) + ".txt");
+    ring_time = std::max(ring_time, rep[0]);
+    ring_rss = std::max(ring_rss, rep[1]);
+    bytes = std::max(bytes, rep[2]);
+    wait = std::max(wait, rep[3]);
+    comm = std::max(comm, rep[4]);
+  }
+  std::filesystem::remove_all(dir);
+  const double hidden = comm > 0 ? std::clamp(1.0 - wait / comm, 0.0, 1.0) : 1.0;
+  fmt::print("\n| | single process | ring, {} ranks |\n|---|---|---|\n", c.ranks);
+  fmt::print("| forward + backward, median | {:.3f} s | {:.3f} s ({:.2f}x) |\n", single[0], ring_time, single[0] / ring_time);
+  fmt::print("| peak RSS per process | {:.0f} MiB | {:.0f} MiB |\n", single[1], ring_rss);
+  fmt::print("| bytes sent per rank | | {:.1f} MiB |\n", bytes / (1 << 20));
+  fmt::print("| communication alone / exposed (waited) | | {:.3f} s / {:.3f} s: {:.0f}% hidden |\n", comm, wait, 100 * hidden);
+  fmt::print("| largest relative difference (output, dq, dk, dv) | | {:.2e} |\n", worst);
+  const double tolerance = c.dtype == torch::kDouble ? 1e-10 : c.dtype == torch::kFloat ? 1e-4 : 5e-2;
+  TORCH_CHECK(worst <= tolerance, "attn-ring: the ring differs from one process by ", worst, " (more than ", tolerance, ")");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return attn_apps::run_main("attn-ring", kHelp, [&] { return run(argc, argv); });
+}
