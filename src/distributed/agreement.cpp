@@ -27,7 +27,7 @@ enum Field : int64_t {
   kMaskDim, kMask0, kMask1,
   kQType, kKType, kVType, kMaskType,
   kQDevice, kKDevice, kVDevice, kMaskDevice,
-  kCausal, kLayout, kHasScale, kScaleBits, kDifferentiable,
+  kCausal, kLayout, kHasScale, kScaleBits, kDifferentiable, kStrategy,
   kFieldCount
 };
 
@@ -67,6 +67,7 @@ std::vector<int64_t> describe(const torch::Tensor& q, const torch::Tensor& k, co
   d[kScaleBits] = 0;
   if (options.scale()) std::memcpy(&d[kScaleBits], &*options.scale(), sizeof(double));
   d[kDifferentiable] = differentiable;
+  d[kStrategy] = static_cast<int64_t>(options.strategy());
   return d;
 }
 
@@ -181,10 +182,12 @@ RingPlan agree_on_plan(const torch::Tensor& q, const torch::Tensor& k, const tor
     TORCH_CHECK(d[kQType] == first[kQType], kFn, ": the ranks disagree on the dtype: rank 0 has ",
                 type_string(first[kQType]), ", rank ", r, " has ", type_string(d[kQType]));
     TORCH_CHECK(d[kCausal] == first[kCausal] && d[kLayout] == first[kLayout] && d[kHasScale] == first[kHasScale] &&
-                    d[kScaleBits] == first[kScaleBits],
-                kFn, ": the ranks disagree on the options (is_causal, layout or scale): rank 0 has is_causal=",
+                    d[kScaleBits] == first[kScaleBits] && d[kStrategy] == first[kStrategy],
+                kFn, ": the ranks disagree on the options (strategy, is_causal, layout or scale): rank 0 has strategy=",
+                to_string(static_cast<ContextParallelStrategy>(first[kStrategy])), " is_causal=",
                 first[kCausal], " layout=", to_string(static_cast<SequenceLayout>(first[kLayout])), " and ",
-                first[kHasScale] ? "a scale" : "no scale", "; rank ", r, " has is_causal=", d[kCausal],
+                first[kHasScale] ? "a scale" : "no scale", "; rank ", r, " has strategy=",
+                to_string(static_cast<ContextParallelStrategy>(d[kStrategy])), " is_causal=", d[kCausal],
                 " layout=", to_string(static_cast<SequenceLayout>(d[kLayout])), " and ",
                 d[kHasScale] ? "a scale" : "no scale", (d[kHasScale] && first[kHasScale] ? " (they differ)" : ""));
     TORCH_CHECK((d[kMaskDim] >= 0) == (first[kMaskDim] >= 0), kFn,
@@ -216,6 +219,12 @@ RingPlan agree_on_plan(const torch::Tensor& q, const torch::Tensor& k, const tor
   plan.dtype = static_cast<torch::ScalarType>(first[kQType]);
   plan.is_causal = first[kCausal];
   plan.has_padding = first[kMaskDim] >= 0;
+  plan.strategy = static_cast<ContextParallelStrategy>(first[kStrategy]);
+  plan.layout = layout;
+  TORCH_CHECK(plan.strategy != ContextParallelStrategy::Ulysses ||
+                  (plan.heads % world == 0 && plan.kv_heads % world == 0),
+              kFn, ": the Ulysses strategy gives each rank H/N query heads and H_kv/N K/V heads, so the ", world,
+              " ranks must divide H = ", plan.heads, " and H_kv = ", plan.kv_heads, "; use the Ring strategy");
   plan.scale = options.scale();
   plan.timeout = options.timeout();
   return plan;

@@ -195,14 +195,6 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward_ring(
   return {dq.to(plan.dtype), dk.to(plan.dtype), dv.to(plan.dtype)};
 }
 
-/// What the backward pass needs besides the saved tensors, kept in the autograd context.
-struct RingContext : torch::CustomClassHolder {
-  c10::intrusive_ptr<c10d::ProcessGroup> group;
-  RingPlan plan;
-  torch::Tensor padding;  ///< bool [B, T_local] or undefined
-  std::shared_ptr<RingAttentionStats> stats;
-};
-
 class RingAttentionFunction : public torch::autograd::Function<RingAttentionFunction> {
  public:
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q,
@@ -231,7 +223,26 @@ class RingAttentionFunction : public torch::autograd::Function<RingAttentionFunc
 };
 
 }  // namespace
+
+std::tuple<torch::Tensor, torch::Tensor> ring_strategy(const c10::intrusive_ptr<RingContext>& context,
+                                                       const torch::Tensor& q, const torch::Tensor& k,
+                                                       const torch::Tensor& v, bool differentiable) {
+  if (!differentiable) {
+    return forward_ring(*context->group, context->plan, q, k, v, context->padding, *context->stats);
+  }
+  auto outputs = RingAttentionFunction::apply(q, k, v, context);
+  return {outputs[0], outputs[1]};
+}
+
 }  // namespace detail
+
+const char* to_string(ContextParallelStrategy strategy) {
+  switch (strategy) {
+    case ContextParallelStrategy::Ring: return "ring";
+    case ContextParallelStrategy::Ulysses: return "ulysses";
+  }
+  return "unknown";
+}
 
 std::tuple<torch::Tensor, torch::Tensor> ring_attention_with_lse(const torch::Tensor& q, const torch::Tensor& k,
                                                                  const torch::Tensor& v,
@@ -241,17 +252,15 @@ std::tuple<torch::Tensor, torch::Tensor> ring_attention_with_lse(const torch::Te
   const bool differentiable =
       torch::GradMode::is_enabled() && ((q.defined() && q.requires_grad()) || (k.defined() && k.requires_grad()) ||
                                         (v.defined() && v.requires_grad()));
-  auto ring = c10::make_intrusive<detail::RingContext>();
-  ring->group = group;
-  ring->plan = detail::agree_on_plan(q, k, v, options, *group, differentiable);
-  ring->padding = options.key_padding_mask();
-  ring->stats = options.stats() ? options.stats() : std::make_shared<RingAttentionStats>();
-  if (!differentiable) {
-    return detail::forward_ring(*group, ring->plan, q.contiguous(), k.contiguous(), v.contiguous(), ring->padding,
-                                *ring->stats);
+  auto context = c10::make_intrusive<detail::RingContext>();
+  context->group = group;
+  context->plan = detail::agree_on_plan(q, k, v, options, *group, differentiable);
+  context->padding = options.key_padding_mask();
+  context->stats = options.stats() ? options.stats() : std::make_shared<RingAttentionStats>();
+  if (context->plan.strategy == ContextParallelStrategy::Ulysses) {
+    return detail::ulysses_strategy(context, q.contiguous(), k.contiguous(), v.contiguous());
   }
-  auto outputs = detail::RingAttentionFunction::apply(q.contiguous(), k.contiguous(), v.contiguous(), ring);
-  return {outputs[0], outputs[1]};
+  return detail::ring_strategy(context, q.contiguous(), k.contiguous(), v.contiguous(), differentiable);
 }
 
 torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

@@ -22,6 +22,8 @@ struct RingPlan {
   torch::ScalarType dtype = torch::kFloat;
   bool is_causal = false;
   bool has_padding = false;
+  ContextParallelStrategy strategy = ContextParallelStrategy::Ring;
+  SequenceLayout layout = SequenceLayout::Zigzag;
   std::optional<double> scale;
   std::chrono::milliseconds timeout{0};
 
@@ -38,6 +40,22 @@ struct RingPlan {
 /// whether this rank will run the backward pass (the ranks must agree on that too).
 RingPlan agree_on_plan(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                        const RingAttentionOptions& options, c10d::ProcessGroup& group, bool differentiable);
+
+/// What a call's backward pass needs besides its saved tensors (kept in autograd contexts as a capsule).
+struct RingContext : torch::CustomClassHolder {
+  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  RingPlan plan;
+  torch::Tensor padding;  ///< this rank's bool [B, T_local], or undefined
+  std::shared_ptr<RingAttentionStats> stats;
+};
+
+/// The strategies, each (output, log-sum-exp) of this rank's rows; differentiable in q, k, v.
+std::tuple<torch::Tensor, torch::Tensor> ring_strategy(const c10::intrusive_ptr<RingContext>& context,
+                                                       const torch::Tensor& q, const torch::Tensor& k,
+                                                       const torch::Tensor& v, bool differentiable);
+std::tuple<torch::Tensor, torch::Tensor> ulysses_strategy(const c10::intrusive_ptr<RingContext>& context,
+                                                          const torch::Tensor& q, const torch::Tensor& k,
+                                                          const torch::Tensor& v);
 
 /// One call of the fused kernel: local query rows [q_start, q_start + q_length) against rows
 /// [k_start, k_start + k_length) of the K/V shard held, causal with `causal_offset` or not at all.

@@ -43,6 +43,7 @@ struct Problem {
   int64_t batch = 2, seq_len = 37, heads = 4, kv_heads = 4, dim = 16;
   bool padding = false;
   std::optional<double> scale;
+  dist::ContextParallelStrategy strategy = dist::ContextParallelStrategy::Ring;
 };
 
 Problem problem_of(const std::map<std::string, std::string>& f) {
@@ -61,6 +62,7 @@ Problem problem_of(const std::map<std::string, std::string>& f) {
   p.dim = std::stoll(get("d", "16"));
   p.padding = get("pad", "0") == "1";
   if (f.count("scale")) p.scale = std::stod(get("scale", "1"));
+  if (get("strategy", "ring") == "ulysses") p.strategy = dist::ContextParallelStrategy::Ulysses;
   return p;
 }
 
@@ -110,7 +112,8 @@ int run_parity(const Problem& p, int rank, int world, const c10::intrusive_ptr<c
                       sv = shard(v, 2).requires_grad_();
   auto stats = std::make_shared<dist::RingAttentionStats>();
   auto ring_options =
-      dist::RingAttentionOptions().is_causal(p.causal).layout(p.layout).scale(p.scale).timeout(timeout).stats(stats);
+      dist::RingAttentionOptions().strategy(p.strategy).is_causal(p.causal).layout(p.layout).scale(p.scale)
+          .timeout(timeout).stats(stats);
   if (p.padding) ring_options.key_padding_mask(shard(padding, 1));
   auto [out, lse] = dist::ring_attention_with_lse(sq, sk, sv, group, ring_options);
   (out.to(torch::kDouble) * shard(grad, 2).to(torch::kDouble)).sum().backward();
@@ -131,7 +134,10 @@ int run_parity(const Problem& p, int rank, int world, const c10::intrusive_ptr<c
   }
   std::cout << " (tolerance " << tol << "); sent " << stats->bytes_sent << " bytes in " << stats->hops << " hops"
             << std::endl;
-  const int64_t expected_hops = world > 1 ? 3 * (world - 1) + 1 : 0;  // forward K/V, backward K/V, dK/dV
+  // Ring: forward K/V, backward K/V, dK/dV. Ulysses: all-to-alls of q, k, v, the output and the log-sum-exp,
+  // (the key padding), then of the output's gradient and of dq, dk, dv.
+  const int64_t expected_hops = p.strategy == dist::ContextParallelStrategy::Ulysses ? 9 + (p.padding ? 1 : 0)
+                                : world > 1 ? 3 * (world - 1) + 1 : 0;
   if (stats->hops != expected_hops) {
     std::cout << "rank " << rank << ": expected " << expected_hops << " hops, counted " << stats->hops << std::endl;
     pass = false;
@@ -159,7 +165,8 @@ int run_module(const Problem& p, int rank, int world, const c10::intrusive_ptr<c
   const torch::Tensor ref_weight_grad = mha->q_proj->weight.grad().clone();
   mha->zero_grad();
 
-  const auto options = dist::RingAttentionOptions().is_causal(p.causal).layout(p.layout).timeout(timeout);
+  const auto options =
+      dist::RingAttentionOptions().strategy(p.strategy).is_causal(p.causal).layout(p.layout).timeout(timeout);
   const torch::Tensor sx = dist::shard_sequence(x, 1, rank, world, p.layout).requires_grad_();
   const torch::Tensor out = dist::context_parallel(mha, sx, group, options);
   (out * dist::shard_sequence(grad, 1, rank, world, p.layout)).sum().backward();
@@ -186,6 +193,7 @@ int run_disagreement(int rank, int world, const c10::intrusive_ptr<c10d::Process
   const torch::Tensor q = torch::randn({1, heads, local, 8});
   const torch::Tensor kv = torch::randn({1, heads, local, 8});
   auto options = dist::RingAttentionOptions().is_causal(rank == 1 && what == "causal" ? false : true).timeout(timeout);
+  if (what == "ulysses_heads") options.strategy(dist::ContextParallelStrategy::Ulysses);  // 2 heads over 3 ranks
   try {
     dist::ring_attention(q, kv, kv, group, options);
   } catch (const c10::Error& error) {

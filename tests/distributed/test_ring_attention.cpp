@@ -147,6 +147,11 @@ INSTANTIATE_TEST_SUITE_P(
         ParityCase{"N4_full_gqa_padding", 4, "causal=0:T=43:H=4:Hkv=2:pad=1"},
         ParityCase{"N4_causal_zigzag_short", 4, "causal=1:T=6"},
         ParityCase{"N2_module_causal_rotary_gqa", 2, "case=module:causal=1:T=37:H=4:Hkv=2"},
+        ParityCase{"N2_ulysses_causal_zigzag_gqa_padding", 2, "strategy=ulysses:causal=1:T=41:H=4:Hkv=2:pad=1"},
+        ParityCase{"N2_ulysses_bfloat16", 2, "strategy=ulysses:dtype=bfloat16:causal=1:T=37"},
+        ParityCase{"N4_ulysses_float64_contiguous", 4, "strategy=ulysses:dtype=float64:causal=1:layout=contiguous:T=45"},
+        ParityCase{"N4_ulysses_full_scale", 4, "strategy=ulysses:causal=0:T=43:H=8:Hkv=4:scale=0.2"},
+        ParityCase{"N2_module_ulysses", 2, "case=module:strategy=ulysses:causal=1:T=37:H=4:Hkv=2"},
         ParityCase{"N4_module_float64", 4, "case=module:dtype=float64:causal=1:layout=contiguous:T=30:H=2:Hkv=1"}),
     [](const ::testing::TestParamInfo<ParityCase>& info) { return std::string(info.param.label); });
 
@@ -173,6 +178,11 @@ TEST(RingFailures, RankWithOtherHeadsFailsOnEveryRank) {
 TEST(RingFailures, RankWithOtherOptionsFailsOnEveryRank) {
   const auto results = run_ranks("case=disagree:what=causal", 2, {0, 1}, std::chrono::seconds(20), std::chrono::seconds(60));
   expect_clean_error_everywhere(results, "the ranks disagree on the options");
+}
+
+TEST(RingFailures, UlyssesWithHeadsTheRanksDoNotDivideFailsOnEveryRank) {
+  const auto results = run_ranks("case=disagree:what=ulysses_heads", 3, {0, 1, 2}, std::chrono::seconds(20), std::chrono::seconds(60));
+  expect_clean_error_everywhere(results, "the 3 ranks must divide H = 2 and H_kv = 2; use the Ring strategy");
 }
 
 TEST(RingFailures, RankThatNeverStartsEndsTheOthersAfterTheTimeout) {

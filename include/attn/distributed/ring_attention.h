@@ -37,13 +37,31 @@ struct RingAttentionStats {
   double compute_seconds = 0.0;   ///< local block computations and merges
   double wait_seconds = 0.0;      ///< blocked on communication that compute did not hide
   double total_seconds = 0.0;     ///< wall time inside ring_attention's forward and backward
+  // With the Ulysses strategy, compute_seconds and total_seconds cover the forward pass only (its backward
+  // attention runs in autograd), while wait_seconds and the bytes count every all-to-all, both passes.
 };
+
+/// How the ranks share the work of one attention.
+enum class ContextParallelStrategy {
+  /// K/V shards travel around a ring while each rank attends its queries to the one it holds; communication
+  /// overlaps compute. Any head count.
+  Ring,
+  /// DeepSpeed-Ulysses: an all-to-all turns sequence shards into head shards (each rank then holds the whole
+  /// sequence for H/N query heads and H_kv/N K/V heads), attention runs locally, and a second all-to-all turns
+  /// the output back into sequence shards. Needs N to divide H and H_kv; the all-to-alls are not overlapped.
+  Ulysses,
+};
+
+/// "ring" or "ulysses".
+const char* to_string(ContextParallelStrategy strategy);
 
 /// The send/recv tags ring_attention uses are kRingTagBase + 3·step + kind (kind 0..2, step < N), on the
 /// group it is given. Keep other send/recv traffic on the same group out of that range.
 constexpr int kRingTagBase = 0x52494e00;
 
 struct RingAttentionOptions {
+  /// Ring (the default) or Ulysses; every rank must pass the same.
+  TORCH_ARG(ContextParallelStrategy, strategy) = ContextParallelStrategy::Ring;
   /// Causal over global positions: the query at position i attends keys at positions j <= i.
   TORCH_ARG(bool, is_causal) = false;
   /// How the sequence is split over the ranks; every rank's shards must follow it.
