@@ -49,6 +49,7 @@ Options:
   --heads H            query heads (default 8)
   --kv-heads H_KV      key/value heads, dividing H (default H)
   --head-dim D         (default 64)
+  --strategy S         ring | ulysses (default ring; ulysses needs N to divide H and H_kv)
   --layout L           zigzag | contiguous (default zigzag)
   --no-causal          full attention (default causal)
   --dtype T            float32 | float64 | bfloat16 (default float32)
@@ -62,6 +63,7 @@ struct Config {
   int ranks = 2;
   int64_t seq = 16384, batch = 1, heads = 8, kv_heads = -1, head_dim = 64;
   dist::SequenceLayout layout = dist::SequenceLayout::Zigzag;
+  dist::ContextParallelStrategy strategy = dist::ContextParallelStrategy::Ring;
   bool causal = true;
   torch::Dtype dtype = torch::kFloat;
   std::string dtype_name = "float32";
@@ -71,7 +73,8 @@ struct Config {
 std::vector<std::string> config_args(const Config& c) {
   return {"--ranks", std::to_string(c.ranks), "--seq", std::to_string(c.seq), "--batch", std::to_string(c.batch),
           "--heads", std::to_string(c.heads), "--kv-heads", std::to_string(c.kv_heads), "--head-dim",
-          std::to_string(c.head_dim), "--layout", dist::to_string(c.layout), "--dtype", c.dtype_name,
+          std::to_string(c.head_dim), "--layout", dist::to_string(c.layout), "--strategy", dist::to_string(c.strategy),
+          "--dtype", c.dtype_name,
           "--threads-per-rank", std::to_string(c.threads), "--repeats", std::to_string(c.repeats), "--timeout-s",
           std::to_string(c.timeout_s), c.causal ? "--causal" : "--no-causal"};
 }
@@ -147,7 +150,7 @@ int worker(const Config& c, int rank, const std::string& dir) {
                           v = sv0.clone().requires_grad_();
       const auto start = Clock::now();
       out = dist::ring_attention(q, k, v, group,
-                                 dist::RingAttentionOptions().is_causal(c.causal).layout(c.layout).stats(stats)
+                                 dist::RingAttentionOptions().strategy(c.strategy).is_causal(c.causal).layout(c.layout).stats(stats)
                                      .timeout(std::chrono::seconds(c.timeout_s)));
       out.backward(sgrad);
       std::vector<torch::Tensor> elapsed{torch::tensor({std::chrono::duration<double>(Clock::now() - start).count()},
@@ -164,7 +167,8 @@ int worker(const Config& c, int rank, const std::string& dir) {
     torch::Tensor gsend = torch::zeros({kv}, torch::kFloat), grecv = torch::empty({kv}, torch::kFloat);
     group->allreduce(token)->wait();
     const auto comm_start = Clock::now();
-    for (int hop = 0; hop < 3 * (c.ranks - 1) + 1 && c.ranks > 1; ++hop) {
+    const bool ring_hops = c.strategy == dist::ContextParallelStrategy::Ring;
+    for (int hop = 0; ring_hops && hop < 3 * (c.ranks - 1) + 1 && c.ranks > 1; ++hop) {
       const bool gradients = hop >= 2 * (c.ranks - 1);
       std::vector<torch::Tensor> s{gradients ? gsend : send}, r{gradients ? grecv : recv};
       auto rw = group->recv(r, (rank + c.ranks - 1) % c.ranks, 7);
@@ -227,6 +231,10 @@ int run(int argc, char** argv) {
     if (s != "zigzag" && s != "contiguous") throw attn_apps::UsageError("--layout expects zigzag or contiguous, got '" + s + "'");
     c.layout = s == "zigzag" ? dist::SequenceLayout::Zigzag : dist::SequenceLayout::Contiguous;
   });
+  cl.add_option("--strategy", [&](const std::string& s) {
+    if (s != "ring" && s != "ulysses") throw attn_apps::UsageError("--strategy expects ring or ulysses, got '" + s + "'");
+    c.strategy = s == "ring" ? dist::ContextParallelStrategy::Ring : dist::ContextParallelStrategy::Ulysses;
+  });
   cl.add_flag("--no-causal", [&] { c.causal = false; });
   cl.add_flag("--causal", [&] { c.causal = true; });
   cl.add_option("--dtype", [&](const std::string& s) {
@@ -254,9 +262,9 @@ int run(int argc, char** argv) {
     for (const auto& s : config_args(c)) a.push_back(s);
     return a;
   };
-  fmt::print("attn-ring: B={} H={} H_kv={} d={} T={} {} {} {}, {} thread(s) per process, {} repeat(s)\n", c.batch,
-             c.heads, c.kv_heads, c.head_dim, c.seq, c.causal ? "causal" : "full", dist::to_string(c.layout),
-             c.dtype_name, c.threads, c.repeats);
+  fmt::print("attn-ring: {} on {} ranks, B={} H={} H_kv={} d={} T={} {} {} {}, {} thread(s) per process, {} repeat(s)\n",
+             dist::to_string(c.strategy), c.ranks, c.batch, c.heads, c.kv_heads, c.head_dim, c.seq,
+             c.causal ? "causal" : "full", dist::to_string(c.layout), c.dtype_name, c.threads, c.repeats);
   fmt::print("  ring: starting {} ranks...\n", c.ranks);
   std::fflush(stdout);
   std::vector<pid_t> pids;
@@ -296,8 +304,11 @@ int run(int argc, char** argv) {
     comm = std::max(comm, rep[4]);
   }
   std::filesystem::remove_all(dir);
-  const double hidden = comm > 0 ? std::clamp(1.0 - wait / comm, 0.0, 1.0) : 1.0;
-  fmt::print("\n| | single process | ring, {} ranks |\n|---|---|---|\n", c.ranks);
+  // Ulysses's all-to-alls are not overlapped: all of their time is exposed.
+  const double hidden = c.strategy == dist::ContextParallelStrategy::Ulysses ? 0.0
+                        : comm > 0 ? std::clamp(1.0 - wait / comm, 0.0, 1.0) : 1.0;
+  if (c.strategy == dist::ContextParallelStrategy::Ulysses) comm = wait;
+  fmt::print("\n| | single process | {}, {} ranks |\n|---|---|---|\n", dist::to_string(c.strategy), c.ranks);
   fmt::print("| forward + backward, median | {:.3f} s | {:.3f} s ({:.2f}x) |\n", single[0], ring_time, single[0] / ring_time);
   fmt::print("| peak RSS per process | {:.0f} MiB | {:.0f} MiB |\n", single[1], ring_rss);
   fmt::print("| bytes sent per rank | | {:.1f} MiB |\n", bytes / (1 << 20));

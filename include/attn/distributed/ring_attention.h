@@ -3,7 +3,8 @@
 // holds a shard of q, k and v (attn/distributed/sequence_layout.h says which positions); K/V shards travel
 // around a ring, one hop per step, while each rank attends its queries to the shard it holds and merges the
 // partial results by their log-sum-exp. The backward pass rotates K/V again and passes the dK/dV accumulators
-// around a second ring. Every block runs on attn's fused kernel; no [T, T] tensor exists on any rank.
+// around a second ring. Every block runs on attn's fused kernel; no [T, T] tensor exists on any rank. The
+// Ulysses strategy (options.strategy) exchanges heads for sequence with all-to-alls instead.
 //
 // Collective: every rank of the group must call ring_attention (and run the backward pass, when one rank
 // does) with the same options, in the same order relative to its other traffic on the group. The first step
