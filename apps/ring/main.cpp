@@ -161,17 +161,26 @@ int worker(const Config& c, int rank, const std::string& dir) {
       if (i > 0) times.push_back(elapsed[0].item<double>());
       dq = q.grad(), dk = k.grad(), dv = v.grad();
     }
-    // The same hops without compute: how long the communication takes when nothing hides it.
-    const int64_t kv = sk0.numel() + sv0.numel();
-    torch::Tensor send = torch::zeros({kv}, sk0.options()), recv = torch::empty({kv}, sk0.options());
-    torch::Tensor gsend = torch::zeros({kv}, torch::kFloat), grecv = torch::empty({kv}, torch::kFloat);
+    // The same hops without compute: how long the communication takes when nothing hides it. Each hop sends
+    // this rank's shard size and receives the previous rank's (shards differ by a position when N ∤ T).
+    const auto lengths = dist::shard_lengths(c.seq, c.ranks, c.layout);
+    const int previous = (rank + c.ranks - 1) % c.ranks;
+    const auto kv_numel = [&](int r) { return 2 * c.batch * c.kv_heads * lengths[r] * c.head_dim; };
+    const auto gradient_type = c.dtype == torch::kDouble ? torch::kDouble : torch::kFloat;
     group->allreduce(token)->wait();
     const auto comm_start = Clock::now();
     const bool ring_hops = c.strategy == dist::ContextParallelStrategy::Ring;
     for (int hop = 0; ring_hops && hop < 3 * (c.ranks - 1) + 1 && c.ranks > 1; ++hop) {
+      // Forward and backward K/V: the held shard moves on, so hop h receives the shard of rank r-h-1.
       const bool gradients = hop >= 2 * (c.ranks - 1);
-      std::vector<torch::Tensor> s{gradients ? gsend : send}, r{gradients ? grecv : recv};
-      auto rw = group->recv(r, (rank + c.ranks - 1) % c.ranks, 7);
+      const int step = gradients ? hop - 2 * (c.ranks - 1) : hop % (c.ranks - 1);
+      const int from = (rank - step - 1 + 2 * c.ranks) % c.ranks;
+      const int held = (rank - step + 2 * c.ranks) % c.ranks;
+      std::vector<torch::Tensor> s{gradients ? torch::zeros({kv_numel(held)}, gradient_type)
+                                             : torch::zeros({kv_numel(held)}, sk0.options())};
+      std::vector<torch::Tensor> r{gradients ? torch::empty({kv_numel(from)}, gradient_type)
+                                             : torch::empty({kv_numel(from)}, sk0.options())};
+      auto rw = group->recv(r, previous, 7);
       auto sw = group->send(s, (rank + 1) % c.ranks, 7);
       sw->wait();
       rw->wait();

@@ -27,7 +27,7 @@ enum Field : int64_t {
   kMaskDim, kMask0, kMask1,
   kQType, kKType, kVType, kMaskType,
   kQDevice, kKDevice, kVDevice, kMaskDevice,
-  kCausal, kLayout, kHasScale, kScaleBits, kDifferentiable, kStrategy,
+  kCausal, kLayout, kHasScale, kScaleBits, kDifferentiable, kStrategy, kTimeoutMs, kGradFlags,
   kFieldCount
 };
 
@@ -68,6 +68,10 @@ std::vector<int64_t> describe(const torch::Tensor& q, const torch::Tensor& k, co
   if (options.scale()) std::memcpy(&d[kScaleBits], &*options.scale(), sizeof(double));
   d[kDifferentiable] = differentiable;
   d[kStrategy] = static_cast<int64_t>(options.strategy());
+  d[kTimeoutMs] = options.timeout().count();
+  // Which of q, k, v need a gradient: Ulysses runs one backward all-to-all per such tensor.
+  const auto needs = [&](const torch::Tensor& t) { return differentiable && t.defined() && t.requires_grad(); };
+  d[kGradFlags] = (needs(q) ? 1 : 0) | (needs(k) ? 2 : 0) | (needs(v) ? 4 : 0);
   return d;
 }
 
@@ -132,8 +136,6 @@ std::string check_own_inputs(const std::vector<int64_t>& d, int64_t r) {
 
 RingPlan agree_on_plan(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                        const RingAttentionOptions& options, c10d::ProcessGroup& group, bool differentiable) {
-  TORCH_CHECK(options.timeout().count() > 0, kFn, ": options.timeout must be positive, got ",
-              options.timeout().count(), " ms");
   const int world = group.getSize();
   const int rank = group.getRank();
   const std::vector<int64_t> own = describe(q, k, v, options, group, differentiable);
@@ -143,7 +145,9 @@ RingPlan agree_on_plan(const torch::Tensor& q, const torch::Tensor& k, const tor
   for (int r = 0; r < world; ++r) output[0].push_back(torch::empty({kFieldCount}, torch::kLong));
   if (world > 1) {
     try {
-      group.allgather(output, input)->wait(options.timeout());
+      // A rank with a bad timeout still joins the all-gather (with the default), so that every rank reports it.
+      const auto wait = options.timeout().count() > 0 ? options.timeout() : RingAttentionOptions().timeout();
+      group.allgather(output, input)->wait(wait);
     } catch (const std::exception& error) {
       TORCH_CHECK(false, kFn, ": rank ", rank, " of ", world,
                   ": the ranks could not compare their inputs (the all-gather before any exchange failed within "
@@ -165,6 +169,10 @@ RingPlan agree_on_plan(const torch::Tensor& q, const torch::Tensor& k, const tor
                 rank, ": the descriptor from rank ", r,
                 " is not a ring_attention descriptor for this group; another collective is interleaved with "
                 "ring_attention on this group. Every rank must call collectively, in the same order");
+  }
+  for (int64_t r = 0; r < world; ++r) {
+    TORCH_CHECK(all[r][kTimeoutMs] > 0, kFn, ": rank ", r, "'s options.timeout must be positive, got ",
+                all[r][kTimeoutMs], " ms");
   }
   for (int64_t r = 0; r < world; ++r) {
     const std::string problem = check_own_inputs(all[r], r);
@@ -197,6 +205,15 @@ RingPlan agree_on_plan(const torch::Tensor& q, const torch::Tensor& k, const tor
                 ": the ranks disagree on whether the call is differentiable (q, k or v requiring grad under grad "
                 "mode): rank 0 ", first[kDifferentiable] ? "is" : "is not", ", rank ", r,
                 d[kDifferentiable] ? " is" : " is not", "; the backward pass is collective too");
+  }
+
+  if (static_cast<ContextParallelStrategy>(first[kStrategy]) == ContextParallelStrategy::Ulysses) {
+    for (int64_t r = 1; r < world; ++r) {
+      TORCH_CHECK(all[r][kGradFlags] == first[kGradFlags], kFn,
+                  ": the ranks disagree on which of q, k, v require grad (Ulysses runs one backward all-to-all "
+                  "for each): rank 0 has flags ", first[kGradFlags], ", rank ", r, " has ", all[r][kGradFlags],
+                  " (1 = q, 2 = k, 4 = v)");
+    }
   }
 
   RingPlan plan;

@@ -53,7 +53,8 @@ torch::Tensor context_parallel(const MultiHeadAttention& mha, const torch::Tenso
   TORCH_CHECK(o.dropout() == 0.0 || !m.is_training(), kFn,
               ": attention dropout is not supported by ring_attention; call eval() or set dropout to 0");
   // Self-attention: Tq = Tk, so both causal alignments give the same mask.
-  RingAttentionOptions ring = options ? *options : RingAttentionOptions().is_causal(o.causal());
+  RingAttentionOptions ring = options ? *options : RingAttentionOptions();
+  ring.is_causal(ring.is_causal() || o.causal());  // a causal module stays causal whatever options say
   if (!ring.scale() && o.scale()) ring.scale(o.scale());
 
   const bool batched = x.dim() == 3;

@@ -41,12 +41,18 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_gloo_group(int rank, int world,
   } catch (const std::exception& error) {
     TORCH_CHECK(false, kFn, ": rank ", rank, ": no network device for host '", host, "': ", detail::cause_of(error));
   }
-  options->threads = 2;  // one for sends and receives in flight, one for a collective
+  options->threads = 2;  // Gloo's worker threads run the collectives; send/recv progress on its I/O thread
   try {
 #if TORCH_VERSION_MAJOR >= 2
     // LibTorch 2: ProcessGroupGloo is a Backend; the ProcessGroup routes CPU tensors to it.
     auto backend = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, options);
+#if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 6
+    // LibTorch 2.0-2.5 still take ProcessGroup::Options (not built here: the lanes are 1.13 and 2.15).
+    auto group = c10::make_intrusive<c10d::ProcessGroup>(
+        store, rank, world, c10::make_intrusive<c10d::ProcessGroup::Options>("gloo", timeout));
+#else
     auto group = c10::make_intrusive<c10d::ProcessGroup>(store, rank, world);
+#endif
     group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, backend);
     group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
     return group;

@@ -46,8 +46,11 @@ RingExchange::Hop RingExchange::start(torch::Tensor& outgoing, torch::Tensor& in
 void RingExchange::finish(Hop& hop) {
   const auto start = std::chrono::steady_clock::now();
   try {
+    // One deadline for both halves: the hop takes at most the timeout.
     hop.send->wait(plan_.timeout);
-    hop.recv->wait(plan_.timeout);
+    const auto left = plan_.timeout - std::chrono::duration_cast<std::chrono::milliseconds>(
+                                          std::chrono::steady_clock::now() - start);
+    hop.recv->wait(std::max(left, std::chrono::milliseconds(1)));
   } catch (const std::exception& error) {
     TORCH_CHECK(false, "attn::distributed::ring_attention: rank ", plan_.rank, " of ", plan_.world, ": the ",
                 name(hop.traffic), " exchange of step ", hop.step, " (sending to rank ", plan_.next(),

@@ -40,7 +40,7 @@ struct Problem {
   torch::Dtype dtype = torch::kFloat;
   bool causal = false;
   dist::SequenceLayout layout = dist::SequenceLayout::Zigzag;
-  int64_t batch = 2, seq_len = 37, heads = 4, kv_heads = 4, dim = 16;
+  int64_t batch = 2, seq_len = 37, heads = 4, kv_heads = 4, dim = 16, value_dim = 16;
   bool padding = false;
   std::optional<double> scale;
   dist::ContextParallelStrategy strategy = dist::ContextParallelStrategy::Ring;
@@ -60,6 +60,7 @@ Problem problem_of(const std::map<std::string, std::string>& f) {
   p.heads = std::stoll(get("H", "4"));
   p.kv_heads = std::stoll(get("Hkv", "4"));
   p.dim = std::stoll(get("d", "16"));
+  p.value_dim = std::stoll(get("dv", get("d", "16")));
   p.padding = get("pad", "0") == "1";
   if (f.count("scale")) p.scale = std::stod(get("scale", "1"));
   if (get("strategy", "ring") == "ulysses") p.strategy = dist::ContextParallelStrategy::Ulysses;
@@ -68,6 +69,8 @@ Problem problem_of(const std::map<std::string, std::string>& f) {
 
 /// Largest |a - b| relative to max|b| (so that one number describes a whole tensor).
 double relative_error(const torch::Tensor& actual, const torch::Tensor& expected) {
+  if (!actual.sizes().equals(expected.sizes())) return std::numeric_limits<double>::infinity();
+  if (expected.numel() == 0) return 0.0;  // a rank that holds no positions (T < 2N)
   const auto a = actual.to(torch::kDouble);
   const auto e = expected.to(torch::kDouble);
   const auto finite = torch::isfinite(e);
@@ -86,8 +89,8 @@ int run_parity(const Problem& p, int rank, int world, const c10::intrusive_ptr<c
   const auto options = torch::TensorOptions().dtype(p.dtype);
   const torch::Tensor q = torch::randn({p.batch, p.heads, p.seq_len, p.dim}, options);
   const torch::Tensor k = torch::randn({p.batch, p.kv_heads, p.seq_len, p.dim}, options);
-  const torch::Tensor v = torch::randn({p.batch, p.kv_heads, p.seq_len, p.dim}, options);
-  const torch::Tensor grad = torch::randn({p.batch, p.heads, p.seq_len, p.dim}, options);
+  const torch::Tensor v = torch::randn({p.batch, p.kv_heads, p.seq_len, p.value_dim}, options);
+  const torch::Tensor grad = torch::randn({p.batch, p.heads, p.seq_len, p.value_dim}, options);
   // Padding: every fifth key of row 0, the first key of row 1 (so that under a causal mask query 0 of row 1
   // may attend no key: a zero row with log-sum-exp -inf).
   torch::Tensor padding;
@@ -115,6 +118,16 @@ int run_parity(const Problem& p, int rank, int world, const c10::intrusive_ptr<c
       dist::RingAttentionOptions().strategy(p.strategy).is_causal(p.causal).layout(p.layout).scale(p.scale)
           .timeout(timeout).stats(stats);
   if (p.padding) ring_options.key_padding_mask(shard(padding, 1));
+  // Two calls on the same group (the tags are reused): the first without gradients, the second with.
+  {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor first = dist::ring_attention(sq, sk, sv, group, ring_options);
+    if (relative_error(first, shard(ref_out.detach(), 2)) > tolerance_of(p.dtype)) {
+      std::cout << "rank " << rank << ": the call without gradients differs from one process" << std::endl;
+      return kExitMismatch;
+    }
+  }
+  stats->hops = 0;
   auto [out, lse] = dist::ring_attention_with_lse(sq, sk, sv, group, ring_options);
   (out.to(torch::kDouble) * shard(grad, 2).to(torch::kDouble)).sum().backward();
 
@@ -163,21 +176,34 @@ int run_module(const Problem& p, int rank, int world, const c10::intrusive_ptr<c
   const torch::Tensor rx = x.clone().requires_grad_();
   (mha->forward(rx, rx, rx) * grad).sum().backward();
   const torch::Tensor ref_weight_grad = mha->q_proj->weight.grad().clone();
+
+  const torch::Tensor ref_k_grad = mha->k_proj->weight.grad().clone();
+  const torch::Tensor ref_out_grad = mha->out_proj->weight.grad().clone();
   mha->zero_grad();
 
+  // Without options, context_parallel takes the module's causal and the default (zigzag) layout.
+  const bool default_options = p.layout == dist::SequenceLayout::Zigzag && p.strategy == dist::ContextParallelStrategy::Ring;
   const auto options =
-      dist::RingAttentionOptions().strategy(p.strategy).is_causal(p.causal).layout(p.layout).timeout(timeout);
+      dist::RingAttentionOptions().strategy(p.strategy).layout(p.layout).timeout(timeout);  // causal from the module
   const torch::Tensor sx = dist::shard_sequence(x, 1, rank, world, p.layout).requires_grad_();
-  const torch::Tensor out = dist::context_parallel(mha, sx, group, options);
+  const torch::Tensor out = default_options ? dist::context_parallel(mha, sx, group)
+                                            : dist::context_parallel(mha, sx, group, options);
   (out * dist::shard_sequence(grad, 1, rank, world, p.layout)).sum().backward();
   std::vector<torch::Tensor> weight_grad{mha->q_proj->weight.grad().clone()};
-  if (world > 1) group->allreduce(weight_grad)->wait(timeout);
+  std::vector<torch::Tensor> k_grad{mha->k_proj->weight.grad().clone()};
+  std::vector<torch::Tensor> out_grad{mha->out_proj->weight.grad().clone()};
+  if (world > 1) {
+    group->allreduce(weight_grad)->wait(timeout);
+    group->allreduce(k_grad)->wait(timeout);
+    group->allreduce(out_grad)->wait(timeout);
+  }
 
   const double tol = tolerance_of(p.dtype);
   const double e_out = relative_error(out, dist::shard_sequence(mha->forward(x, x, x).detach(), 1, rank, world, p.layout));
   const double e_dx = relative_error(sx.grad(), dist::shard_sequence(rx.grad(), 1, rank, world, p.layout));
-  const double e_dw = relative_error(weight_grad[0], ref_weight_grad);
-  std::cout << "rank " << rank << ": output " << e_out << " dx " << e_dx << " dW_q " << e_dw << " (tolerance " << tol
+  const double e_dw = std::max({relative_error(weight_grad[0], ref_weight_grad), relative_error(k_grad[0], ref_k_grad),
+                                relative_error(out_grad[0], ref_out_grad)});
+  std::cout << "rank " << rank << ": output " << e_out << " dx " << e_dx << " dW_q,k,out " << e_dw << " (tolerance " << tol
             << ")" << std::endl;
   return e_out <= tol && e_dx <= tol && e_dw <= tol ? kExitPass : kExitMismatch;
 }
@@ -190,10 +216,11 @@ int run_disagreement(int rank, int world, const c10::intrusive_ptr<c10d::Process
   int64_t heads = 2;
   if (rank == 1 && what == "length") local -= 1;
   if (rank == 1 && what == "heads") heads = 4;
-  const torch::Tensor q = torch::randn({1, heads, local, 8});
-  const torch::Tensor kv = torch::randn({1, heads, local, 8});
+  const auto dtype = rank == 1 && what == "dtype" ? torch::kDouble : torch::kFloat;
+  const torch::Tensor q = torch::randn({1, heads, local, 8}, dtype).requires_grad_(rank == 1 && what == "ulysses_grad");
+  const torch::Tensor kv = torch::randn({1, heads, local, 8}, dtype).requires_grad_(what == "ulysses_grad");
   auto options = dist::RingAttentionOptions().is_causal(rank == 1 && what == "causal" ? false : true).timeout(timeout);
-  if (what == "ulysses_heads") options.strategy(dist::ContextParallelStrategy::Ulysses);  // 2 heads over 3 ranks
+  if (what == "ulysses_heads" || what == "ulysses_grad") options.strategy(dist::ContextParallelStrategy::Ulysses);
   try {
     dist::ring_attention(q, kv, kv, group, options);
   } catch (const c10::Error& error) {
@@ -201,6 +228,22 @@ int run_disagreement(int rank, int world, const c10::intrusive_ptr<c10d::Process
     return kExitCleanError;
   }
   std::cout << "rank " << rank << ": no error" << std::endl;
+  return kExitPass;
+}
+
+/// Rank 1 forms the group but never calls ring_attention (it sleeps past rank 0's timeout, then exits).
+int run_idle(int rank, const c10::intrusive_ptr<c10d::ProcessGroup>& group, std::chrono::milliseconds timeout) {
+  if (rank == 1) {
+    std::this_thread::sleep_for(timeout + std::chrono::seconds(3));
+    return kExitPass;
+  }
+  const torch::Tensor q = torch::randn({1, 2, 8, 8});
+  try {
+    dist::ring_attention(q, q, q, group, dist::RingAttentionOptions().timeout(timeout));
+  } catch (const c10::Error& error) {
+    std::cout << "rank " << rank << " error: " << error.what_without_backtrace() << std::endl;
+    return kExitCleanError;
+  }
   return kExitPass;
 }
 
@@ -256,6 +299,7 @@ int worker_main(int argc, char** argv) {
     if (kind == "module") return run_module(problem_of(fields), rank, world, group, timeout);
     if (kind == "disagree") return run_disagreement(rank, world, group, timeout, fields.at("what"));
     if (kind == "killed") return run_killed(rank, world, group, timeout);
+    if (kind == "idle") return run_idle(rank, group, timeout);
     std::cout << "unknown case " << kind << std::endl;
     return kExitSetupFailed;
   } catch (const std::exception& error) {

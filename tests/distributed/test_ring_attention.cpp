@@ -121,6 +121,9 @@ struct ParityCase {
   const char* spec;
 };
 
+// gtest prints a parameter in the test's listing (and ctest's names): the label, not the struct's bytes.
+void PrintTo(const ParityCase& c, std::ostream* os) { *os << c.label; }
+
 class RingParity : public ::testing::TestWithParam<ParityCase> {};
 
 TEST_P(RingParity, OutputLseAndGradientsMatchOneProcess) {
@@ -146,6 +149,9 @@ INSTANTIATE_TEST_SUITE_P(
         ParityCase{"N4_causal_contiguous_float64", 4, "dtype=float64:causal=1:layout=contiguous:T=45"},
         ParityCase{"N4_full_gqa_padding", 4, "causal=0:T=43:H=4:Hkv=2:pad=1"},
         ParityCase{"N4_causal_zigzag_short", 4, "causal=1:T=6"},
+        ParityCase{"N4_causal_zigzag_empty_shards", 4, "causal=1:T=3:pad=1"},
+        ParityCase{"N2_causal_value_width_differs", 2, "causal=1:T=37:d=16:dv=24:H=4:Hkv=2"},
+        ParityCase{"N2_ulysses_value_width_differs", 2, "strategy=ulysses:causal=1:T=37:d=16:dv=8:H=4:Hkv=2"},
         ParityCase{"N2_module_causal_rotary_gqa", 2, "case=module:causal=1:T=37:H=4:Hkv=2"},
         ParityCase{"N2_ulysses_causal_zigzag_gqa_padding", 2, "strategy=ulysses:causal=1:T=41:H=4:Hkv=2:pad=1"},
         ParityCase{"N2_ulysses_bfloat16", 2, "strategy=ulysses:dtype=bfloat16:causal=1:T=37"},
@@ -178,6 +184,25 @@ TEST(RingFailures, RankWithOtherHeadsFailsOnEveryRank) {
 TEST(RingFailures, RankWithOtherOptionsFailsOnEveryRank) {
   const auto results = run_ranks("case=disagree:what=causal", 2, {0, 1}, std::chrono::seconds(20), std::chrono::seconds(60));
   expect_clean_error_everywhere(results, "the ranks disagree on the options");
+}
+
+TEST(RingFailures, RankWithOtherDtypeFailsOnEveryRank) {
+  const auto results = run_ranks("case=disagree:what=dtype", 2, {0, 1}, std::chrono::seconds(20), std::chrono::seconds(60));
+  expect_clean_error_everywhere(results, "the ranks disagree on the dtype: rank 0 has Float, rank 1 has Double");
+}
+
+TEST(RingFailures, UlyssesRanksRequiringGradForDifferentInputsFailOnEveryRank) {
+  const auto results = run_ranks("case=disagree:what=ulysses_grad", 2, {0, 1}, std::chrono::seconds(20), std::chrono::seconds(60));
+  expect_clean_error_everywhere(results, "the ranks disagree on which of q, k, v require grad");
+}
+
+TEST(RingFailures, RankThatNeverCallsEndsTheOthersAtTheTimeout) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto results = run_ranks("case=idle", 2, {0, 1}, std::chrono::seconds(3), std::chrono::seconds(60));
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0].exit_code, kExitCleanError) << describe(results);
+  EXPECT_NE(results[0].output.find("the ranks could not compare their inputs"), std::string::npos) << describe(results);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
 }
 
 TEST(RingFailures, UlyssesWithHeadsTheRanksDoNotDivideFailsOnEveryRank) {

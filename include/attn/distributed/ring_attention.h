@@ -74,7 +74,8 @@ struct RingAttentionOptions {
   TORCH_ARG(torch::Tensor, key_padding_mask) = {};
   /// The longest wait for any one exchange, agreement included. A rank that never calls, or dies, ends the
   /// call on the others with an error after this long at most (sooner when the transport sees the socket
-  /// close).
+  /// close). After such an error the group is unusable (messages of the failed call may still arrive): make a
+  /// new one.
   TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::minutes(5);
   /// Filled with this call's measurements (added to what it holds), when set.
   TORCH_ARG(std::shared_ptr<RingAttentionStats>, stats) = nullptr;
@@ -98,8 +99,10 @@ std::tuple<torch::Tensor, torch::Tensor> ring_attention_with_lse(const torch::Te
 /// A MultiHeadAttention's self-attention, context-parallel: `y = mha(x)` becomes
 /// `y = attn::distributed::context_parallel(mha, x, group, options)`, with x this rank's shard [B, T_local, E]
 /// and y its rows of the output. The module's projections, rotary embeddings (at each row's global position),
-/// grouped K/V heads and output projection apply as in forward(x, x, x); options.is_causal defaults to the
-/// module's own `causal`. Differentiable, collective.
+/// grouped K/V heads and output projection apply as in forward(x, x, x). Causal when the module is causal or
+/// options.is_causal is set; options.scale defaults to the module's. Differentiable, collective. Its own checks
+/// of x and of the module's options run on each rank alone (a rank that fails one throws, and the others end
+/// at options.timeout); ring_attention's agreement follows.
 torch::Tensor context_parallel(const MultiHeadAttention& mha, const torch::Tensor& x,
                                const c10::intrusive_ptr<c10d::ProcessGroup>& group,
                                std::optional<RingAttentionOptions> options = std::nullopt);

@@ -4,7 +4,7 @@
 //   Contiguous  rank r holds chunk r of N: positions [r·T/N, (r+1)·T/N).
 //   Zigzag      the sequence is cut into 2N chunks and rank r holds chunks r and 2N-1-r, in that order
 //               (also called head-tail). Under a causal mask every rank then has the same amount of work;
-//               with Contiguous the last rank has N times the first's.
+//               with Contiguous the last rank has 2N-1 times the first's.
 //
 // Chunk c of n covers [c·T/n, (c+1)·T/n) (integer division), so T need not divide evenly: chunk lengths
 // differ by at most one.
