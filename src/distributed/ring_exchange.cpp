@@ -59,7 +59,9 @@ void RingExchange::finish(Hop& hop) {
                 "ring_attention (and its backward pass) collectively, in the same order. Cause: ",
                 cause_of(error));
   }
-  stats_.wait_seconds += seconds_since(start);
+  const double waited = seconds_since(start);
+  stats_.wait_seconds += waited;
+  if (hop.traffic != Traffic::Gradients) stats_.keys_values_wait_seconds += waited;
   stats_.hops += 1;
 }
 

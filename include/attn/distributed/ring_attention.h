@@ -37,6 +37,9 @@ struct RingAttentionStats {
   int64_t hops = 0;               ///< point-to-point exchanges this rank waited for
   double compute_seconds = 0.0;   ///< local block computations and merges
   double wait_seconds = 0.0;      ///< blocked on communication that compute did not hide
+  /// The part of wait_seconds spent on K/V hops. Those only move data, while a dK/dV hop also waits for the
+  /// previous rank to finish its block, so this is the measure of K/V traffic that compute did not hide.
+  double keys_values_wait_seconds = 0.0;
   double total_seconds = 0.0;     ///< wall time inside ring_attention's forward and backward
   // With the Ulysses strategy, compute_seconds and total_seconds cover the forward pass only (its backward
   // attention runs in autograd), while wait_seconds and the bytes count every all-to-all, both passes.
