@@ -106,8 +106,16 @@ ctest --test-dir "$BUILD_DIR" -j "$JOBS" --output-on-failure -R '^(apps|layers)\
   grep -v -E '^ *Start +[0-9]+:|Test +#[0-9]+: .*Passed ' "$others_log" | grep -v '^$'
 }
 others=$(sed -n 's/.*tests passed, [0-9]* tests failed out of \([0-9]*\)/\1/p' "$others_log")
+# Context parallelism: one process that starts its own instrumented ranks (tests/distributed), about a minute.
+ring_log=$BUILD_DIR/Testing/sanitize-ring.log
+"$BUILD_DIR/tests/attn_ring_tests" --gtest_brief=1 >"$ring_log" 2>&1 || {
+  suite_ok=0
+  echo "-- attn_ring_tests failed; the end of $ring_log:"
+  tail -n 60 "$ring_log"
+}
+ring_cases=$(awk 'index($0, "[  PASSED  ]") == 1 {print $4}' "$ring_log")
 if [ "$suite_ok" = 1 ]; then
-  phase_done "tests under ASan+UBSan" "$cases_total cases: $passed passed, $skipped skipped (CUDA); $others more (apps, layers)"
+  phase_done "tests under ASan+UBSan" "$cases_total cases: $passed passed, $skipped skipped (CUDA); ${ring_cases:-0} multi-process (context parallelism); $others more (apps, layers)"
 else
   phase_done "tests under ASan+UBSan" "FAILED (logs: $BUILD_DIR/Testing/sanitize-*.log)"
   failed=1
