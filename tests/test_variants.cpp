@@ -21,6 +21,7 @@
 #include <cctype>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -758,6 +759,51 @@ TEST(AlibiSlopes, StandardSlopes) {
     const torch::Tensor slopes = attn::alibi_slopes(n);
     ASSERT_EQ(slopes.sizes(), (std::vector<int64_t>{n}));
     EXPECT_TRUE(torch::allclose(slopes.to(kF64), torch::tensor(bloom_slopes(n), kF64), 1e-6, 0)) << slopes;
+  }
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// The soft-cap's tanh: an approximation of ours, checked on every instruction set against std::tanh in double
+
+TEST(SoftcapTanh, WithinFourHundredNanoRelativeOfTanhAndNeverPastOne) {
+  // A dense grid over the approximation's whole range and past its clamp at 9, an odd count so that the scalar
+  // tail runs too, and the special values.
+  std::vector<float> inputs;
+  for (int64_t i = -240001; i <= 240001; ++i) inputs.push_back(static_cast<float>(i) * 5e-5f);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float v : {inf, -inf, 0.0f, -0.0f, 1e-40f, -1e-40f, 1e-20f, std::numeric_limits<float>::max(),
+                  -std::numeric_limits<float>::max(), 8.94f, -8.94f, 9.0f, 9.011f}) {
+    inputs.push_back(v);
+  }
+  const size_t special = inputs.size();
+  inputs.push_back(std::numeric_limits<float>::quiet_NaN());
+  for (auto capability : {ops::cpu::Capability::Default, ops::cpu::Capability::Avx2, ops::cpu::Capability::Avx512}) {
+    CapabilityScope scope(capability);
+    SCOPED_TRACE(ops::cpu::capability_name(ops::cpu::active_capability()));
+    for (float cap : {1.0f, 30.0f}) {
+      SCOPED_TRACE(cap);
+      std::vector<float> x(inputs.size()), t(inputs.size());
+      for (size_t i = 0; i < inputs.size(); ++i) x[i] = inputs[i] * cap;
+      const std::vector<float> scores = x;
+      ops::cpu::softcap_values(x.data(), static_cast<int64_t>(x.size()), cap, t.data());
+      double worst = 0;
+      int64_t failures = 0;
+      for (size_t i = 0; i < special; ++i) {
+        const double expected = std::tanh(static_cast<double>(scores[i]) / cap);
+        // Relative error, absolute below FLT_MIN (a subnormal's own spacing is coarser than 5e-7 of it).
+        const double error = std::abs(t[i] - expected) / std::max(std::abs(expected), 1.1754944e-38);
+        worst = std::max(worst, error);
+        const bool bad = !(error <= 5e-7) || std::abs(t[i]) > 1.0f || x[i] != cap * t[i] ||
+                         std::signbit(t[i]) != std::signbit(scores[i]);
+        if (bad && ++failures <= 5) {
+          ADD_FAILURE() << "tanh(" << static_cast<double>(scores[i]) / cap << ") = " << t[i] << ", expected "
+                        << expected << " (capped " << x[i] << ")";
+        }
+      }
+      EXPECT_EQ(failures, 0);
+      EXPECT_LE(worst, 5e-7);
+      EXPECT_TRUE(std::isnan(t.back()) && std::isnan(x.back())) << "NaN in, " << t.back() << " out";
+    }
   }
 }
 

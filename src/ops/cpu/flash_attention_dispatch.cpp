@@ -193,6 +193,19 @@ void dispatch_decode(const Args& args) {
 }
 }  // namespace
 
+void softcap_values(float* x, int64_t n, float cap, float* tanh_out) {
+  switch (active_capability()) {
+#ifdef ATTN_HAVE_AVX512_KERNELS
+    case Capability::Avx512Bf16:
+    case Capability::Avx512: return kernel_avx512::softcap_values(x, n, cap, tanh_out);
+#endif
+#ifdef ATTN_HAVE_AVX2_KERNELS
+    case Capability::Avx2: return kernel_avx2::softcap_values(x, n, cap, tanh_out);
+#endif
+    default: return kernel_default::softcap_values(x, n, cap, tanh_out);
+  }
+}
+
 void decode_forward(const DecodeArgs<float, float>& args) { dispatch_decode(args); }
 void decode_forward(const DecodeArgs<double, double>& args) { dispatch_decode(args); }
 void decode_forward(const DecodeArgs<float, c10::BFloat16>& args) { dispatch_decode(args); }

@@ -137,6 +137,9 @@ void decode_forward(const DecodeArgs<double, double>& args);
 void decode_forward(const DecodeArgs<float, c10::BFloat16>& args);
 /// The bfloat16 route's forward: only on a CPU with AVX512-BF16 (hardware_capability_limit()), with d_k even.
 void flash_forward(const FlashForward<float, c10::BFloat16>& args);
+/// x = cap · tanh(x / cap) over n floats, exactly as the active variant's kernels soft-cap a score row, with
+/// tanh(x / cap) in tanh_out when it is non-null. The tanh is an approximation of ours; tests check it here.
+void softcap_values(float* x, int64_t n, float cap, float* tanh_out);
 
 /// The per-instruction-set definitions, declared once per variant namespace.
 #define ATTN_DECLARE_FLASH_KERNELS(ns)                               \
@@ -148,6 +151,7 @@ void flash_forward(const FlashForward<float, c10::BFloat16>& args);
   void decode_forward(const DecodeArgs<float, float>& args);          \
   void decode_forward(const DecodeArgs<double, double>& args);        \
   void decode_forward(const DecodeArgs<float, c10::BFloat16>& args);  \
+  void softcap_values(float* x, int64_t n, float cap, float* tanh_out); \
   }
 ATTN_DECLARE_FLASH_KERNELS(kernel_default)
 ATTN_DECLARE_FLASH_KERNELS(kernel_avx2)

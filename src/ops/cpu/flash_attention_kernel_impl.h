@@ -591,6 +591,7 @@ void flash_forward(const FlashForward<float>& args) { forward(args); }
 void flash_forward(const FlashForward<double>& args) { forward(args); }
 void flash_backward(const FlashBackward<float>& args) { backward(args); }
 void flash_backward(const FlashBackward<double>& args) { backward(args); }
+void softcap_values(float* x, int64_t n, float cap, float* tanh_out) { softcap_row(x, n, cap, tanh_out); }
 #ifdef CPU_CAPABILITY_AVX512
 void flash_forward(const FlashForward<float, c10::BFloat16>& args) {
 #ifdef ATTN_BF16_ROUTE
