@@ -6,6 +6,7 @@
 #include "backends/dispatch.h"
 #include "backends/validate.h"
 #include "backends/varlen.h"
+#include "common/alibi_slopes.h"
 
 namespace attn {
 namespace {
@@ -42,6 +43,10 @@ torch::Tensor varlen_attention(const torch::Tensor& query, const torch::Tensor& 
   backends::check_varlen_inputs(kVarlen, query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                 options);
   return backends::varlen_attention(kVarlen, query, key, value, cu_seqlens_q, cu_seqlens_k, options);
+}
+
+torch::Tensor alibi_slopes(int64_t num_heads) {
+  return common::standard_alibi_slopes("attn::alibi_slopes", num_heads, torch::kCPU).to(torch::kFloat32);
 }
 
 Backend resolved_backend(const torch::Tensor& query, const SdpaOptions& options, bool need_weights) {

@@ -199,6 +199,13 @@ Sizes draw_sizes(std::mt19937& rng) {
   return {b(rng), t(rng), t(rng)};
 }
 
+/// Learned sink logits away from their zero initialisation, so that the export must carry their values.
+void randomize_sinks(torch::Tensor& sinks) {
+  if (!sinks.defined()) return;
+  torch::NoGradGuard no_grad;
+  sinks.normal_(0.0, 1.5);
+}
+
 TEST(Export, MultiHeadAttentionMatchesTheModule) {
   std::mt19937 rng(2024);
   std::uniform_int_distribution<int64_t> heads_d(1, 3), dim_d(1, 6), width_d(2, 9);
@@ -226,9 +233,12 @@ TEST(Export, MultiHeadAttentionMatchesTheModule) {
         const bool windowed = rng() % 2;
         if (windowed) options.window(side_d(rng), side_d(rng));
         if (!windowed) options.softcap(1.5);
+        // ALiBi in half of the configurations, learned sinks in those with an output projection.
+        options.alibi((causal + static_cast<int>(bias)) % 2 == 0).sinks(projection);
         for (Backend backend : {Backend::Auto, Backend::Math}) {
           MultiHeadAttention mha(options.backend(backend));
           mha->eval();
+          randomize_sinks(mha->sinks);
           torch::jit::Module exported = jit::to_torchscript(*mha);
           torch::jit::Module loaded = round_trip(exported);
           expect_same_parameters(*mha, exported);
@@ -240,7 +250,8 @@ TEST(Export, MultiHeadAttentionMatchesTheModule) {
                                      " projection=" + std::to_string(projection) + " causal=" + causal_name(causal) +
                                      " window=(" + std::to_string(options.window_left()) + "," +
                                      std::to_string(options.window_right()) + ") softcap=" +
-                                     std::to_string(options.softcap()) +
+                                     std::to_string(options.softcap()) + " alibi=" +
+                                     std::to_string(options.alibi()) + " sinks=" + std::to_string(options.sinks()) +
                                      (backend == Backend::Math ? " backend=math" : "");
           const Sizes s = draw_sizes(rng);
           for (bool batched : {true, false}) {
@@ -266,6 +277,7 @@ TEST(Export, MultiHeadAttentionMatchesTheModule) {
             auto self_options = options;
             MultiHeadAttention self_mha(self_options.kdim(embed).vdim(embed));
             self_mha->eval();
+            randomize_sinks(self_mha->sinks);
             torch::jit::Module self_exported = jit::to_torchscript(*self_mha);
             const torch::Tensor x = torch::randn(shape(s.tq, embed));
             for (const MaskCase& c : mask_cases(batched ? s.batch : 0, heads, s.tq, s.tq)) {
@@ -366,9 +378,12 @@ TEST(Export, CrossAttentionMatchesTheModule) {
                                  // the shared attention settings reach the export too
                                  .causal(repeat == 1)
                                  .causal_alignment(bias ? CausalAlignment::BottomRight : CausalAlignment::TopLeft)
-                                 .scale(repeat == 1 ? std::optional<double>(0.7) : std::nullopt);
+                                 .scale(repeat == 1 ? std::optional<double>(0.7) : std::nullopt)
+                                 .alibi(repeat == 1)
+                                 .sinks(bias);
         CrossAttention cross(options);
         cross->eval();
+        randomize_sinks(cross->sinks);
         torch::jit::Module exported = jit::to_torchscript(*cross);
         torch::jit::Module loaded = round_trip(exported);
         expect_same_parameters(*cross, exported);
@@ -378,7 +393,8 @@ TEST(Export, CrossAttentionMatchesTheModule) {
                                    " d_v=" + std::to_string(options.d_v()) + " heads=" +
                                    std::to_string(options.num_heads()) + " bias=" + std::to_string(bias) +
                                    (backend == Backend::Math ? " backend=math" : "") +
-                                   (options.causal() ? " causal scale=0.7" : "");
+                                   (options.causal() ? " causal scale=0.7 alibi" : "") +
+                                   (options.sinks() ? " sinks" : "");
         const Sizes s = draw_sizes(rng);
         for (bool batched : {true, false}) {
           const auto shape = [&](int64_t t, int64_t e) {

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -1036,6 +1037,158 @@ TEST(VariantModules, SoftcapAndWindowInMultiHeadAttentionOptionsReachTheAttentio
   // Softcap and window both change the result here.
   EXPECT_FALSE(torch::allclose(out, by_hand(SdpaOptions().scale(1.0).window(4, 4)), 1e-3, 1e-3));
   EXPECT_FALSE(torch::allclose(out, by_hand(SdpaOptions().softcap(2.0).scale(1.0)), 1e-3, 1e-3));
+}
+
+/// The standard ALiBi slopes of 4 heads (2^-2, 2^-4, 2^-6, 2^-8), written out from the formula.
+torch::Tensor four_head_slopes() { return torch::tensor({0.25, 0.0625, 0.015625, 0.00390625}, kF64); }
+
+/// A float64 module's projections, by hand: [B, T, E] -> [B, heads, T, E_out / heads].
+torch::Tensor project_heads(const torch::nn::Linear& linear, const torch::Tensor& x, int64_t heads) {
+  const torch::Tensor y = torch::nn::functional::linear(x, linear->weight, linear->bias);
+  return y.view({y.size(0), y.size(1), heads, -1}).transpose(1, 2);
+}
+
+/// [B, H, T, d] -> [B, T, H * d]
+torch::Tensor merge(const torch::Tensor& heads) {
+  return heads.transpose(1, 2).reshape({heads.size(0), heads.size(2), -1});
+}
+
+TEST(VariantModules, AlibiAndSinksInMultiHeadAttentionMatchFloat64Reference) {
+  torch::manual_seed(7);
+  const int64_t batch = 2, t = 9, heads = 4, kv_heads = 2, embed = 16;
+  MultiHeadAttention mha(
+      MultiHeadAttentionOptions(embed, heads).num_kv_heads(kv_heads).causal(true).alibi(true).sinks(true));
+  mha->to(kF64);
+  // The slopes are derived, not stored; the sinks are the module's parameter, named as GPT-OSS names it.
+  const auto params = mha->named_parameters();
+  EXPECT_EQ(params.keys(), (std::vector<std::string>{"sinks", "q_proj.weight", "q_proj.bias", "k_proj.weight",
+                                                      "k_proj.bias", "v_proj.weight", "v_proj.bias",
+                                                      "out_proj.weight", "out_proj.bias"}));
+  EXPECT_TRUE(mha->named_buffers().is_empty());
+  EXPECT_EQ(params["sinks"].sizes(), torch::IntArrayRef({heads}));
+  EXPECT_TRUE(torch::equal(params["sinks"], torch::zeros({heads}, kF64)));  // zeros until trained or loaded
+  {
+    torch::NoGradGuard no_grad;
+    mha->sinks.copy_(torch::tensor({1.5, -0.5, 0.25, 2.0}, kF64));
+  }
+  std::ostringstream printed;
+  mha->pretty_print(printed);
+  EXPECT_NE(printed.str().find("alibi=true, sinks=true"), std::string::npos) << printed.str();
+
+  const torch::Tensor x = torch::randn({batch, t, embed}, kF64);
+  const auto expected_for = [&](const torch::Tensor& xq, const torch::Tensor& xkv, const torch::Tensor& sinks) {
+    const torch::Tensor q = project_heads(mha->q_proj, xq, heads);
+    const torch::Tensor k = project_heads(mha->k_proj, xkv, kv_heads), v = project_heads(mha->v_proj, xkv, kv_heads);
+    const torch::Tensor heads_out = reference_attention(q, k, v, Variant("module").with_causal(), four_head_slopes(),
+                                                        {}, {}, sinks);
+    return torch::nn::functional::linear(merge(heads_out), mha->out_proj->weight, mha->out_proj->bias);
+  };
+  const torch::Tensor reference_sinks = mha->sinks.detach().clone().requires_grad_(true);
+  const torch::Tensor expected = expected_for(x, x, reference_sinks);
+  const double tol = tolerance(kF64);
+
+  // forward (the fused kernel), forward_with_weights (Math), and the sinks' gradient.
+  const torch::Tensor out = mha->forward(x, x, x);
+  EXPECT_CLOSE(out, expected, tol);
+  EXPECT_CLOSE(std::get<0>(mha->forward_with_weights(x, x, x)), expected, tol);
+  const torch::Tensor upstream = torch::randn_like(out);
+  (out * upstream).sum().backward();
+  (expected * upstream).sum().backward();
+  EXPECT_TRUE(grad_close(mha->sinks.grad(), reference_sinks.grad(), 1e-10)) << "d sinks";
+  // Both terms matter here: the module without either one differs.
+  MultiHeadAttention no_alibi(MultiHeadAttentionOptions(embed, heads).num_kv_heads(kv_heads).causal(true).sinks(true));
+  MultiHeadAttention no_sinks(MultiHeadAttentionOptions(embed, heads).num_kv_heads(kv_heads).causal(true).alibi(true));
+  no_alibi->to(kF64);
+  no_sinks->to(kF64);
+  copy_parameters(mha, no_alibi);
+  copy_parameters(mha, no_sinks);
+  EXPECT_FALSE(torch::allclose(no_alibi->forward(x, x, x), expected, 1e-4, 1e-4)) << "ALiBi changes nothing";
+  EXPECT_FALSE(torch::allclose(no_sinks->forward(x, x, x), expected, 1e-4, 1e-4)) << "the sinks change nothing";
+
+  // forward_with_cache: a prefill of 5 positions, then one position at a time (the decode kernel).
+  {
+    torch::NoGradGuard no_grad;
+    KVCache cache(KVCacheOptions(1, batch, kv_heads, mha->head_dim(), t).dtype(kF64));
+    std::vector<torch::Tensor> steps{mha->forward_with_cache(x.narrow(1, 0, 5), cache, 0)};
+    for (int64_t p = 5; p < t; ++p) steps.push_back(mha->forward_with_cache(x.narrow(1, p, 1), cache, 0));
+    EXPECT_CLOSE(torch::cat(steps, 1), expected, tol);
+
+    // forward_with_memory: 4 queries over the 9 projected positions, causal bottom-right (the last 4 rows).
+    const torch::Tensor memory_out = mha->forward_with_memory(x.narrow(1, 5, 4), mha->project_memory(x, x));
+    EXPECT_CLOSE(memory_out, expected_for(x.narrow(1, 5, 4), x, mha->sinks.detach()), tol);
+  }
+}
+
+TEST(VariantModules, AlibiAndSinksInCrossAttentionMatchFloat64Reference) {
+  torch::manual_seed(8);
+  // 12 heads: 8 heads' slopes 2^-1 .. 2^-8, then 16 heads' slopes 2^(-i/2) at the odd i, which float32 rounds
+  // (a float64 module must attend with them unrounded).
+  const int64_t heads = 12;
+  std::vector<double> slopes;
+  for (int i = 1; i <= 8; ++i) slopes.push_back(std::pow(2.0, -i));
+  for (int i = 1; i <= 7; i += 2) slopes.push_back(std::pow(2.0, -i / 2.0));
+  CrossAttention cross(CrossAttentionOptions(6, 10, 5).d_v(3).num_heads(heads).alibi(true).sinks(true));
+  cross->to(kF64);
+  {
+    torch::NoGradGuard no_grad;
+    cross->sinks.normal_(0.0, 1.5);
+  }
+  const torch::Tensor x = torch::randn({2, 5, 6}, kF64), context = torch::randn({2, 8, 10}, kF64);
+  const torch::Tensor heads_out =
+      reference_attention(project_heads(cross->q_proj, x, heads), project_heads(cross->k_proj, context, heads),
+                          project_heads(cross->v_proj, context, heads), Variant("cross"),
+                          torch::tensor(slopes, kF64), {}, {}, cross->sinks.detach());
+  EXPECT_CLOSE(cross->forward(x, context), merge(heads_out), tolerance(kF64));
+  EXPECT_CLOSE(cross->forward_with_memory(x, cross->project_memory(context)), merge(heads_out), tolerance(kF64));
+}
+
+TEST(VariantModules, SinksLoadCloneAndConvertLikeTheOtherParameters) {
+  torch::manual_seed(9);
+  const int64_t heads = 4, kv_heads = 2, head_dim = 4, embed = 16;
+  const auto options = MultiHeadAttentionOptions(embed, heads).num_kv_heads(kv_heads).causal(true).sinks(true);
+  // A GPT-OSS layer's names (q/k/v/o_proj with biases, sinks) under a decoder's prefix.
+  const std::string prefix = "model.layers.0.self_attn.";
+  std::map<std::string, torch::Tensor> file;
+  for (const char* p : {"q_proj", "o_proj"}) {
+    const bool q = std::string(p) == "q_proj";
+    file[prefix + p + ".weight"] = q ? torch::randn({heads * head_dim, embed}) : torch::randn({embed, heads * head_dim});
+    file[prefix + p + ".bias"] = torch::randn({q ? heads * head_dim : embed});
+  }
+  for (const char* p : {"k_proj", "v_proj"}) {
+    file[prefix + p + ".weight"] = torch::randn({kv_heads * head_dim, embed});
+    file[prefix + p + ".bias"] = torch::randn({kv_heads * head_dim});
+  }
+  file[prefix + "sinks"] = torch::tensor({0.5f, -1.0f, 2.0f, 0.25f});
+  file["model.layers.0.mlp.router.weight"] = torch::randn({3, 3});  // outside the prefix: not ours
+
+  MultiHeadAttention mha(options);
+  io::load_state_dict(*mha, file, io::LoadOptions().prefix(prefix));
+  EXPECT_TRUE(torch::equal(mha->sinks, file[prefix + "sinks"]));
+  EXPECT_TRUE(torch::equal(mha->out_proj->weight, file[prefix + "o_proj.weight"]));
+  // A module without the option refuses the file's sinks by name.
+  MultiHeadAttention without(MultiHeadAttentionOptions(embed, heads).num_kv_heads(kv_heads).causal(true));
+  EXPECT_ERROR_CONTAINS(io::load_state_dict(*without, file, io::LoadOptions().prefix(prefix)), "sinks");
+  // torch.nn.MultiheadAttention's names have no place for them.
+  EXPECT_ERROR_CONTAINS(io::save_state_dict(*mha, "/nonexistent/never-written.pt",
+                                            io::SaveOptions().names(io::WeightNames::TorchMultiheadAttention)),
+                        "no ALiBi and no attention sinks");
+
+  // clone() copies the sinks (a copy of their own); to() converts them with the rest.
+  auto copy = std::dynamic_pointer_cast<MultiHeadAttentionImpl>(mha->clone());
+  ASSERT_TRUE(copy);
+  EXPECT_TRUE(torch::equal(copy->sinks, mha->sinks));
+  EXPECT_TRUE(torch::equal(copy->named_parameters()["sinks"], mha->sinks));
+  {
+    torch::NoGradGuard no_grad;
+    copy->sinks.add_(1.0);
+  }
+  EXPECT_TRUE(torch::equal(mha->sinks, file[prefix + "sinks"]));
+  const torch::Tensor x = torch::randn({2, 7, embed});
+  const torch::Tensor expected = mha->forward(x, x, x);
+  mha->to(torch::kBFloat16);
+  EXPECT_EQ(mha->sinks.scalar_type(), torch::kBFloat16);
+  EXPECT_CLOSE(mha->forward(x.to(torch::kBFloat16), x.to(torch::kBFloat16), x.to(torch::kBFloat16)).to(torch::kFloat32),
+               expected, 5e-2);
 }
 
 }  // namespace

@@ -224,6 +224,13 @@ struct MultiHeadAttentionOptions : WithAttentionOptions<MultiHeadAttentionOption
   /// With false there is no out_proj and the output is the heads concatenated, [.., num_heads * head_dim]
   /// (notebook 001's MultiHeadedAttention: independent full-width heads, concatenated).
   TORCH_ARG(bool, output_projection) = true;
+  /// ALiBi (BLOOM, MPT) with the standard slopes attn::alibi_slopes(num_heads): query i and key j get the bias
+  /// -slope_h · |i + o - j| (SdpaOptions::alibi_slopes). The slopes follow from num_heads, so they are not
+  /// parameters and stay out of the state_dict, as in BLOOM's checkpoints.
+  TORCH_ARG(bool, alibi) = false;
+  /// Learned attention sinks (GPT-OSS): a parameter `sinks` [num_heads], zeros at first, whose logits join every
+  /// row's softmax denominator (SdpaOptions::sinks). GPT-OSS checkpoints name it `self_attn.sinks` too.
+  TORCH_ARG(bool, sinks) = false;
 };
 
 /// attn::CrossAttention: queries from x [.., d_query_in], keys and values from context [.., d_context_in].
@@ -238,6 +245,9 @@ struct CrossAttentionOptions : WithAttentionOptions<CrossAttentionOptions> {
   TORCH_ARG(int64_t, d_v);
   TORCH_ARG(int64_t, num_heads) = 1;
   TORCH_ARG(bool, bias) = false;
+  /// ALiBi with the standard slopes for num_heads heads, and learned sinks: as MultiHeadAttentionOptions'.
+  TORCH_ARG(bool, alibi) = false;
+  TORCH_ARG(bool, sinks) = false;
 };
 
 }  // namespace attn

@@ -48,8 +48,8 @@ torch::Tensor context_parallel(const MultiHeadAttention& mha, const torch::Tenso
   TORCH_CHECK(x.defined() && (x.dim() == 3 || x.dim() == 2) && x.size(-1) == o.embed_dim(), kFn,
               ": x must be this rank's shard [B, T_local, embed_dim=", o.embed_dim(), "] or [T_local, ",
               o.embed_dim(), "]; got ", x.defined() ? c10::str(x.sizes()) : std::string("undefined"));
-  TORCH_CHECK(o.window_left() < 0 && o.window_right() < 0 && o.softcap() == 0.0, kFn,
-              ": the module's window and softcap options are not supported by ring_attention");
+  TORCH_CHECK(o.window_left() < 0 && o.window_right() < 0 && o.softcap() == 0.0 && !o.alibi() && !o.sinks(), kFn,
+              ": the module's window, softcap, alibi and sinks options are not supported by ring_attention");
   TORCH_CHECK(o.dropout() == 0.0 || !m.is_training(), kFn,
               ": attention dropout is not supported by ring_attention; call eval() or set dropout to 0");
   // Self-attention: Tq = Tk, so both causal alignments give the same mask.

@@ -253,6 +253,9 @@ void save_state_dict(const MultiHeadAttentionImpl& module, const std::string& pa
                 "attn::io::save_state_dict: torch.nn.MultiheadAttention needs an output projection and "
                 "num_heads * head_dim == embed_dim; this module has ",
                 module_description(module));
+    TORCH_CHECK(!o.alibi() && !o.sinks(), "attn::io::save_state_dict: torch.nn.MultiheadAttention has no ALiBi "
+                "and no attention sinks, so its names cannot hold this module (alibi=", o.alibi(), ", sinks=",
+                o.sinks(), "); save with attn's own names");
     tensors = detail::to_torch_multihead_names(tensors, o.kdim() == o.embed_dim() && o.vdim() == o.embed_dim());
   } else {
     check_save_names(options, "attn::MultiHeadAttention");

@@ -1,5 +1,7 @@
 #include <attn/jit/export.h>
 
+#include "common/alibi_slopes.h"
+
 #include "jit/torchscript_sources.h"  // generated from src/jit/torchscript/*.py
 
 #include <torch/csrc/jit/api/module.h>
@@ -56,7 +58,8 @@ struct Exporter {
   bool training;
 
   Exporter(const char* class_name, const torch::nn::Module& module, int64_t num_heads, int64_t query_width,
-           int64_t key_width, int64_t value_width, const AttentionOptions& attention)
+           int64_t key_width, int64_t value_width, const AttentionOptions& attention, bool alibi = false,
+           const torch::Tensor& sinks = {})
       : m(c10::QualifiedName(class_name), cu, true), training(module.is_training()) {
     add_bool(m, "training", training);
     add_int(m, "num_heads", num_heads);
@@ -71,6 +74,18 @@ struct Exporter {
     add_int(m, "window_left", attention.window_left());
     add_int(m, "window_right", attention.window_right());
     add_float(m, "softcap", attention.softcap());
+    // The slopes are a plain attribute (saved with the module, not in its state_dict, as in the C++ module);
+    // the sinks a parameter, or None.
+    const auto optional_tensor = c10::OptionalType::create(c10::TensorType::get());
+    m.register_attribute("alibi_slopes", optional_tensor,
+                         alibi ? c10::IValue(common::standard_alibi_slopes("attn::jit::to_torchscript", num_heads,
+                                                                           torch::kCPU))
+                               : c10::IValue());
+    if (sinks.defined()) {
+      m.register_parameter("sinks", snapshot(sinks), /*is_buffer=*/false);
+    } else {
+      m.register_attribute("sinks", optional_tensor, c10::IValue());
+    }
   }
 
   void add_linear(const char* name, const torch::nn::Linear& l) { m.register_module(name, linear(l, training)); }
@@ -91,7 +106,7 @@ torch::jit::Module to_torchscript(const MultiHeadAttentionImpl& module) {
               "option; export the module without it (and rotate q and k outside), or use torch.export on the "
               "Python side");
   Exporter e("__torch__.attn.MultiHeadAttention", module, o.num_heads(), o.embed_dim(), o.kdim(), o.vdim(),
-             o.attention());
+             o.attention(), o.alibi(), module.sinks);
   add_int(e.m, "num_kv_heads", module.num_kv_heads());
   add_int(e.m, "embed_dim", o.embed_dim());
   add_int(e.m, "head_dim", module.head_dim());
@@ -124,7 +139,7 @@ torch::jit::Module to_torchscript(const AttentionHeadImpl& module) {
 torch::jit::Module to_torchscript(const CrossAttentionImpl& module) {
   const auto& o = module.options;
   Exporter e("__torch__.attn.CrossAttention", module, o.num_heads(), o.d_query_in(), o.d_context_in(),
-             o.d_context_in(), o.attention());
+             o.d_context_in(), o.attention(), o.alibi(), module.sinks);
   add_int(e.m, "num_kv_heads", o.num_heads());
   add_int(e.m, "d_query_in", o.d_query_in());
   add_int(e.m, "d_context_in", o.d_context_in());

@@ -52,7 +52,7 @@ std::tuple<torch::Tensor, torch::Tensor> AttentionHeadImpl::attend(const torch::
       kModule, "q_in", "k_in", "v_in",
       {options.d_in(), options.d_in(), options.d_in(), /*num_heads=*/1, options.d_k(), options.d_v()}};
   return modules::attend_heads(layout, q_in, k_in, v_in, {*q_proj, *k_proj, *v_proj}, masks,
-                               modules::sdpa_options(options.attention(), is_training()), need_weights);
+                               modules::sdpa_options(options.attention(), is_training(), {}), need_weights);
 }
 
 }  // namespace attn

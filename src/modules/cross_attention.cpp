@@ -26,13 +26,18 @@ void CrossAttentionImpl::reset() {
   q_proj = register_module("q_proj", linear(options.d_query_in(), qk_width));
   k_proj = register_module("k_proj", linear(options.d_context_in(), qk_width));
   v_proj = register_module("v_proj", linear(options.d_context_in(), v_width));
+  sinks = modules::register_sinks(*this, options.sinks(), heads);
+}
+
+modules::ScoreTerms CrossAttentionImpl::score_terms() const {
+  return {options.alibi(), options.num_heads(), sinks, q_proj->weight.options()};
 }
 
 void CrossAttentionImpl::pretty_print(std::ostream& stream) const {
   stream << "attn::CrossAttention(d_query_in=" << options.d_query_in()
          << ", d_context_in=" << options.d_context_in() << ", d_k=" << options.d_k() << ", d_v=" << options.d_v()
          << ", num_heads=" << options.num_heads() << ", bias=" << modules::bool_name(options.bias())
-         << modules::describe(options.attention()) << ")";
+         << modules::describe(score_terms()) << modules::describe(options.attention()) << ")";
 }
 
 torch::Tensor CrossAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& context,
@@ -59,11 +64,12 @@ std::tuple<torch::Tensor, torch::Tensor> CrossAttentionImpl::attend(const torch:
                                                                     const torch::Tensor& context,
                                                                     const AttentionMasks& masks, bool need_weights) {
   return modules::attend_heads(layout_of(options), x, context, context, {*q_proj, *k_proj, *v_proj}, masks,
-                               modules::sdpa_options(options.attention(), is_training()), need_weights);
+                               modules::sdpa_options(options.attention(), is_training(), score_terms()), need_weights);
 }
 
 ProjectedMemory CrossAttentionImpl::project_memory(const torch::Tensor& context) const {
-  const modules::Heads heads = modules::project_memory(layout_of(options), context, context, {*q_proj, *k_proj, *v_proj});
+  const modules::Heads heads =
+      modules::project_memory(layout_of(options), context, context, {*q_proj, *k_proj, *v_proj});
   return {heads.k, heads.v};
 }
 
@@ -71,7 +77,7 @@ torch::Tensor CrossAttentionImpl::forward_with_memory(const torch::Tensor& x, co
                                                       const AttentionMasks& masks) {
   return std::get<0>(modules::attend_memory(layout_of(options), x, memory.key, memory.value,
                                             {*q_proj, *k_proj, *v_proj}, masks,
-                                            modules::sdpa_options(options.attention(), is_training()),
+                                            modules::sdpa_options(options.attention(), is_training(), score_terms()),
                                             /*need_weights=*/false));
 }
 

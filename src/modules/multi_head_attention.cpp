@@ -57,6 +57,11 @@ void MultiHeadAttentionImpl::reset() {
   } else {
     out_proj = nullptr;
   }
+  sinks = modules::register_sinks(*this, options.sinks(), options.num_heads());
+}
+
+modules::ScoreTerms MultiHeadAttentionImpl::score_terms() const {
+  return {options.alibi(), options.num_heads(), sinks, q_proj->weight.options()};
 }
 
 void MultiHeadAttentionImpl::pretty_print(std::ostream& stream) const {
@@ -72,7 +77,7 @@ void MultiHeadAttentionImpl::pretty_print(std::ostream& stream) const {
   }
   stream << ", bias=" << modules::bool_name(options.bias())
          << ", output_projection=" << modules::bool_name(options.output_projection())
-         << modules::describe(options.attention()) << ")";
+         << modules::describe(score_terms()) << modules::describe(options.attention()) << ")";
 }
 
 torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& query, const torch::Tensor& key,
@@ -102,7 +107,7 @@ std::tuple<torch::Tensor, torch::Tensor> MultiHeadAttentionImpl::attend(
     const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value, const AttentionMasks& masks,
     bool need_weights) {
   auto [out, weights] = modules::attend_heads(layout(), query, key, value, {*q_proj, *k_proj, *v_proj}, masks,
-                                              modules::sdpa_options(options.attention(), is_training()),
+                                              modules::sdpa_options(options.attention(), is_training(), score_terms()),
                                               need_weights, rotary.is_empty() ? nullptr : rotary.get());
   if (out_proj) out = modules::project_rows(out, out_proj->weight, out_proj->bias);
   return {out, weights};
@@ -113,9 +118,9 @@ torch::Tensor MultiHeadAttentionImpl::forward_with_cache(const torch::Tensor& x,
   TORCH_CHECK(options.kdim() == options.embed_dim() && options.vdim() == options.embed_dim(), kModule,
               ": forward with a KV cache is self-attention, which needs kdim == vdim == embed_dim (got kdim ",
               options.kdim(), ", vdim ", options.vdim(), ", embed_dim ", options.embed_dim(), ")");
+  const SdpaOptions sdpa = modules::sdpa_options(options.attention(), is_training(), score_terms());
   torch::Tensor out = modules::attend_with_cache(layout(), x, {*q_proj, *k_proj, *v_proj}, cache, layer, new_lengths,
-                                                 modules::sdpa_options(options.attention(), is_training()),
-                                                 rotary.is_empty() ? nullptr : rotary.get());
+                                                 sdpa, rotary.is_empty() ? nullptr : rotary.get());
   return out_proj ? modules::project_rows(out, out_proj->weight, out_proj->bias) : out;
 }
 
@@ -126,9 +131,9 @@ ProjectedMemory MultiHeadAttentionImpl::project_memory(const torch::Tensor& key,
 
 torch::Tensor MultiHeadAttentionImpl::forward_with_memory(const torch::Tensor& query, const ProjectedMemory& memory,
                                                           const AttentionMasks& masks) {
+  const SdpaOptions sdpa = modules::sdpa_options(options.attention(), is_training(), score_terms());
   torch::Tensor out = std::get<0>(modules::attend_memory(layout(), query, memory.key, memory.value,
-                                                         {*q_proj, *k_proj, *v_proj}, masks,
-                                                         modules::sdpa_options(options.attention(), is_training()),
+                                                         {*q_proj, *k_proj, *v_proj}, masks, sdpa,
                                                          /*need_weights=*/false));
   return out_proj ? modules::project_rows(out, out_proj->weight, out_proj->bias) : out;
 }

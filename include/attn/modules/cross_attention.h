@@ -13,9 +13,13 @@
 #include <tuple>
 
 namespace attn {
+namespace modules {
+struct ScoreTerms;
+}
 
 /// x [B, Tq, d_query_in], context [B, Tc, d_context_in] (or unbatched) -> [B, Tq, num_heads * d_v].
-/// Parameters: q_proj [H*d_k, d_query_in], k_proj [H*d_k, d_context_in], v_proj [H*d_v, d_context_in].
+/// Parameters: q_proj [H*d_k, d_query_in], k_proj [H*d_k, d_context_in], v_proj [H*d_v, d_context_in], and
+/// with options.sinks, sinks [H].
 /// masks.key_padding_mask is over the context: [B, Tc], true = padding.
 class CrossAttentionImpl : public torch::nn::Cloneable<CrossAttentionImpl> {
  public:
@@ -44,8 +48,11 @@ class CrossAttentionImpl : public torch::nn::Cloneable<CrossAttentionImpl> {
   torch::nn::Linear q_proj{nullptr};
   torch::nn::Linear k_proj{nullptr};
   torch::nn::Linear v_proj{nullptr};
+  /// The learned attention sinks [num_heads] when options.sinks(), else undefined.
+  torch::Tensor sinks;
 
  private:
+  modules::ScoreTerms score_terms() const;
   std::tuple<torch::Tensor, torch::Tensor> attend(const torch::Tensor& x, const torch::Tensor& context,
                                                   const AttentionMasks& masks, bool need_weights);
 };

@@ -17,6 +17,7 @@
 namespace attn {
 namespace modules {
 struct ModuleLayout;
+struct ScoreTerms;
 }
 
 /// query [B, Tq, embed_dim], key [B, Tk, kdim], value [B, Tk, vdim] (or unbatched, without B)
@@ -24,7 +25,8 @@ struct ModuleLayout;
 ///
 /// Parameters, created in this order with torch::nn::Linear's default init (as the notebooks do):
 ///   q_proj [H*hd, embed_dim], k_proj [H_kv*hd, kdim], v_proj [H_kv*hd, vdim], out_proj [embed_dim, H*hd]
-/// (H_kv = options.num_kv_heads, default H), the layout of Llama-style decoders' q/k/v/o_proj.
+/// (H_kv = options.num_kv_heads, default H), the layout of Llama-style decoders' q/k/v/o_proj; and with
+/// options.sinks, sinks [H] (zeros).
 /// Note that torch.nn.MultiheadAttention initialises differently (xavier); load its weights to match it.
 ///
 /// Incremental decoding: forward_with_cache(x, cache, layer) appends to a caller-owned KVCache and attends over it
@@ -80,9 +82,12 @@ class MultiHeadAttentionImpl : public torch::nn::Cloneable<MultiHeadAttentionImp
   /// The rotary embedding of options.rotary, or null. Not a registered submodule: its frequencies are derived
   /// from the options, so they stay out of the state_dict (as in transformers' checkpoints).
   RotaryEmbedding rotary{nullptr};
+  /// The learned attention sinks [num_heads] when options.sinks(), else undefined.
+  torch::Tensor sinks;
 
  private:
   modules::ModuleLayout layout() const;
+  modules::ScoreTerms score_terms() const;
   std::tuple<torch::Tensor, torch::Tensor> attend(const torch::Tensor& query, const torch::Tensor& key,
                                                   const torch::Tensor& value, const AttentionMasks& masks,
                                                   bool need_weights);

@@ -7,8 +7,8 @@
 # masks lifted to [B|1, H|1, Tq, Tk], projections, heads) and the Math backend (src/backends/math.cpp), op for
 # op; which (query, key) pairs are blocked follows src/backends/masks.h, and tests/test_mask_semantics.cpp
 # checks that it agrees. It reads the module attributes num_heads, num_kv_heads, causal, bottom_right, scale, dropout,
-# window_left, window_right, softcap, query_width, key_width and value_width, and the submodules q_proj, k_proj
-# and v_proj.
+# window_left, window_right, softcap, alibi_slopes, sinks, query_width, key_width and value_width, and the
+# submodules q_proj, k_proj and v_proj.
 
 def _broadcasts_to(self, shape: List[int], target: List[int]) -> bool:
     if len(shape) > len(target):
@@ -88,6 +88,18 @@ def _attention(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional
     scores = torch.matmul(q * scale, k.transpose(-2, -1))
     if self.softcap > 0.0:
         scores = torch.tanh(scores / self.softcap) * self.softcap
+    tq = q.size(-2)
+    tk = k.size(-2)
+    offset = 0
+    if self.bottom_right:
+        offset = tk - tq
+    slopes = self.alibi_slopes
+    if slopes is not None:
+        # -slope_h * |i + offset - j|, computed in float64 as the Math backend's alibi_bias
+        distance = (torch.arange(tq, device=q.device).unsqueeze(1) + offset
+                    - torch.arange(tk, device=q.device).unsqueeze(0)).abs().double()
+        bias = -slopes.to(q.device).double().view([-1, 1, 1]) * distance
+        scores = scores + bias.to(scores.dtype)
     if additive_mask is not None:
         scores = scores + additive_mask
     blocked: Optional[Tensor] = None
@@ -103,24 +115,26 @@ def _attention(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional
     if self.causal:
         right = 0 if right < 0 else min(right, 0)
     if right >= 0 or self.window_left >= 0:
-        tq = q.size(-2)
-        tk = k.size(-2)
-        offset = 0
-        if self.bottom_right:
-            offset = tk - tq
         distance = (torch.arange(tk, device=q.device).unsqueeze(0) - torch.arange(tq, device=q.device).unsqueeze(1)
                     - offset)
         if self.window_left >= 0:
             blocked = self._either(blocked, distance < -self.window_left)
         if right >= 0:
             blocked = self._either(blocked, distance > right)
-    if blocked is None:
-        probs = torch.softmax(scores, -1)
-    else:
+    row_blocked: Optional[Tensor] = None
+    if blocked is not None:
         # a query with no allowed key gets finite scores, then zero probabilities: a zero output row, no NaN
         row_blocked = blocked.all(-1, keepdim=True)
         scores = scores.masked_fill(blocked, float("-inf")).masked_fill(row_blocked, 0.0)
-        probs = torch.softmax(scores, -1).masked_fill(row_blocked, 0.0)
+    sinks = self.sinks
+    if sinks is None:
+        probs = torch.softmax(scores, -1)
+    else:
+        # the sink is one more column of the softmax, with no value behind it
+        sink = sinks.to(scores.dtype).view([-1, 1, 1]).expand([scores.size(0), scores.size(1), scores.size(2), 1])
+        probs = torch.softmax(torch.cat([scores, sink], -1), -1).narrow(-1, 0, tk)
+    if row_blocked is not None:
+        probs = probs.masked_fill(row_blocked, 0.0)
     if self.training and self.dropout > 0.0:
         probs = torch.dropout(probs, self.dropout, True)
     return self._weighted_values(probs, v, blocked)

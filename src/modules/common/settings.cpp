@@ -1,5 +1,7 @@
 #include "modules/common/settings.h"
 
+#include "common/alibi_slopes.h"
+
 #include <c10/util/Exception.h>
 
 #include <cctype>
@@ -9,8 +11,22 @@
 
 namespace attn::modules {
 
-SdpaOptions sdpa_options(const AttentionOptions& attention, bool training) {
-  return SdpaOptions().attention(attention).dropout(training ? attention.dropout() : 0.0);
+SdpaOptions sdpa_options(const AttentionOptions& attention, bool training, const ScoreTerms& terms) {
+  SdpaOptions options = SdpaOptions().attention(attention).dropout(training ? attention.dropout() : 0.0);
+  // The slopes are a handful of numbers made per call on the module's device, not module state: a cache would
+  // need a lock (threads share a module), and a buffer would put them in the state_dict.
+  if (terms.alibi) {
+    const auto dtype = terms.parameters.dtype() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+    options.alibi_slopes(
+        common::standard_alibi_slopes("attn: alibi", terms.num_heads, terms.parameters.device()).to(dtype));
+  }
+  if (terms.sinks.defined()) options.sinks(terms.sinks);
+  return options;
+}
+
+torch::Tensor register_sinks(torch::nn::Module& module, bool sinks, int64_t num_heads) {
+  if (!sinks) return {};
+  return module.register_parameter("sinks", torch::zeros({num_heads}));
 }
 
 void check_positive(const char* module, const char* option, int64_t value) {
@@ -54,6 +70,13 @@ std::string describe(const AttentionOptions& attention) {
     s << ", backend=" << name;
   }
   return s.str();
+}
+
+std::string describe(const ScoreTerms& terms) {
+  std::string s;
+  if (terms.alibi) s += ", alibi=true";
+  if (terms.sinks.defined()) s += ", sinks=true";
+  return s;
 }
 
 }  // namespace attn::modules

@@ -4,12 +4,29 @@
 
 #include <attn/options.h>
 
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
 #include <string>
 
 namespace attn::modules {
 
-/// The SdpaOptions a module attends with: its AttentionOptions, with dropout only in training mode.
-SdpaOptions sdpa_options(const AttentionOptions& attention, bool training);
+/// The per-head score terms a module owns (its alibi and sinks options).
+struct ScoreTerms {
+  bool alibi = false;     ///< the standard slopes attn::alibi_slopes(num_heads)
+  int64_t num_heads = 0;  ///< query heads, for the slopes
+  torch::Tensor sinks;    ///< the module's `sinks` parameter [num_heads], or undefined
+  /// The module's parameters: the slopes are made on their device, in float64 for a float64 module (float32
+  /// would round them) and float32 otherwise (the kernels' compute type).
+  torch::TensorOptions parameters;
+};
+
+/// The SdpaOptions a module attends with: its AttentionOptions, with dropout only in training mode, and its
+/// score terms (a module without any passes {}).
+SdpaOptions sdpa_options(const AttentionOptions& attention, bool training, const ScoreTerms& terms);
+
+/// Registers (or, when off, leaves out) the `sinks` parameter [num_heads] in zeros, as reset() does.
+torch::Tensor register_sinks(torch::nn::Module& module, bool sinks, int64_t num_heads);
 
 /// Validation shared by the modules' reset().
 void check_positive(const char* module, const char* option, int64_t value);
@@ -23,5 +40,7 @@ inline const char* bool_name(bool b) { return b ? "true" : "false"; }
 /// ", causal=true[, causal_alignment=top_left][, scale=S], dropout=P[, backend=fused]" for pretty_print: the
 /// settings that differ from their defaults, except causal and dropout, which are always shown.
 std::string describe(const AttentionOptions& attention);
+/// ", alibi=true" and ", sinks=true" where they are on.
+std::string describe(const ScoreTerms& terms);
 
 }  // namespace attn::modules
