@@ -99,5 +99,44 @@ TEST(Backends, TorchBackendMatchesMath) {
   }
 }
 
+
+// LibTorch 1.13's CPU matrix products in bfloat16 accumulate in bfloat16 unless oneDNN has AVX-512 kernels
+// for them (on an AVX2 CPU a 2048-term product is several percent off), so Backend::Math widens reduced
+// precision to float32 on the CPU. Against float64 from the same rounded inputs, the output and the
+// gradients must be within a few bfloat16 roundings, not the error of a bfloat16 accumulator.
+TEST(Backends, MathComputesReducedPrecisionInFloatOnTheCpu) {
+  std::vector<torch::Dtype> dtypes = {torch::kBFloat16};
+#if TORCH_VERSION_MAJOR >= 2  // 1.13 refuses float16 on the CPU
+  dtypes.push_back(torch::kHalf);
+#endif
+  for (torch::Dtype dtype : dtypes) {
+    SCOPED_TRACE(c10::toString(dtype));
+    torch::manual_seed(11);
+    // Grouped heads (4 query heads on 1 K/V head) so that dK and dV also sum over the group.
+    const torch::Tensor q = torch::randn({1, 4, 512, 64}).to(dtype), k = torch::randn({1, 1, 2048, 64}).to(dtype),
+                        v = torch::randn({1, 1, 2048, 64}).to(dtype);
+    const torch::Tensor cotangent = torch::randn({1, 4, 512, 64}).to(dtype);
+    const auto run = [&](torch::Dtype dt) {
+      torch::Tensor qq = q.to(dt).requires_grad_(), kk = k.to(dt).requires_grad_(), vv = v.to(dt).requires_grad_();
+      const torch::Tensor out = scaled_dot_product_attention(qq, kk, vv, SdpaOptions().backend(Backend::Math));
+      (out * cotangent.to(dt)).sum().backward();
+      EXPECT_EQ(out.scalar_type(), dt);
+      EXPECT_EQ(kk.grad().scalar_type(), dt);
+      return std::vector<torch::Tensor>{out.detach().to(torch::kFloat64), qq.grad().to(torch::kFloat64),
+                                        kk.grad().to(torch::kFloat64), vv.grad().to(torch::kFloat64)};
+    };
+    const auto expected = run(torch::kFloat64);
+    const auto actual = run(dtype);
+    const char* names[] = {"output", "d query", "d key", "d value"};
+    for (int i = 0; i < 4; ++i) {
+      SCOPED_TRACE(names[i]);
+      // Relative to the largest entry: a handful of roundings at 2^-8 (bfloat16) is under 2%.
+      const double scale = expected[i].abs().max().item<double>();
+      const double error = (actual[i] - expected[i]).abs().max().item<double>();
+      EXPECT_LT(error, 0.02 * scale) << "max |actual - expected| = " << error << " of max |expected| = " << scale;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attn::test

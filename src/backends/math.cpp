@@ -41,6 +41,15 @@ torch::Tensor weighted_values(const torch::Tensor& probs, const torch::Tensor& v
 std::tuple<torch::Tensor, torch::Tensor> math_attention(const torch::Tensor& query, const torch::Tensor& key,
                                                         const torch::Tensor& value, const SdpaOptions& options,
                                                         bool need_weights) {
+  const auto dtype = query.scalar_type();
+  if (query.is_cpu() && (dtype == torch::kBFloat16 || dtype == torch::kHalf)) {
+    // On the CPU, LibTorch 1.13's bfloat16 and float16 matrix products accumulate in the reduced type unless
+    // oneDNN has AVX-512 kernels for them: on an AVX2 CPU a 560-term product was 5% off. Compute in float32,
+    // as the fused kernel and CUDA's GEMMs do, and round once at the end. Autograd casts the gradients back.
+    auto [out, probs] = math_attention(query.to(torch::kFloat), key.to(torch::kFloat), value.to(torch::kFloat),
+                                       options, need_weights);
+    return {out.to(dtype), probs.defined() ? probs.to(dtype) : probs};
+  }
   const double scale = options.scale() ? *options.scale() : 1.0 / std::sqrt(static_cast<double>(query.size(-1)));
   // Scale q before the product, not the scores after it: in float16 an unscaled q·k can overflow to inf.
   torch::Tensor scores = grouped_matmul(query * scale, key.transpose(-2, -1));
