@@ -17,10 +17,10 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 JOBS=${JOBS:-$(nproc)}
 FUZZERS=(torch_zip torch_legacy safetensors)
 case "$FUZZ_SECONDS" in '' | *[!0-9]*) echo "FUZZ_SECONDS must be a number of seconds, got '$FUZZ_SECONDS'" >&2; exit 2 ;; esac
-# OpenBLAS's kernels for this CPU, as the Makefile sets them (scripts/openblas-coretype.sh). Besides speed: this
-# clang build runs attn's tile loops on one thread, so each tile GEMM is threaded by OpenBLAS itself, and
-# OpenBLAS's generic fallback kernels split it differently for different thread counts, which the
-# thread-count determinism test (rightly) catches.
+# OpenBLAS's kernels for this CPU, as the Makefile sets them (scripts/openblas-coretype.sh), for speed. This
+# clang build runs attn's tile loops on one thread, so each tile GEMM is threaded by OpenBLAS itself, whose
+# generic and AVX2 (Haswell) kernels round differently for different thread counts: the thread-count test
+# compares to float rounding in this build (cpu_kernel_info().parallel_loops), bitwise in the GCC build.
 if [ -z "${OPENBLAS_CORETYPE+set}" ]; then
   coretype=$(bash scripts/openblas-coretype.sh)  # the working directory is the repository root
   [ -z "$coretype" ] || export OPENBLAS_CORETYPE=$coretype

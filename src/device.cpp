@@ -60,6 +60,12 @@ CpuKernelInfo cpu_kernel_info() {
   } else {
     info.summary = info.variant + " (bfloat16 widened to float: no AVX512-BF16)";
   }
+#ifdef _OPENMP
+  info.parallel_loops = true;
+#else
+  info.parallel_loops = false;
+  info.summary += ", tile loops on the calling thread (built without OpenMP)";
+#endif
   return info;
 }
 

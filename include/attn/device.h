@@ -25,6 +25,10 @@ struct CpuKernelInfo {
   bool bfloat16_route = false;
   /// That measurement: the bfloat16 tile product's speed over the float one's (0 where not measured).
   double bfloat16_tile_speed = 0.0;
+  /// Whether the kernels spread their tiles over LibTorch's intra-op threads. True when attn was built with
+  /// OpenMP (GCC); a build without it (clang) runs the tile loops on the calling thread, and only the tile
+  /// GEMMs run threaded, inside the BLAS, whose rounding may then depend on the thread count.
+  bool parallel_loops = true;
   /// One line that says the above, e.g. "avx512 (bfloat16 widened to float: AVX512-BF16 measured 0.52x)".
   std::string summary;
 };
