@@ -99,7 +99,6 @@ TEST(Backends, TorchBackendMatchesMath) {
   }
 }
 
-
 // LibTorch 1.13's CPU matrix products in bfloat16 accumulate in bfloat16 unless oneDNN has AVX-512 kernels
 // for them (on an AVX2 CPU a 2048-term product is several percent off), so Backend::Math widens reduced
 // precision to float32 on the CPU. Against float64 from the same rounded inputs, the output and the
