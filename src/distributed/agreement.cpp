@@ -15,7 +15,7 @@
 namespace attn::distributed::detail {
 namespace {
 
-constexpr const char* kFn = "attn::distributed::ring_attention";
+constexpr const char* kRingAttention = "attn::distributed::ring_attention";
 constexpr int64_t kMagic = 0x52494e4701;  // "RING", version 1
 
 /// The descriptor's fields, in order. Shapes are stored as (dim, up to four sizes).
@@ -149,7 +149,7 @@ RingPlan agree_on_plan(const torch::Tensor& q, const torch::Tensor& k, const tor
       const auto wait = options.timeout().count() > 0 ? options.timeout() : RingAttentionOptions().timeout();
       group.allgather(output, input)->wait(wait);
     } catch (const std::exception& error) {
-      TORCH_CHECK(false, kFn, ": rank ", rank, " of ", world,
+      TORCH_CHECK(false, kRingAttention, ": rank ", rank, " of ", world,
                   ": the ranks could not compare their inputs (the all-gather before any exchange failed within "
                   "the timeout of ", options.timeout().count(), " ms). Every rank of the group must call "
                   "ring_attention collectively, in the same order. Cause: ", cause_of(error));
@@ -165,43 +165,43 @@ RingPlan agree_on_plan(const torch::Tensor& q, const torch::Tensor& k, const tor
 
   // The same checks, in the same order, on every rank.
   for (int64_t r = 0; r < world; ++r) {
-    TORCH_CHECK(all[r][kMagicField] == kMagic && all[r][kRank] == r && all[r][kWorld] == world, kFn, ": rank ",
+    TORCH_CHECK(all[r][kMagicField] == kMagic && all[r][kRank] == r && all[r][kWorld] == world, kRingAttention, ": rank ",
                 rank, ": the descriptor from rank ", r,
                 " is not a ring_attention descriptor for this group; another collective is interleaved with "
                 "ring_attention on this group. Every rank must call collectively, in the same order");
   }
   for (int64_t r = 0; r < world; ++r) {
-    TORCH_CHECK(all[r][kTimeoutMs] > 0, kFn, ": rank ", r, "'s options.timeout must be positive, got ",
+    TORCH_CHECK(all[r][kTimeoutMs] > 0, kRingAttention, ": rank ", r, "'s options.timeout must be positive, got ",
                 all[r][kTimeoutMs], " ms");
   }
   for (int64_t r = 0; r < world; ++r) {
     const std::string problem = check_own_inputs(all[r], r);
-    TORCH_CHECK(problem.empty(), kFn, ": ", problem);
+    TORCH_CHECK(problem.empty(), kRingAttention, ": ", problem);
   }
   const std::vector<int64_t>& first = all[0];
   for (int64_t r = 1; r < world; ++r) {
     const std::vector<int64_t>& d = all[r];
     TORCH_CHECK(d[kQ0] == first[kQ0] && d[kQ1] == first[kQ1] && d[kK1] == first[kK1] && d[kQ3] == first[kQ3] &&
                     d[kV3] == first[kV3],
-                kFn, ": the ranks disagree on shapes: rank 0 has q ", shape_string(first, kQDim), ", k ",
+                kRingAttention, ": the ranks disagree on shapes: rank 0 has q ", shape_string(first, kQDim), ", k ",
                 shape_string(first, kKDim), ", v ", shape_string(first, kVDim), "; rank ", r, " has q ",
                 shape_string(d, kQDim), ", k ", shape_string(d, kKDim), ", v ", shape_string(d, kVDim),
                 " (only T_local, dimension 2, may differ)");
-    TORCH_CHECK(d[kQType] == first[kQType], kFn, ": the ranks disagree on the dtype: rank 0 has ",
+    TORCH_CHECK(d[kQType] == first[kQType], kRingAttention, ": the ranks disagree on the dtype: rank 0 has ",
                 type_string(first[kQType]), ", rank ", r, " has ", type_string(d[kQType]));
     TORCH_CHECK(d[kCausal] == first[kCausal] && d[kLayout] == first[kLayout] && d[kHasScale] == first[kHasScale] &&
                     d[kScaleBits] == first[kScaleBits] && d[kStrategy] == first[kStrategy],
-                kFn, ": the ranks disagree on the options (strategy, is_causal, layout or scale): rank 0 has strategy=",
+                kRingAttention, ": the ranks disagree on the options (strategy, is_causal, layout or scale): rank 0 has strategy=",
                 to_string(static_cast<ContextParallelStrategy>(first[kStrategy])), " is_causal=",
                 first[kCausal], " layout=", to_string(static_cast<SequenceLayout>(first[kLayout])), " and ",
                 first[kHasScale] ? "a scale" : "no scale", "; rank ", r, " has strategy=",
                 to_string(static_cast<ContextParallelStrategy>(d[kStrategy])), " is_causal=", d[kCausal],
                 " layout=", to_string(static_cast<SequenceLayout>(d[kLayout])), " and ",
                 d[kHasScale] ? "a scale" : "no scale", (d[kHasScale] && first[kHasScale] ? " (they differ)" : ""));
-    TORCH_CHECK((d[kMaskDim] >= 0) == (first[kMaskDim] >= 0), kFn,
+    TORCH_CHECK((d[kMaskDim] >= 0) == (first[kMaskDim] >= 0), kRingAttention,
                 ": the ranks disagree on key_padding_mask: rank 0 ", first[kMaskDim] >= 0 ? "passes" : "does not pass",
                 " one, rank ", r, d[kMaskDim] >= 0 ? " passes one" : " does not");
-    TORCH_CHECK(d[kDifferentiable] == first[kDifferentiable], kFn,
+    TORCH_CHECK(d[kDifferentiable] == first[kDifferentiable], kRingAttention,
                 ": the ranks disagree on whether the call is differentiable (q, k or v requiring grad under grad "
                 "mode): rank 0 ", first[kDifferentiable] ? "is" : "is not", ", rank ", r,
                 d[kDifferentiable] ? " is" : " is not", "; the backward pass is collective too");
@@ -209,7 +209,7 @@ RingPlan agree_on_plan(const torch::Tensor& q, const torch::Tensor& k, const tor
 
   if (static_cast<ContextParallelStrategy>(first[kStrategy]) == ContextParallelStrategy::Ulysses) {
     for (int64_t r = 1; r < world; ++r) {
-      TORCH_CHECK(all[r][kGradFlags] == first[kGradFlags], kFn,
+      TORCH_CHECK(all[r][kGradFlags] == first[kGradFlags], kRingAttention,
                   ": the ranks disagree on which of q, k, v require grad (Ulysses runs one backward all-to-all "
                   "for each): rank 0 has flags ", first[kGradFlags], ", rank ", r, " has ", all[r][kGradFlags],
                   " (1 = q, 2 = k, 4 = v)");
@@ -223,7 +223,7 @@ RingPlan agree_on_plan(const torch::Tensor& q, const torch::Tensor& k, const tor
   for (int64_t n : plan.lengths) plan.seq_len += n;
   const SequenceLayout layout = options.layout();
   const std::vector<int64_t> expected = shard_lengths(plan.seq_len, world, layout);
-  TORCH_CHECK(plan.lengths == expected, kFn, ": the shards do not follow the ", to_string(layout),
+  TORCH_CHECK(plan.lengths == expected, kRingAttention, ": the shards do not follow the ", to_string(layout),
               " layout: the ranks hold ", c10::ArrayRef<int64_t>(plan.lengths), " positions (", plan.seq_len,
               " in all), but that layout over ", world, " ranks gives them ", c10::ArrayRef<int64_t>(expected),
               "; cut the shards with attn::distributed::shard_sequence");
@@ -240,7 +240,7 @@ RingPlan agree_on_plan(const torch::Tensor& q, const torch::Tensor& k, const tor
   plan.layout = layout;
   TORCH_CHECK(plan.strategy != ContextParallelStrategy::Ulysses ||
                   (plan.heads % world == 0 && plan.kv_heads % world == 0),
-              kFn, ": the Ulysses strategy gives each rank H/N query heads and H_kv/N K/V heads, so the ", world,
+              kRingAttention, ": the Ulysses strategy gives each rank H/N query heads and H_kv/N K/V heads, so the ", world,
               " ranks must divide H = ", plan.heads, " and H_kv = ", plan.kv_heads, "; use the Ring strategy");
   plan.scale = options.scale();
   plan.timeout = options.timeout();

@@ -12,7 +12,7 @@
 namespace attn::distributed {
 namespace {
 
-constexpr const char* kFn = "attn::distributed::context_parallel";
+constexpr const char* kContextParallel = "attn::distributed::context_parallel";
 
 /// The length of the whole sequence: the sum of every rank's T_local (one all-reduce).
 int64_t global_length(int64_t local, c10d::ProcessGroup& group, std::chrono::milliseconds timeout) {
@@ -21,7 +21,7 @@ int64_t global_length(int64_t local, c10d::ProcessGroup& group, std::chrono::mil
   try {
     group.allreduce(total)->wait(timeout);
   } catch (const std::exception& error) {
-    TORCH_CHECK(false, kFn, ": rank ", group.getRank(), ": the all-reduce of the sequence length failed within ",
+    TORCH_CHECK(false, kContextParallel, ": rank ", group.getRank(), ": the all-reduce of the sequence length failed within ",
                 timeout.count(), " ms; every rank must call collectively. Cause: ", detail::cause_of(error));
   }
   return total[0].item<int64_t>();
@@ -41,16 +41,16 @@ torch::Tensor split_heads(const torch::Tensor& x, int64_t heads) {
 torch::Tensor context_parallel(const MultiHeadAttention& mha, const torch::Tensor& x,
                                const c10::intrusive_ptr<c10d::ProcessGroup>& group,
                                std::optional<RingAttentionOptions> options) {
-  TORCH_CHECK(!mha.is_empty(), kFn, ": mha is an empty holder");
-  TORCH_CHECK(group, kFn, ": group is null");
+  TORCH_CHECK(!mha.is_empty(), kContextParallel, ": mha is an empty holder");
+  TORCH_CHECK(group, kContextParallel, ": group is null");
   const MultiHeadAttentionImpl& m = *mha;
   const MultiHeadAttentionOptions& o = m.options;
-  TORCH_CHECK(x.defined() && (x.dim() == 3 || x.dim() == 2) && x.size(-1) == o.embed_dim(), kFn,
+  TORCH_CHECK(x.defined() && (x.dim() == 3 || x.dim() == 2) && x.size(-1) == o.embed_dim(), kContextParallel,
               ": x must be this rank's shard [B, T_local, embed_dim=", o.embed_dim(), "] or [T_local, ",
               o.embed_dim(), "]; got ", x.defined() ? c10::str(x.sizes()) : std::string("undefined"));
-  TORCH_CHECK(o.window_left() < 0 && o.window_right() < 0 && o.softcap() == 0.0 && !o.alibi() && !o.sinks(), kFn,
+  TORCH_CHECK(o.window_left() < 0 && o.window_right() < 0 && o.softcap() == 0.0 && !o.alibi() && !o.sinks(), kContextParallel,
               ": the module's window, softcap, alibi and sinks options are not supported by ring_attention");
-  TORCH_CHECK(o.dropout() == 0.0 || !m.is_training(), kFn,
+  TORCH_CHECK(o.dropout() == 0.0 || !m.is_training(), kContextParallel,
               ": attention dropout is not supported by ring_attention; call eval() or set dropout to 0");
   // Self-attention: Tq = Tk, so both causal alignments give the same mask.
   RingAttentionOptions ring = options ? *options : RingAttentionOptions();

@@ -22,10 +22,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 /// One rank's K/V shard (and key padding), flattened into one buffer: one message per hop.
 struct KeysValues {
   torch::Tensor buffer;

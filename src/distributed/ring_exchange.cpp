@@ -16,10 +16,6 @@ const char* name(Traffic traffic) {
   return "?";
 }
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
 }  // namespace
 
 RingExchange::Hop RingExchange::start(torch::Tensor& outgoing, torch::Tensor& incoming, Traffic traffic, int step) {

@@ -7,7 +7,14 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include <chrono>
+
 namespace attn::distributed::detail {
+
+/// Seconds elapsed since `start`, for RingAttentionStats.
+inline double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 /// What travels: K/V in the forward pass, K/V again and the dK/dV accumulators in the backward pass.
 enum class Traffic : int { ForwardKeysValues = 0, BackwardKeysValues = 1, Gradients = 2 };

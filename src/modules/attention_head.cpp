@@ -5,16 +5,16 @@
 
 namespace attn {
 namespace {
-constexpr const char* kModule = "attn::AttentionHead";
+constexpr const char* kAttentionHead = "attn::AttentionHead";
 }
 
 AttentionHeadImpl::AttentionHeadImpl(const AttentionHeadOptions& options_) : options(options_) { reset(); }
 
 void AttentionHeadImpl::reset() {
-  modules::check_positive(kModule, "d_in", options.d_in());
-  modules::check_positive(kModule, "d_k", options.d_k());
-  modules::check_positive(kModule, "d_v", options.d_v());
-  modules::check_attention_options(kModule, options.attention());
+  modules::check_positive(kAttentionHead, "d_in", options.d_in());
+  modules::check_positive(kAttentionHead, "d_k", options.d_k());
+  modules::check_positive(kAttentionHead, "d_v", options.d_v());
+  modules::check_attention_options(kAttentionHead, options.attention());
   const auto linear = [&](int64_t out) {
     return torch::nn::Linear(torch::nn::LinearOptions(options.d_in(), out).bias(options.bias()));
   };
@@ -49,7 +49,7 @@ std::tuple<torch::Tensor, torch::Tensor> AttentionHeadImpl::attend(const torch::
                                                                    const torch::Tensor& v_in,
                                                                    const AttentionMasks& masks, bool need_weights) {
   const modules::ModuleLayout layout{
-      kModule, "q_in", "k_in", "v_in",
+      kAttentionHead, "q_in", "k_in", "v_in",
       {options.d_in(), options.d_in(), options.d_in(), /*num_heads=*/1, options.d_k(), options.d_v()}};
   return modules::attend_heads(layout, q_in, k_in, v_in, {*q_proj, *k_proj, *v_proj}, masks,
                                modules::sdpa_options(options.attention(), is_training(), {}), need_weights);

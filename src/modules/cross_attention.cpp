@@ -5,24 +5,24 @@
 
 namespace attn {
 namespace {
-constexpr const char* kModule = "attn::CrossAttention";
+constexpr const char* kCrossAttention = "attn::CrossAttention";
 }
 
 CrossAttentionImpl::CrossAttentionImpl(const CrossAttentionOptions& options_) : options(options_) { reset(); }
 
 void CrossAttentionImpl::reset() {
-  modules::check_positive(kModule, "d_query_in", options.d_query_in());
-  modules::check_positive(kModule, "d_context_in", options.d_context_in());
-  modules::check_positive(kModule, "d_k", options.d_k());
-  modules::check_positive(kModule, "d_v", options.d_v());
-  modules::check_positive(kModule, "num_heads", options.num_heads());
-  modules::check_attention_options(kModule, options.attention());
+  modules::check_positive(kCrossAttention, "d_query_in", options.d_query_in());
+  modules::check_positive(kCrossAttention, "d_context_in", options.d_context_in());
+  modules::check_positive(kCrossAttention, "d_k", options.d_k());
+  modules::check_positive(kCrossAttention, "d_v", options.d_v());
+  modules::check_positive(kCrossAttention, "num_heads", options.num_heads());
+  modules::check_attention_options(kCrossAttention, options.attention());
   const int64_t heads = options.num_heads();
   const auto linear = [&](int64_t in, int64_t out) {
     return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(options.bias()));
   };
-  const int64_t qk_width = modules::checked_width(kModule, "num_heads * d_k", heads, options.d_k());
-  const int64_t v_width = modules::checked_width(kModule, "num_heads * d_v", heads, options.d_v());
+  const int64_t qk_width = modules::checked_width(kCrossAttention, "num_heads * d_k", heads, options.d_k());
+  const int64_t v_width = modules::checked_width(kCrossAttention, "num_heads * d_v", heads, options.d_v());
   q_proj = register_module("q_proj", linear(options.d_query_in(), qk_width));
   k_proj = register_module("k_proj", linear(options.d_context_in(), qk_width));
   v_proj = register_module("v_proj", linear(options.d_context_in(), v_width));
@@ -55,7 +55,7 @@ std::tuple<torch::Tensor, torch::Tensor> CrossAttentionImpl::forward_with_weight
 
 namespace {
 modules::ModuleLayout layout_of(const CrossAttentionOptions& o) {
-  return {kModule, "x", "context", "context",
+  return {kCrossAttention, "x", "context", "context",
           {o.d_query_in(), o.d_context_in(), o.d_context_in(), o.num_heads(), o.d_k(), o.d_v()}};
 }
 }  // namespace

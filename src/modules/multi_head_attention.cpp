@@ -6,7 +6,7 @@
 
 namespace attn {
 namespace {
-constexpr const char* kModule = "attn::MultiHeadAttention";
+constexpr const char* kMultiHeadAttention = "attn::MultiHeadAttention";
 }
 
 MultiHeadAttentionImpl::MultiHeadAttentionImpl(const MultiHeadAttentionOptions& options_) : options(options_) {
@@ -20,26 +20,26 @@ int64_t MultiHeadAttentionImpl::head_dim() const {
 int64_t MultiHeadAttentionImpl::num_kv_heads() const { return options.num_kv_heads().value_or(options.num_heads()); }
 
 void MultiHeadAttentionImpl::reset() {
-  modules::check_positive(kModule, "embed_dim", options.embed_dim());
-  modules::check_positive(kModule, "num_heads", options.num_heads());
-  modules::check_positive(kModule, "kdim", options.kdim());
-  modules::check_positive(kModule, "vdim", options.vdim());
-  modules::check_attention_options(kModule, options.attention());
+  modules::check_positive(kMultiHeadAttention, "embed_dim", options.embed_dim());
+  modules::check_positive(kMultiHeadAttention, "num_heads", options.num_heads());
+  modules::check_positive(kMultiHeadAttention, "kdim", options.kdim());
+  modules::check_positive(kMultiHeadAttention, "vdim", options.vdim());
+  modules::check_attention_options(kMultiHeadAttention, options.attention());
   if (options.head_dim()) {
-    modules::check_positive(kModule, "head_dim", *options.head_dim());
+    modules::check_positive(kMultiHeadAttention, "head_dim", *options.head_dim());
   } else {
-    TORCH_CHECK(options.embed_dim() % options.num_heads() == 0, kModule, ": embed_dim (", options.embed_dim(),
+    TORCH_CHECK(options.embed_dim() % options.num_heads() == 0, kMultiHeadAttention, ": embed_dim (", options.embed_dim(),
                 ") must be divisible by num_heads (", options.num_heads(), "), or set head_dim explicitly");
   }
   if (options.num_kv_heads()) {
-    modules::check_positive(kModule, "num_kv_heads", *options.num_kv_heads());
-    TORCH_CHECK(options.num_heads() % *options.num_kv_heads() == 0, kModule, ": num_kv_heads (",
+    modules::check_positive(kMultiHeadAttention, "num_kv_heads", *options.num_kv_heads());
+    TORCH_CHECK(options.num_heads() % *options.num_kv_heads() == 0, kMultiHeadAttention, ": num_kv_heads (",
                 *options.num_kv_heads(), ") must divide num_heads (", options.num_heads(), ")");
   }
-  const int64_t inner = modules::checked_width(kModule, "num_heads * head_dim", options.num_heads(), head_dim());
-  const int64_t kv_inner = modules::checked_width(kModule, "num_kv_heads * head_dim", num_kv_heads(), head_dim());
+  const int64_t inner = modules::checked_width(kMultiHeadAttention, "num_heads * head_dim", options.num_heads(), head_dim());
+  const int64_t kv_inner = modules::checked_width(kMultiHeadAttention, "num_kv_heads * head_dim", num_kv_heads(), head_dim());
   if (options.rotary()) {
-    TORCH_CHECK(options.rotary()->rotary_dim() <= head_dim(), kModule, ": rotary.rotary_dim (",
+    TORCH_CHECK(options.rotary()->rotary_dim() <= head_dim(), kMultiHeadAttention, ": rotary.rotary_dim (",
                 options.rotary()->rotary_dim(), ") must be at most head_dim (", head_dim(), ")");
     rotary = RotaryEmbedding(*options.rotary());  // validates the rest of the rotary options
   } else {
@@ -95,7 +95,7 @@ std::tuple<torch::Tensor, torch::Tensor> MultiHeadAttentionImpl::forward_with_we
 }
 
 modules::ModuleLayout MultiHeadAttentionImpl::layout() const {
-  return {kModule,
+  return {kMultiHeadAttention,
           "query",
           "key",
           "value",
@@ -115,7 +115,7 @@ std::tuple<torch::Tensor, torch::Tensor> MultiHeadAttentionImpl::attend(
 
 torch::Tensor MultiHeadAttentionImpl::forward_with_cache(const torch::Tensor& x, KVCache& cache, int64_t layer,
                                                          const std::vector<int64_t>& new_lengths) {
-  TORCH_CHECK(options.kdim() == options.embed_dim() && options.vdim() == options.embed_dim(), kModule,
+  TORCH_CHECK(options.kdim() == options.embed_dim() && options.vdim() == options.embed_dim(), kMultiHeadAttention,
               ": forward with a KV cache is self-attention, which needs kdim == vdim == embed_dim (got kdim ",
               options.kdim(), ", vdim ", options.vdim(), ", embed_dim ", options.embed_dim(), ")");
   const SdpaOptions sdpa = modules::sdpa_options(options.attention(), is_training(), score_terms());

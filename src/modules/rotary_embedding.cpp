@@ -4,7 +4,7 @@
 
 namespace attn {
 namespace {
-constexpr const char* kFn = "attn::RotaryEmbedding";
+constexpr const char* kRotaryEmbedding = "attn::RotaryEmbedding";
 }  // namespace
 
 RotaryEmbeddingImpl::RotaryEmbeddingImpl(const RotaryEmbeddingOptions& options_) : options(options_) { reset(); }
@@ -25,7 +25,7 @@ void RotaryEmbeddingImpl::pretty_print(std::ostream& stream) const {
 
 std::tuple<torch::Tensor, torch::Tensor> RotaryEmbeddingImpl::cos_sin(const torch::Tensor& positions,
                                                                       torch::Dtype dtype) const {
-  TORCH_CHECK(positions.defined(), kFn, ": positions is undefined");
+  TORCH_CHECK(positions.defined(), kRotaryEmbedding, ": positions is undefined");
   RotaryFrequencies f{inv_freq, attention_factor};
   if (options.scaling() == RotaryScaling::DynamicNTK && positions.numel() > 0) {
     // transformers' dynamic NTK: the frequencies for a sequence as long as the furthest position.
@@ -36,22 +36,22 @@ std::tuple<torch::Tensor, torch::Tensor> RotaryEmbeddingImpl::cos_sin(const torc
 }
 
 torch::Tensor RotaryEmbeddingImpl::forward(const torch::Tensor& x, const torch::Tensor& positions) const {
-  TORCH_CHECK(x.defined() && (x.dim() == 3 || x.dim() == 4), kFn,
+  TORCH_CHECK(x.defined() && (x.dim() == 3 || x.dim() == 4), kRotaryEmbedding,
               ": x must be [B, H, T, head_dim] or unbatched [H, T, head_dim], got ",
               x.defined() ? x.sizes() : at::IntArrayRef{});
-  TORCH_CHECK(positions.defined() && (positions.dim() == 1 || (positions.dim() == 2 && x.dim() == 4)), kFn,
+  TORCH_CHECK(positions.defined() && (positions.dim() == 1 || (positions.dim() == 2 && x.dim() == 4)), kRotaryEmbedding,
               ": positions must be [T]", x.dim() == 4 ? " or [B, T]" : "", " for x ", x.sizes(), ", got ",
               positions.defined() ? positions.sizes() : at::IntArrayRef{});
   const int64_t T = x.size(-2);
-  TORCH_CHECK(positions.size(-1) == T, kFn, ": positions must have x's T = ", T, " entries per row, got positions ",
+  TORCH_CHECK(positions.size(-1) == T, kRotaryEmbedding, ": positions must have x's T = ", T, " entries per row, got positions ",
               positions.sizes(), " for x ", x.sizes());
   if (positions.dim() == 2) {
-    TORCH_CHECK(positions.size(0) == x.size(0), kFn, ": positions [B, T] must have x's B = ", x.size(0),
+    TORCH_CHECK(positions.size(0) == x.size(0), kRotaryEmbedding, ": positions [B, T] must have x's B = ", x.size(0),
                 " rows, got positions ", positions.sizes(), " for x ", x.sizes());
   }
-  TORCH_CHECK(positions.device() == x.device(), kFn, ": positions is on ", positions.device(), " but x is on ",
+  TORCH_CHECK(positions.device() == x.device(), kRotaryEmbedding, ": positions is on ", positions.device(), " but x is on ",
               x.device());
-  TORCH_CHECK(options.rotary_dim() <= x.size(-1), kFn, ": rotary_dim = ", options.rotary_dim(),
+  TORCH_CHECK(options.rotary_dim() <= x.size(-1), kRotaryEmbedding, ": rotary_dim = ", options.rotary_dim(),
               " is more than x's head_dim = ", x.size(-1), "; x is ", x.sizes());
   auto [cos, sin] = cos_sin(positions, x.scalar_type());
   if (positions.dim() == 2) {  // [B, T, r/2] -> [B, 1, T, r/2]: one angle per row, shared by the heads

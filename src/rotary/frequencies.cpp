@@ -12,7 +12,7 @@
 namespace attn {
 namespace {
 
-constexpr const char* kFn = "attn::rotary_frequencies";
+constexpr const char* kRotaryFrequencies = "attn::rotary_frequencies";
 constexpr double kPi = 3.14159265358979323846;
 
 /// base^(-2i/dim) for i in [0, dim/2).
@@ -27,21 +27,21 @@ double correction_dim(double rotations, int64_t dim, double base, int64_t contex
 }
 
 void check(const RotaryEmbeddingOptions& o) {
-  TORCH_CHECK(o.rotary_dim() > 0 && o.rotary_dim() % 2 == 0, kFn, ": rotary_dim must be a positive even number, got ",
+  TORCH_CHECK(o.rotary_dim() > 0 && o.rotary_dim() % 2 == 0, kRotaryFrequencies, ": rotary_dim must be a positive even number, got ",
               o.rotary_dim());
-  TORCH_CHECK(std::isfinite(o.base()) && o.base() > 1.0, kFn, ": base must be finite and greater than 1, got ", o.base());
+  TORCH_CHECK(std::isfinite(o.base()) && o.base() > 1.0, kRotaryFrequencies, ": base must be finite and greater than 1, got ", o.base());
   if (o.scaling() == RotaryScaling::None) return;
-  TORCH_CHECK(std::isfinite(o.factor()) && o.factor() > 0.0, kFn, ": factor must be positive and finite for ",
+  TORCH_CHECK(std::isfinite(o.factor()) && o.factor() > 0.0, kRotaryFrequencies, ": factor must be positive and finite for ",
               to_string(o.scaling()), " scaling, got ", o.factor());
   if (o.scaling() == RotaryScaling::Linear) return;
-  TORCH_CHECK(o.original_max_position() > 0, kFn, ": ", to_string(o.scaling()),
+  TORCH_CHECK(o.original_max_position() > 0, kRotaryFrequencies, ": ", to_string(o.scaling()),
               " scaling needs original_max_position (the trained context length), got ", o.original_max_position());
   if (o.scaling() == RotaryScaling::YaRN) {
-    TORCH_CHECK(o.beta_fast() > 0 && o.beta_slow() > 0, kFn, ": YaRN's beta_fast and beta_slow must be positive, got ",
+    TORCH_CHECK(o.beta_fast() > 0 && o.beta_slow() > 0, kRotaryFrequencies, ": YaRN's beta_fast and beta_slow must be positive, got ",
                 o.beta_fast(), " and ", o.beta_slow());
   }
   if (o.scaling() == RotaryScaling::Llama3) {
-    TORCH_CHECK(o.low_freq_factor() > 0 && o.high_freq_factor() > o.low_freq_factor(), kFn,
+    TORCH_CHECK(o.low_freq_factor() > 0 && o.high_freq_factor() > o.low_freq_factor(), kRotaryFrequencies,
                 ": Llama3 scaling needs 0 < low_freq_factor < high_freq_factor, got ", o.low_freq_factor(), " and ",
                 o.high_freq_factor());
   }
@@ -93,7 +93,7 @@ RotaryFrequencies rotary_frequencies(const RotaryEmbeddingOptions& o, int64_t se
       return {at::where(medium, smoothed, scaled), 1.0};
     }
   }
-  TORCH_CHECK(false, kFn, ": unknown RotaryScaling");
+  TORCH_CHECK(false, kRotaryFrequencies, ": unknown RotaryScaling");
 }
 
 }  // namespace attn
