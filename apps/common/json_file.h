@@ -3,11 +3,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include <stdexcept>
 #include <string>
 
 namespace attn_apps {
 
 /// The parsed file. Throws std::runtime_error "WHAT 'PATH': cannot open it" or "...: not valid JSON: ...".
 nlohmann::json read_json_file(const std::string& path, const std::string& what);
+
+/// The error about the contents of such a file, in the same wording: "WHAT 'PATH': MESSAGE".
+std::runtime_error json_file_error(const std::string& what, const std::string& path, const std::string& message);
 
 }  // namespace attn_apps

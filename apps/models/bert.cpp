@@ -6,28 +6,23 @@
 #include <stdexcept>
 
 namespace attn::models {
-namespace {
-
-std::runtime_error config_error(const std::string& path, const std::string& what) {
-  return std::runtime_error("model config '" + path + "': " + what);
-}
-
-}  // namespace
-
 BertConfig BertConfig::from_file(const std::string& path) {
   const nlohmann::json j = attn_apps::read_json_file(path, "model config");
+  const auto invalid = [&path](const std::string& what) {
+    return attn_apps::json_file_error("model config", path, what);
+  };
   const auto need = [&](const char* key) -> const nlohmann::json& {
-    if (!j.contains(key)) throw config_error(path, std::string("no '") + key + "' field");
+    if (!j.contains(key)) throw invalid(std::string("no '") + key + "' field");
     return j.at(key);
   };
   if (j.value("model_type", "") != "bert") {
-    throw config_error(path, "model_type is '" + j.value("model_type", "") + "'; this runs 'bert' models");
+    throw invalid("model_type is '" + j.value("model_type", "") + "'; this runs 'bert' models");
   }
   if (j.value("hidden_act", "gelu") != "gelu") {
-    throw config_error(path, "hidden_act '" + j.value("hidden_act", "") + "' is not supported (only gelu)");
+    throw invalid("hidden_act '" + j.value("hidden_act", "") + "' is not supported (only gelu)");
   }
   if (j.value("position_embedding_type", "absolute") != "absolute") {
-    throw config_error(path, "position_embedding_type '" + j.value("position_embedding_type", "") +
+    throw invalid("position_embedding_type '" + j.value("position_embedding_type", "") +
                                  "' is not supported (only absolute)");
   }
   BertConfig c;
@@ -40,7 +35,7 @@ BertConfig BertConfig::from_file(const std::string& path) {
   c.type_vocab_size = j.value("type_vocab_size", int64_t{2});
   c.layer_norm_eps = j.value("layer_norm_eps", 1e-12);
   if (c.num_heads <= 0 || c.hidden_size % c.num_heads != 0) {
-    throw config_error(path, "hidden_size " + std::to_string(c.hidden_size) + " is not divisible by num_attention_heads " +
+    throw invalid("hidden_size " + std::to_string(c.hidden_size) + " is not divisible by num_attention_heads " +
                                  std::to_string(c.num_heads));
   }
   return c;

@@ -8,10 +8,6 @@
 namespace attn::models {
 namespace {
 
-std::runtime_error config_error(const std::string& path, const std::string& what) {
-  return std::runtime_error("model config '" + path + "': " + what);
-}
-
 /// x · Wᵀ: a matrix-vector product when x is one row (a decoding step of one sequence), which reads the weight
 /// once instead of packing it for a GEMM (attn's own projections do the same).
 torch::Tensor project(const torch::Tensor& x, const torch::Tensor& weight) {
@@ -25,12 +21,15 @@ torch::Tensor project(const torch::Tensor& x, const torch::Tensor& weight) {
 
 LlamaConfig LlamaConfig::from_file(const std::string& path) {
   const nlohmann::json j = attn_apps::read_json_file(path, "model config");
+  const auto invalid = [&path](const std::string& what) {
+    return attn_apps::json_file_error("model config", path, what);
+  };
   const auto need = [&](const char* key) -> const nlohmann::json& {
-    if (!j.contains(key)) throw config_error(path, std::string("no '") + key + "' field");
+    if (!j.contains(key)) throw invalid(std::string("no '") + key + "' field");
     return j.at(key);
   };
   if (j.value("model_type", "") != "llama") {
-    throw config_error(path, "model_type is '" + j.value("model_type", "") + "'; this runs 'llama' models");
+    throw invalid("model_type is '" + j.value("model_type", "") + "'; this runs 'llama' models");
   }
   LlamaConfig c;
   c.hidden_size = need("hidden_size").get<int64_t>();
@@ -47,10 +46,10 @@ LlamaConfig LlamaConfig::from_file(const std::string& path) {
   c.eos_token_id = j.value("eos_token_id", int64_t{-1});
   const nlohmann::json rope = j.contains("rope_parameters") ? j["rope_parameters"] : j.value("rope_scaling", nlohmann::json());
   if (!rope.is_null() && rope.value("rope_type", "default") != "default") {
-    throw config_error(path, "rope_type '" + rope.value("rope_type", "") + "' is not supported here yet");
+    throw invalid("rope_type '" + rope.value("rope_type", "") + "' is not supported here yet");
   }
   c.rope_theta = !rope.is_null() && rope.contains("rope_theta") ? rope["rope_theta"].get<double>() : j.value("rope_theta", 10000.0);
-  if (j.value("attention_bias", false) || j.value("mlp_bias", false)) throw config_error(path, "biases are not supported");
+  if (j.value("attention_bias", false) || j.value("mlp_bias", false)) throw invalid("biases are not supported");
   return c;
 }
 

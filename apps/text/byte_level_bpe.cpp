@@ -44,10 +44,6 @@ struct PairHash {
   }
 };
 
-std::runtime_error file_error(const std::string& path, const std::string& what) {
-  return std::runtime_error("tokenizer '" + path + "': " + what);
-}
-
 }  // namespace
 
 struct ByteLevelBpe::State {
@@ -77,10 +73,13 @@ ByteLevelBpe& ByteLevelBpe::operator=(ByteLevelBpe&&) noexcept = default;
 
 ByteLevelBpe ByteLevelBpe::from_file(const std::string& path) {
   const nlohmann::json j = attn_apps::read_json_file(path, "tokenizer");
+  const auto invalid = [&path](const std::string& what) {
+    return attn_apps::json_file_error("tokenizer", path, what);
+  };
   auto s = std::make_unique<State>();
   const auto& model = j.at("model");
-  if (model.value("type", "") != "BPE") throw file_error(path, "the model is not BPE");
-  if (j.contains("normalizer") && !j.at("normalizer").is_null()) throw file_error(path, "a normalizer is not supported");
+  if (model.value("type", "") != "BPE") throw invalid("the model is not BPE");
+  if (j.contains("normalizer") && !j.at("normalizer").is_null()) throw invalid("a normalizer is not supported");
 
   // Pre-tokenizer: ByteLevel with its regex, optionally after Digits(individual_digits) in a Sequence.
   const auto& pre = j.at("pre_tokenizer");
@@ -94,14 +93,14 @@ ByteLevelBpe ByteLevelBpe::from_file(const std::string& path) {
     } else if (type == "ByteLevel" && step.value("use_regex", true) && !step.value("add_prefix_space", false)) {
       byte_level = true;
     } else {
-      throw file_error(path, "pre-tokenizer step '" + step.dump() + "' is not supported");
+      throw invalid("pre-tokenizer step '" + step.dump() + "' is not supported");
     }
   }
-  if (!byte_level) throw file_error(path, "no ByteLevel pre-tokenizer: not a byte-level BPE");
+  if (!byte_level) throw invalid("no ByteLevel pre-tokenizer: not a byte-level BPE");
 
   for (const auto& [token, id] : model.at("vocab").items()) {
     const int64_t i = id.get<int64_t>();
-    if (i < 0 || i > INT32_MAX) throw file_error(path, "token id out of range");
+    if (i < 0 || i > INT32_MAX) throw invalid("token id out of range");
     s->vocab[token] = i;
     if (static_cast<size_t>(i) >= s->tokens.size()) s->tokens.resize(i + 1);
     s->tokens[i] = token;
@@ -109,12 +108,12 @@ ByteLevelBpe ByteLevelBpe::from_file(const std::string& path) {
   for (const auto& t : j.at("added_tokens")) {
     const int64_t i = t.at("id").get<int64_t>();
     const std::string content = t.at("content").get<std::string>();
-    if (i < 0 || i > INT32_MAX) throw file_error(path, "added token id out of range");
+    if (i < 0 || i > INT32_MAX) throw invalid("added token id out of range");
     if (static_cast<size_t>(i) >= s->tokens.size()) s->tokens.resize(i + 1);
     s->tokens[i] = content;
     s->vocab[content] = i;
     if (t.value("lstrip", false) || t.value("rstrip", false) || t.value("normalized", false)) {
-      throw file_error(path, "added token '" + content + "' strips or normalizes, which is not supported");
+      throw invalid("added token '" + content + "' strips or normalizes, which is not supported");
     }
     s->added.emplace_back(content, i);
   }
@@ -132,13 +131,13 @@ ByteLevelBpe ByteLevelBpe::from_file(const std::string& path) {
     } else {  // the older "left right" form
       const std::string text = m.get<std::string>();
       const size_t space = text.find(' ');
-      if (space == std::string::npos) throw file_error(path, "merge '" + text + "' has no space");
+      if (space == std::string::npos) throw invalid("merge '" + text + "' has no space");
       left = text.substr(0, space);
       right = text.substr(space + 1);
     }
     const auto l = s->vocab.find(left), r = s->vocab.find(right), merged = s->vocab.find(left + right);
     if (l == s->vocab.end() || r == s->vocab.end() || merged == s->vocab.end()) {
-      throw file_error(path, "merge '" + left + " " + right + "' uses a token that is not in the vocabulary");
+      throw invalid("merge '" + left + " " + right + "' uses a token that is not in the vocabulary");
     }
     s->merges.emplace(std::make_pair(static_cast<int32_t>(l->second), static_cast<int32_t>(r->second)),
                       std::make_pair(rank++, static_cast<int32_t>(merged->second)));

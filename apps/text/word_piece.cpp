@@ -14,10 +14,6 @@
 namespace attn::text {
 namespace {
 
-std::runtime_error file_error(const std::string& path, const std::string& what) {
-  return std::runtime_error("tokenizer '" + path + "': " + what);
-}
-
 // Unicode data. utf8proc (Unicode 15.0 on Debian 12) gives the categories, NFD and lowercasing, but Hugging Face
 // `tokenizers` takes its categories from the unicode_categories crate 0.1.1, whose tables are Unicode 8.0, its NFD
 // from unicode-normalization-alignments 0.1.12 (Unicode 9.0), and its lowercasing from Rust's std (Unicode 17.0 in
@@ -222,20 +218,23 @@ WordPiece& WordPiece::operator=(WordPiece&&) noexcept = default;
 
 WordPiece WordPiece::from_file(const std::string& path) {
   const nlohmann::json j = attn_apps::read_json_file(path, "tokenizer");
+  const auto invalid = [&path](const std::string& what) {
+    return attn_apps::json_file_error("tokenizer", path, what);
+  };
   auto s = std::make_unique<State>();
   try {
     const auto& model = j.at("model");
-    if (model.value("type", "") != "WordPiece") throw file_error(path, "the model is not WordPiece");
+    if (model.value("type", "") != "WordPiece") throw invalid("the model is not WordPiece");
     for (const auto& [token, id] : model.at("vocab").items()) {
       const int64_t i = id.get<int64_t>();
-      if (i < 0 || i > INT32_MAX) throw file_error(path, "token id out of range");
+      if (i < 0 || i > INT32_MAX) throw invalid("token id out of range");
       s->vocab[token] = i;
       if (static_cast<size_t>(i) >= s->tokens.size()) s->tokens.resize(i + 1);
       s->tokens[i] = token;
     }
     const std::string unk = model.at("unk_token").get<std::string>();
     const auto unk_it = s->vocab.find(unk);
-    if (unk_it == s->vocab.end()) throw file_error(path, "the unknown token '" + unk + "' is not in the vocabulary");
+    if (unk_it == s->vocab.end()) throw invalid("the unknown token '" + unk + "' is not in the vocabulary");
     s->unk = unk_it->second;
     s->prefix = model.value("continuing_subword_prefix", "##");
     s->max_chars = model.value("max_input_chars_per_word", size_t{100});
@@ -243,7 +242,7 @@ WordPiece WordPiece::from_file(const std::string& path) {
     // Normalizer: BertNormalizer, any of its settings; strip_accents null means "as lowercase".
     const auto& norm = j.at("normalizer");
     if (norm.is_null() || norm.value("type", "") != "BertNormalizer") {
-      throw file_error(path, "normalizer '" + norm.dump() + "' is not supported (only BertNormalizer)");
+      throw invalid("normalizer '" + norm.dump() + "' is not supported (only BertNormalizer)");
     }
     s->clean_text = norm.value("clean_text", true);
     s->chinese = norm.value("handle_chinese_chars", true);
@@ -253,17 +252,17 @@ WordPiece WordPiece::from_file(const std::string& path) {
 
     const auto& pre = j.at("pre_tokenizer");
     if (pre.is_null() || pre.value("type", "") != "BertPreTokenizer") {
-      throw file_error(path, "pre-tokenizer '" + pre.dump() + "' is not supported (only BertPreTokenizer)");
+      throw invalid("pre-tokenizer '" + pre.dump() + "' is not supported (only BertPreTokenizer)");
     }
 
     // Added tokens ([CLS], [MASK]...) are found in the raw text before normalization, as written.
     for (const auto& t : j.value("added_tokens", nlohmann::json::array())) {
       const std::string content = t.at("content").get<std::string>();
       const int64_t i = t.at("id").get<int64_t>();
-      if (i < 0 || i > INT32_MAX) throw file_error(path, "added token id out of range");
+      if (i < 0 || i > INT32_MAX) throw invalid("added token id out of range");
       if (content.empty() || t.value("lstrip", false) || t.value("rstrip", false) || t.value("single_word", false) ||
           t.value("normalized", false)) {
-        throw file_error(path, "added token '" + content + "' is empty, strips, is single-word or is normalized, "
+        throw invalid("added token '" + content + "' is empty, strips, is single-word or is normalized, "
                                "which is not supported");
       }
       if (static_cast<size_t>(i) >= s->tokens.size()) s->tokens.resize(i + 1);
@@ -277,7 +276,7 @@ WordPiece WordPiece::from_file(const std::string& path) {
     // Post-processor: the single-sequence template (special tokens, $A, special tokens), or BertProcessing.
     const auto special_ids = [&](const std::string& name) {
       const auto it = s->vocab.find(name);
-      if (it == s->vocab.end()) throw file_error(path, "special token '" + name + "' is not in the vocabulary");
+      if (it == s->vocab.end()) throw invalid("special token '" + name + "' is not in the vocabulary");
       return it->second;
     };
     const auto& post = j.at("post_processor");
@@ -287,7 +286,7 @@ WordPiece WordPiece::from_file(const std::string& path) {
       for (const auto& piece : post.at("single")) {
         if (piece.contains("Sequence")) {
           if (piece.at("Sequence").value("id", "") != "A" || seen_sequence) {
-            throw file_error(path, "post-processor template '" + post.at("single").dump() + "' is not supported");
+            throw invalid("post-processor template '" + post.at("single").dump() + "' is not supported");
           }
           seen_sequence = true;
         } else if (piece.contains("SpecialToken")) {
@@ -299,15 +298,15 @@ WordPiece WordPiece::from_file(const std::string& path) {
             side.push_back(special_ids(name));
           }
         } else {
-          throw file_error(path, "post-processor template piece '" + piece.dump() + "' is not supported");
+          throw invalid("post-processor template piece '" + piece.dump() + "' is not supported");
         }
       }
-      if (!seen_sequence) throw file_error(path, "post-processor template has no $A");
+      if (!seen_sequence) throw invalid("post-processor template has no $A");
     } else if (post_type == "BertProcessing") {
       s->before.push_back(post.at("cls").at(1).get<int64_t>());
       s->after.push_back(post.at("sep").at(1).get<int64_t>());
     } else if (!post.is_null()) {
-      throw file_error(path, "post-processor '" + post_type + "' is not supported");
+      throw invalid("post-processor '" + post_type + "' is not supported");
     }
 
     // Padding and truncation in the file are defaults for batch callers (transformers replaces them per call),
@@ -315,9 +314,9 @@ WordPiece WordPiece::from_file(const std::string& path) {
     s->pad = s->vocab.count("[PAD]") ? s->vocab.at("[PAD]") : -1;
     if (j.contains("padding") && j.at("padding").is_object()) s->pad = j.at("padding").value("pad_id", s->pad);
   } catch (const nlohmann::json::exception& e) {
-    throw file_error(path, std::string("unexpected layout: ") + e.what());
+    throw invalid(std::string("unexpected layout: ") + e.what());
   } catch (const std::invalid_argument&) {
-    throw file_error(path, "a token is not valid UTF-8");
+    throw invalid("a token is not valid UTF-8");
   }
   return WordPiece(std::move(s));
 }
