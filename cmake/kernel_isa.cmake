@@ -5,7 +5,8 @@ function(attn_add_kernel_variants target)
   set(dir ${PROJECT_SOURCE_DIR}/src/ops/cpu)
   target_sources(${target} PRIVATE ${dir}/flash_attention_kernel_default.cpp)
   set_source_files_properties(${dir}/flash_attention_kernel_default.cpp PROPERTIES
-    COMPILE_DEFINITIONS "CPU_CAPABILITY=DEFAULT;CPU_CAPABILITY_DEFAULT" SKIP_PRECOMPILE_HEADERS ON)
+    COMPILE_DEFINITIONS "CPU_CAPABILITY=DEFAULT;CPU_CAPABILITY_DEFAULT"
+    SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUSION ON)
   find_path(ATTN_SLEEF_INCLUDE_DIR sleef.h)
   find_library(ATTN_SLEEF_LIBRARY sleef)
   if(NOT (CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64" AND ATTN_SLEEF_INCLUDE_DIR AND ATTN_SLEEF_LIBRARY))
@@ -15,13 +16,13 @@ function(attn_add_kernel_variants target)
   target_sources(${target} PRIVATE ${dir}/flash_attention_kernel_avx2.cpp ${dir}/flash_attention_kernel_avx512.cpp)
   set_source_files_properties(${dir}/flash_attention_kernel_avx2.cpp PROPERTIES
     COMPILE_DEFINITIONS "CPU_CAPABILITY=AVX2;CPU_CAPABILITY_AVX2"
-    COMPILE_OPTIONS "-mavx2;-mfma;-mf16c" SKIP_PRECOMPILE_HEADERS ON)
+    COMPILE_OPTIONS "-mavx2;-mfma;-mf16c" SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUSION ON)
   # (GCC 12 warns falsely inside its own avx512fintrin.h as at::vec uses it, bfloat16 conversions included;
   # clang has no such warning.)
   set_source_files_properties(${dir}/flash_attention_kernel_avx512.cpp PROPERTIES
     COMPILE_DEFINITIONS "CPU_CAPABILITY=AVX512;CPU_CAPABILITY_AVX512"
     COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mfma;$<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>;$<$<CXX_COMPILER_ID:GNU>:-Wno-uninitialized>"
-    SKIP_PRECOMPILE_HEADERS ON)
+    SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUSION ON)
   # The bfloat16 route's micro-kernel (ops/cpu/bf16_gemm.h): its own file, so that no other code is compiled
   # for AVX512-BF16, which CPUs with AVX-512 may lack.
   include(CheckCXXCompilerFlag)
@@ -30,7 +31,7 @@ function(attn_add_kernel_variants target)
     target_sources(${target} PRIVATE ${dir}/bf16_gemm_avx512bf16.cpp)
     set_source_files_properties(${dir}/bf16_gemm_avx512bf16.cpp PROPERTIES
       COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512bf16;-mfma;$<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>;$<$<CXX_COMPILER_ID:GNU>:-Wno-uninitialized>"
-      SKIP_PRECOMPILE_HEADERS ON)
+      SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUSION ON)
     target_compile_definitions(${target} PRIVATE ATTN_HAVE_BF16_DOT)
   endif()
   # The tests of the micro-kernel are compiled where it is.
