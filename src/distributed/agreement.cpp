@@ -165,8 +165,8 @@ RingPlan agree_on_plan(const torch::Tensor& q, const torch::Tensor& k, const tor
 
   // The same checks, in the same order, on every rank.
   for (int64_t r = 0; r < world; ++r) {
-    TORCH_CHECK(all[r][kMagicField] == kMagic && all[r][kRank] == r && all[r][kWorld] == world, kRingAttention, ": rank ",
-                rank, ": the descriptor from rank ", r,
+    TORCH_CHECK(all[r][kMagicField] == kMagic && all[r][kRank] == r && all[r][kWorld] == world, kRingAttention,
+                ": rank ", rank, ": the descriptor from rank ", r,
                 " is not a ring_attention descriptor for this group; another collective is interleaved with "
                 "ring_attention on this group. Every rank must call collectively, in the same order");
   }
@@ -191,12 +191,13 @@ RingPlan agree_on_plan(const torch::Tensor& q, const torch::Tensor& k, const tor
                 type_string(first[kQType]), ", rank ", r, " has ", type_string(d[kQType]));
     TORCH_CHECK(d[kCausal] == first[kCausal] && d[kLayout] == first[kLayout] && d[kHasScale] == first[kHasScale] &&
                     d[kScaleBits] == first[kScaleBits] && d[kStrategy] == first[kStrategy],
-                kRingAttention, ": the ranks disagree on the options (strategy, is_causal, layout or scale): rank 0 has strategy=",
-                to_string(static_cast<ContextParallelStrategy>(first[kStrategy])), " is_causal=",
-                first[kCausal], " layout=", to_string(static_cast<SequenceLayout>(first[kLayout])), " and ",
-                first[kHasScale] ? "a scale" : "no scale", "; rank ", r, " has strategy=",
-                to_string(static_cast<ContextParallelStrategy>(d[kStrategy])), " is_causal=", d[kCausal],
-                " layout=", to_string(static_cast<SequenceLayout>(d[kLayout])), " and ",
+                kRingAttention,
+                ": the ranks disagree on the options (strategy, is_causal, layout or scale): rank 0 has strategy=",
+                to_string(static_cast<ContextParallelStrategy>(first[kStrategy])), " is_causal=", first[kCausal],
+                " layout=", to_string(static_cast<SequenceLayout>(first[kLayout])), " and ",
+                first[kHasScale] ? "a scale" : "no scale", "; rank ", r,
+                " has strategy=", to_string(static_cast<ContextParallelStrategy>(d[kStrategy])),
+                " is_causal=", d[kCausal], " layout=", to_string(static_cast<SequenceLayout>(d[kLayout])), " and ",
                 d[kHasScale] ? "a scale" : "no scale", (d[kHasScale] && first[kHasScale] ? " (they differ)" : ""));
     TORCH_CHECK((d[kMaskDim] >= 0) == (first[kMaskDim] >= 0), kRingAttention,
                 ": the ranks disagree on key_padding_mask: rank 0 ", first[kMaskDim] >= 0 ? "passes" : "does not pass",
@@ -238,10 +239,10 @@ RingPlan agree_on_plan(const torch::Tensor& q, const torch::Tensor& k, const tor
   plan.has_padding = first[kMaskDim] >= 0;
   plan.strategy = static_cast<ContextParallelStrategy>(first[kStrategy]);
   plan.layout = layout;
-  TORCH_CHECK(plan.strategy != ContextParallelStrategy::Ulysses ||
-                  (plan.heads % world == 0 && plan.kv_heads % world == 0),
-              kRingAttention, ": the Ulysses strategy gives each rank H/N query heads and H_kv/N K/V heads, so the ", world,
-              " ranks must divide H = ", plan.heads, " and H_kv = ", plan.kv_heads, "; use the Ring strategy");
+  TORCH_CHECK(
+      plan.strategy != ContextParallelStrategy::Ulysses || (plan.heads % world == 0 && plan.kv_heads % world == 0),
+      kRingAttention, ": the Ulysses strategy gives each rank H/N query heads and H_kv/N K/V heads, so the ", world,
+      " ranks must divide H = ", plan.heads, " and H_kv = ", plan.kv_heads, "; use the Ring strategy");
   plan.scale = options.scale();
   plan.timeout = options.timeout();
   return plan;

@@ -21,8 +21,9 @@ int64_t global_length(int64_t local, c10d::ProcessGroup& group, std::chrono::mil
   try {
     group.allreduce(total)->wait(timeout);
   } catch (const std::exception& error) {
-    TORCH_CHECK(false, kContextParallel, ": rank ", group.getRank(), ": the all-reduce of the sequence length failed within ",
-                timeout.count(), " ms; every rank must call collectively. Cause: ", detail::cause_of(error));
+    TORCH_CHECK(false, kContextParallel, ": rank ", group.getRank(),
+                ": the all-reduce of the sequence length failed within ", timeout.count(),
+                " ms; every rank must call collectively. Cause: ", detail::cause_of(error));
   }
   return total[0].item<int64_t>();
 }
@@ -48,7 +49,8 @@ torch::Tensor context_parallel(const MultiHeadAttention& mha, const torch::Tenso
   TORCH_CHECK(x.defined() && (x.dim() == 3 || x.dim() == 2) && x.size(-1) == o.embed_dim(), kContextParallel,
               ": x must be this rank's shard [B, T_local, embed_dim=", o.embed_dim(), "] or [T_local, ",
               o.embed_dim(), "]; got ", x.defined() ? c10::str(x.sizes()) : std::string("undefined"));
-  TORCH_CHECK(o.window_left() < 0 && o.window_right() < 0 && o.softcap() == 0.0 && !o.alibi() && !o.sinks(), kContextParallel,
+  TORCH_CHECK(o.window_left() < 0 && o.window_right() < 0 && o.softcap() == 0.0 && !o.alibi() && !o.sinks(),
+              kContextParallel,
               ": the module's window, softcap, alibi and sinks options are not supported by ring_attention");
   TORCH_CHECK(o.dropout() == 0.0 || !m.is_training(), kContextParallel,
               ": attention dropout is not supported by ring_attention; call eval() or set dropout to 0");

@@ -28,16 +28,19 @@ void MultiHeadAttentionImpl::reset() {
   if (options.head_dim()) {
     modules::check_positive(kMultiHeadAttention, "head_dim", *options.head_dim());
   } else {
-    TORCH_CHECK(options.embed_dim() % options.num_heads() == 0, kMultiHeadAttention, ": embed_dim (", options.embed_dim(),
-                ") must be divisible by num_heads (", options.num_heads(), "), or set head_dim explicitly");
+    TORCH_CHECK(options.embed_dim() % options.num_heads() == 0, kMultiHeadAttention, ": embed_dim (",
+                options.embed_dim(), ") must be divisible by num_heads (", options.num_heads(),
+                "), or set head_dim explicitly");
   }
   if (options.num_kv_heads()) {
     modules::check_positive(kMultiHeadAttention, "num_kv_heads", *options.num_kv_heads());
     TORCH_CHECK(options.num_heads() % *options.num_kv_heads() == 0, kMultiHeadAttention, ": num_kv_heads (",
                 *options.num_kv_heads(), ") must divide num_heads (", options.num_heads(), ")");
   }
-  const int64_t inner = modules::checked_width(kMultiHeadAttention, "num_heads * head_dim", options.num_heads(), head_dim());
-  const int64_t kv_inner = modules::checked_width(kMultiHeadAttention, "num_kv_heads * head_dim", num_kv_heads(), head_dim());
+  const int64_t inner =
+      modules::checked_width(kMultiHeadAttention, "num_heads * head_dim", options.num_heads(), head_dim());
+  const int64_t kv_inner =
+      modules::checked_width(kMultiHeadAttention, "num_kv_heads * head_dim", num_kv_heads(), head_dim());
   if (options.rotary()) {
     TORCH_CHECK(options.rotary()->rotary_dim() <= head_dim(), kMultiHeadAttention, ": rotary.rotary_dim (",
                 options.rotary()->rotary_dim(), ") must be at most head_dim (", head_dim(), ")");

@@ -43,14 +43,14 @@ torch::Tensor RotaryEmbeddingImpl::forward(const torch::Tensor& x, const torch::
               ": positions must be [T]", x.dim() == 4 ? " or [B, T]" : "", " for x ", x.sizes(), ", got ",
               positions.defined() ? positions.sizes() : at::IntArrayRef{});
   const int64_t T = x.size(-2);
-  TORCH_CHECK(positions.size(-1) == T, kRotaryEmbedding, ": positions must have x's T = ", T, " entries per row, got positions ",
-              positions.sizes(), " for x ", x.sizes());
+  TORCH_CHECK(positions.size(-1) == T, kRotaryEmbedding, ": positions must have x's T = ", T,
+              " entries per row, got positions ", positions.sizes(), " for x ", x.sizes());
   if (positions.dim() == 2) {
     TORCH_CHECK(positions.size(0) == x.size(0), kRotaryEmbedding, ": positions [B, T] must have x's B = ", x.size(0),
                 " rows, got positions ", positions.sizes(), " for x ", x.sizes());
   }
-  TORCH_CHECK(positions.device() == x.device(), kRotaryEmbedding, ": positions is on ", positions.device(), " but x is on ",
-              x.device());
+  TORCH_CHECK(positions.device() == x.device(), kRotaryEmbedding, ": positions is on ", positions.device(),
+              " but x is on ", x.device());
   TORCH_CHECK(options.rotary_dim() <= x.size(-1), kRotaryEmbedding, ": rotary_dim = ", options.rotary_dim(),
               " is more than x's head_dim = ", x.size(-1), "; x is ", x.sizes());
   auto [cos, sin] = cos_sin(positions, x.scalar_type());

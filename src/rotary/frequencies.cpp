@@ -27,18 +27,19 @@ double correction_dim(double rotations, int64_t dim, double base, int64_t contex
 }
 
 void check(const RotaryEmbeddingOptions& o) {
-  TORCH_CHECK(o.rotary_dim() > 0 && o.rotary_dim() % 2 == 0, kRotaryFrequencies, ": rotary_dim must be a positive even number, got ",
-              o.rotary_dim());
-  TORCH_CHECK(std::isfinite(o.base()) && o.base() > 1.0, kRotaryFrequencies, ": base must be finite and greater than 1, got ", o.base());
+  TORCH_CHECK(o.rotary_dim() > 0 && o.rotary_dim() % 2 == 0, kRotaryFrequencies,
+              ": rotary_dim must be a positive even number, got ", o.rotary_dim());
+  TORCH_CHECK(std::isfinite(o.base()) && o.base() > 1.0, kRotaryFrequencies,
+              ": base must be finite and greater than 1, got ", o.base());
   if (o.scaling() == RotaryScaling::None) return;
-  TORCH_CHECK(std::isfinite(o.factor()) && o.factor() > 0.0, kRotaryFrequencies, ": factor must be positive and finite for ",
-              to_string(o.scaling()), " scaling, got ", o.factor());
+  TORCH_CHECK(std::isfinite(o.factor()) && o.factor() > 0.0, kRotaryFrequencies,
+              ": factor must be positive and finite for ", to_string(o.scaling()), " scaling, got ", o.factor());
   if (o.scaling() == RotaryScaling::Linear) return;
   TORCH_CHECK(o.original_max_position() > 0, kRotaryFrequencies, ": ", to_string(o.scaling()),
               " scaling needs original_max_position (the trained context length), got ", o.original_max_position());
   if (o.scaling() == RotaryScaling::YaRN) {
-    TORCH_CHECK(o.beta_fast() > 0 && o.beta_slow() > 0, kRotaryFrequencies, ": YaRN's beta_fast and beta_slow must be positive, got ",
-                o.beta_fast(), " and ", o.beta_slow());
+    TORCH_CHECK(o.beta_fast() > 0 && o.beta_slow() > 0, kRotaryFrequencies,
+                ": YaRN's beta_fast and beta_slow must be positive, got ", o.beta_fast(), " and ", o.beta_slow());
   }
   if (o.scaling() == RotaryScaling::Llama3) {
     TORCH_CHECK(o.low_freq_factor() > 0 && o.high_freq_factor() > o.low_freq_factor(), kRotaryFrequencies,
@@ -72,7 +73,8 @@ RotaryFrequencies rotary_frequencies(const RotaryEmbeddingOptions& o, int64_t se
       const at::Tensor interpolation = extrapolation / o.factor();
       // Channels below `low` keep their frequency (many turns over the trained context), channels above
       // `high` are interpolated, and a linear ramp blends the ones between.
-      const double low = std::max(std::floor(correction_dim(o.beta_fast(), dim, o.base(), o.original_max_position())), 0.0);
+      const double low =
+          std::max(std::floor(correction_dim(o.beta_fast(), dim, o.base(), o.original_max_position())), 0.0);
       double high = std::min(std::ceil(correction_dim(o.beta_slow(), dim, o.base(), o.original_max_position())),
                              static_cast<double>(dim - 1));
       if (high == low) high += 0.001;  // no division by zero
@@ -87,7 +89,8 @@ RotaryFrequencies rotary_frequencies(const RotaryEmbeddingOptions& o, int64_t se
       const double low_wavelen = context / o.low_freq_factor(), high_wavelen = context / o.high_freq_factor();
       const at::Tensor wavelen = 2 * kPi / inv_freq;
       const at::Tensor scaled = at::where(wavelen > low_wavelen, inv_freq / o.factor(), inv_freq);
-      const at::Tensor smooth = (context / wavelen - o.low_freq_factor()) / (o.high_freq_factor() - o.low_freq_factor());
+      const at::Tensor smooth =
+          (context / wavelen - o.low_freq_factor()) / (o.high_freq_factor() - o.low_freq_factor());
       const at::Tensor smoothed = (1.0 - smooth) * scaled / o.factor() + smooth * scaled;
       const at::Tensor medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
       return {at::where(medium, smoothed, scaled), 1.0};
