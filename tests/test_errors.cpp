@@ -180,7 +180,7 @@ TEST(BadInputs, FailedCallLeavesTheCallersTensorsUntouched) {
   EXPECT_TRUE(torch::equal(q, before));
 }
 
-TEST(BadInputs, MixedDevices) {
+TEST(BadInputs, MixedCpuAndCudaDevices) {
   if (!cuda_available()) GTEST_SKIP() << "CUDA is not available: skipping the cross-device checks";
   const torch::Tensor q = torch::randn({2, 3, 4});
   EXPECT_ERROR_CONTAINS(sdpa(q, q.cuda(), q), "key is on cuda:0 but query is on cpu");

@@ -169,7 +169,7 @@ std::vector<GqaParam> gqa_grid() {
 INSTANTIATE_TEST_SUITE_P(Backends, GroupedQueryAttention, ::testing::ValuesIn(gqa_grid()), gqa_param_name);
 
 TEST(GroupedQueryAttentionCuda, MatchesRepeatedHeads) {
-  if (skip_without(torch::kCUDA)) return;
+  if (skip_without(torch::kCUDA)) GTEST_SKIP() << "CUDA is not available: skipping GQA on CUDA";
   const GqaShape s{2, 8, 2, 33, 65, 64, 64};
   const Problem p = make_problem(s, MaskKind::Padding, true, CausalAlignment::BottomRight, 7);
   const auto cuda = [](const torch::Tensor& t) { return t.to(torch::kCUDA, torch::kFloat32); };
