@@ -336,6 +336,8 @@ inline TransposedKeys transposed_keys(const FlashProblem<float, c10::BFloat16>& 
   t.kv_heads = p.kv_heads;
   // kPairLanes words of slack: a panel that starts mid-row reads up to one vector past the last column.
   t.data.resize(p.batch * p.kv_heads * t.pairs * t.ld + kPairLanes);
+  // No keys or no key width: nothing to pack, and k's data pointer may be null (no row to address).
+  if (p.tk == 0 || p.dk == 0) return t;
   at::parallel_for(0, p.batch * p.kv_heads, 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const int64_t b = i / p.kv_heads, hk = i % p.kv_heads;
