@@ -48,10 +48,10 @@ CpuKernelInfo cpu_kernel_info() {
   info.variant = info.bfloat16_route                     ? "avx512_bf16"
                  : active == Capability::Avx512Bf16 ? "avx512"
                                                      : ops::cpu::capability_name(active);
-  info.bfloat16_tile_speed = ops::cpu::bf16_tile_speed();
+  info.bfloat16_pair_speed = ops::cpu::bf16_pair_speed();
   char measured[64] = "";
-  if (info.bfloat16_tile_speed > 0) {
-    std::snprintf(measured, sizeof(measured), ": AVX512-BF16 measured %.2fx", info.bfloat16_tile_speed);
+  if (info.bfloat16_pair_speed > 0) {
+    std::snprintf(measured, sizeof(measured), ": AVX512-BF16 measured %.2fx", info.bfloat16_pair_speed);
   }
   if (info.bfloat16_route) {
     info.summary = info.variant + " (bfloat16 multiplied as bfloat16 pairs" + measured + ")";

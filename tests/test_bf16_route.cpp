@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
@@ -36,8 +37,8 @@ TEST(Bf16Route, KernelInfoSaysWhichRouteRunsAndWhy) {
   }
   // Measured at first use, unless ATTN_CPU_CAPABILITY=avx512_bf16 asked for the route outright; the route
   // runs exactly when the measurement favoured it.
-  if (info.bfloat16_tile_speed > 0) {
-    EXPECT_EQ(info.bfloat16_route, info.bfloat16_tile_speed >= ops::cpu::kBf16RouteMargin) << info.summary;
+  if (info.bfloat16_pair_speed > 0) {
+    EXPECT_EQ(info.bfloat16_route, info.bfloat16_pair_speed >= ops::cpu::kBf16RouteMargin) << info.summary;
     EXPECT_NE(info.summary.find("measured"), std::string::npos) << info.summary;
   }
   CapabilityScope forced(Capability::Avx512Bf16);
@@ -48,6 +49,24 @@ TEST(Bf16Route, KernelInfoSaysWhichRouteRunsAndWhy) {
 }
 
 #ifdef ATTN_HAVE_BF16_DOT
+
+// The probe that chooses the route: a FLOP-rate ratio that can only lie between 0 and 4 (a pair product is two
+// FMAs' work, issued at most twice as often), and stable from call to call, so that the route does not flip
+// from one process to the next (the tile timing it replaced read 1.1x to 3.1x on one CPU).
+TEST(Bf16Route, PairProductProbeIsStable) {
+  if (!cpu_has_bf16_route()) {
+    EXPECT_EQ(cpu_kernel_info().bfloat16_pair_speed, 0.0);
+    return;
+  }
+  std::vector<double> speeds;
+  for (int i = 0; i < 5; ++i) speeds.push_back(ops::cpu::pair_product_speed());
+  const auto [low, high] = std::minmax_element(speeds.begin(), speeds.end());
+  EXPECT_GT(*low, 0.1);
+  EXPECT_LT(*high, 4.5);
+  EXPECT_LT(*high / *low, 1.3) << "probes from " << *low << " to " << *high;
+  const bool chosen = *low >= ops::cpu::kBf16RouteMargin, also_chosen = *high >= ops::cpu::kBf16RouteMargin;
+  EXPECT_EQ(chosen, also_chosen) << "the route's choice flipped between probes: " << *low << ", " << *high;
+}
 
 /// A [rows, cols] bfloat16 matrix of N(0, 1) values, and its float64 copy (the values exactly).
 struct Matrix {

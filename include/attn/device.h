@@ -23,8 +23,9 @@ struct CpuKernelInfo {
   /// Whether a bfloat16 forward pass multiplies bfloat16 pairs (AVX512-BF16) rather than widening its inputs
   /// to float: taken where the CPU has the instructions and they measured faster, at first use.
   bool bfloat16_route = false;
-  /// That measurement: the bfloat16 tile product's speed over the float one's (0 where not measured).
-  double bfloat16_tile_speed = 0.0;
+  /// That measurement: the FLOP rate of AVX512-BF16's pair product (vdpbf16ps) over the float FMA's, in
+  /// register-only loops; the route is taken at 1.5 or more (0 where not measured).
+  double bfloat16_pair_speed = 0.0;
   /// Whether the kernels spread their tiles over LibTorch's intra-op threads. True when attn was built with
   /// OpenMP (GCC); a build without it (clang) runs the tile loops on the calling thread, and only the tile
   /// GEMMs run threaded, inside the BLAS, whose rounding may then depend on the thread count.

@@ -49,4 +49,10 @@ void pack_transposed_in_pairs(const c10::BFloat16* src, int64_t ld_src, int64_t 
 void bf16_gemm(int64_t m, int64_t n, int64_t pairs, float alpha, LeftOperand a, PairsOperand b, float beta,
                float* c, int64_t ldc);
 
+/// The FLOP rate of vdpbf16ps over that of the float FMA (vfmadd231ps), both on 512-bit registers, measured on
+/// the calling thread in register-only loops (under a millisecond; best of 7 rounds each). About 2 where the
+/// pair product issues at the FMA's rate (AMD Zen 4), about 0.5 where it issues at half of it (the Intel Xeon
+/// of bench/RESULTS.md).
+double pair_product_speed();
+
 }  // namespace attn::ops::cpu

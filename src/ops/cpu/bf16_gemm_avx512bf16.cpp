@@ -8,7 +8,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <limits>
 
 namespace attn::ops::cpu {
 namespace {
@@ -173,6 +175,41 @@ void bf16_gemm(int64_t m, int64_t n, int64_t pairs, float alpha, LeftOperand a, 
                                              cols);
     }
   }
+}
+
+namespace {
+
+/// Runs `step` (one instruction on each of 12 independent accumulators) `iterations` times; returns seconds.
+/// The empty asm makes the accumulators opaque each round, so the compiler keeps every instruction.
+template <typename Acc, typename Step>
+double time_chains(int64_t iterations, Acc init, const Step& step) {
+  Acc a0 = init, a1 = init, a2 = init, a3 = init, a4 = init, a5 = init, a6 = init, a7 = init, a8 = init, a9 = init,
+      a10 = init, a11 = init;
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < iterations; ++i) {
+    a0 = step(a0), a1 = step(a1), a2 = step(a2), a3 = step(a3), a4 = step(a4), a5 = step(a5);
+    a6 = step(a6), a7 = step(a7), a8 = step(a8), a9 = step(a9), a10 = step(a10), a11 = step(a11);
+    asm volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6), "+v"(a7), "+v"(a8),
+                 "+v"(a9), "+v"(a10), "+v"(a11));
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+double pair_product_speed() {
+  constexpr int64_t iterations = 4096, rounds = 7;
+  const __m512 x = _mm512_set1_ps(1.0f), y = _mm512_set1_ps(0.5f);
+  const __m512bh xp = (__m512bh)_mm512_set1_epi32(0x3F803F80), yp = (__m512bh)_mm512_set1_epi32(0x3F003F00);
+  double fma = std::numeric_limits<double>::infinity(), pairs = fma;
+  for (int r = 0; r < rounds; ++r) {  // alternating, best of each: a busy neighbour slows some rounds only
+    fma = std::min(fma, time_chains(iterations, _mm512_setzero_ps(),
+                                    [&](__m512 a) { return _mm512_fmadd_ps(x, y, a); }));
+    pairs = std::min(pairs, time_chains(iterations, _mm512_setzero_ps(),
+                                        [&](__m512 a) { return _mm512_dpbf16_ps(a, xp, yp); }));
+  }
+  // An FMA is 2 FLOPs per lane, a pair product 4, on 16 lanes each.
+  return (4.0 / pairs) / (2.0 / fma);
 }
 
 }  // namespace attn::ops::cpu

@@ -1,24 +1,20 @@
 // Picks the fused kernels' instruction-set variant once per call, by what the CPU supports and which
 // variants this build compiled (ATTN_HAVE_AVX2_KERNELS / ATTN_HAVE_AVX512_KERNELS / ATTN_HAVE_BF16_DOT, set
-// by CMake). The bfloat16 route is taken where the CPU has AVX512-BF16 and a measurement, at the first
-// bfloat16 call, says it is clearly faster than widening to float.
+// by CMake). The bfloat16 route is taken where the CPU has AVX512-BF16 and a measurement at the first
+// bfloat16 call says that its pair product clearly outruns the float FMA (kBf16RouteMargin).
 
 #include "ops/cpu/flash_attention_kernel.h"
 
 #include <c10/util/Exception.h>
 
-#include "ops/cpu/blas.h"
 #ifdef ATTN_HAVE_BF16_DOT
 #include "ops/cpu/bf16_gemm.h"
 #endif
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
-#include <vector>
 
 namespace attn::ops::cpu {
 namespace {
@@ -50,40 +46,8 @@ Capability detect_hardware() {
   return best;
 }
 
-#ifdef ATTN_HAVE_BF16_DOT
-/// The bfloat16 route's tile product speed over the float route's, on one forward tile (Q·Kᵀ of 256 query
-/// rows, 512 keys, d = 64), best of 5 each, on the calling thread alone (no thread pool: it may run while
-/// another thread waits on its result). AVX512-BF16 does not always pay: where vdpbf16ps issues at half the
-/// rate of a float FMA, widening to float is faster.
-double measure_bf16_tile_speed() {
-  constexpr int64_t m = 256, n = 512, d = 64, reps = 5;
-  std::vector<float> qf(m * d, 0.5f), kf(n * d, 0.25f), scores(m * n);
-  std::vector<c10::BFloat16> q16(m * d, c10::BFloat16(0.5f)), k16(n * d, c10::BFloat16(0.25f));
-  const int64_t ld = pairs_row_length(n);
-  std::vector<uint32_t> kt(d / 2 * ld + kPairLanes);
-  const auto best_of = [&](const auto& run) {
-    double best = std::numeric_limits<double>::infinity();
-    for (int64_t r = 0; r < reps; ++r) {
-      const auto start = std::chrono::steady_clock::now();
-      run();
-      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    }
-    return best;
-  };
-  // Row-major S = Q·Kᵀ through column-major BLAS: Sᵀ = K·Qᵀ. BLAS may thread it; the pairs side pays for its
-  // packing. Both favour the float route, which is the safe default.
-  const double float_time = best_of([&] {
-    blas_gemm(true, false, n, m, d, 1.0f, kf.data(), d, qf.data(), d, 0.0f, scores.data(), n);
-  });
-  const double pairs_time = best_of([&] {
-    pack_transposed_in_pairs(k16.data(), d, n, d, kt.data(), ld);
-    bf16_gemm(m, n, d / 2, 1.0f, LeftOperand{q16.data(), d, 2}, PairsOperand{kt.data(), ld}, 0.0f, scores.data(), n);
-  });
-  return float_time / pairs_time;
-}
-#endif
 
-/// The bfloat16 route's measured speed, once per process; 0 where it cannot run or was not measured.
+/// AVX512-BF16's measured speed (pair_product_speed), once per process; 0 where it cannot run or was not measured.
 struct RouteTiming {
   double speed = 0.0;
   bool forced_by_environment = false;  // ATTN_CPU_CAPABILITY=avx512_bf16: the route without measuring
@@ -96,7 +60,7 @@ const RouteTiming& route_timing() {
     if (hardware_capability_limit() == Capability::Avx512Bf16) {
       const char* env = std::getenv("ATTN_CPU_CAPABILITY");
       t.forced_by_environment = env && std::strcmp(env, "avx512_bf16") == 0;
-      if (!t.forced_by_environment) t.speed = measure_bf16_tile_speed();
+      if (!t.forced_by_environment) t.speed = pair_product_speed();
     }
 #endif
     return t;
@@ -133,7 +97,7 @@ bool bf16_route_chosen() {
   return t.forced_by_environment || t.speed >= kBf16RouteMargin;
 }
 
-double bf16_tile_speed() {
+double bf16_pair_speed() {
   return hardware_capability_limit() == Capability::Avx512Bf16 ? route_timing().speed : 0.0;
 }
 
