@@ -8,10 +8,11 @@
 #
 # The cases that need CUDA (a "cuda" anywhere in Suite.Case/param, whatever the case) run in their own test,
 # SUITE.cuda, which CTest reports as skipped when GoogleTest skipped them (no GPU; SKIP_CODE_SCRIPT turns that
-# into exit code 77), so skips stay visible in the summary. Every other test fails if anything in it skips: only CUDA cases may.
+# into exit code 77), so skips stay visible in the summary. Every other test fails if anything in it skips:
+# only CUDA cases may.
 #
-# Inputs (-D): TEST_EXECUTABLE, CTEST_FILE (written), TIMEOUT (seconds
-# per suite), DISCOVERY_TIMEOUT, SKIP_CODE_SCRIPT (cmake/gtest_skip_code.sh).
+# Inputs (-D): TEST_EXECUTABLE, CTEST_FILE (written), TIMEOUT (seconds per suite), DISCOVERY_TIMEOUT,
+# SKIP_CODE_SCRIPT (cmake/gtest_skip_code.sh).
 foreach(var TEST_EXECUTABLE CTEST_FILE TIMEOUT DISCOVERY_TIMEOUT SKIP_CODE_SCRIPT)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "gtest_suites_discover.cmake: -D${var}=... is required")

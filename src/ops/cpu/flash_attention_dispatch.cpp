@@ -46,8 +46,8 @@ Capability detect_hardware() {
   return best;
 }
 
-
-/// AVX512-BF16's measured speed (pair_product_speed), once per process; 0 where it cannot run or was not measured.
+/// AVX512-BF16's measured speed (pair_product_speed), once per process; 0 where it cannot run or was not
+/// measured.
 struct RouteTiming {
   double speed = 0.0;
   bool forced_by_environment = false;  // ATTN_CPU_CAPABILITY=avx512_bf16: the route without measuring
