@@ -4,6 +4,7 @@
 
 #include "backends/cache.h"
 #include "backends/dispatch.h"
+#include "backends/projection.h"
 #include "backends/validate.h"
 #include "backends/varlen.h"
 #include "common/alibi_slopes.h"
@@ -43,6 +44,17 @@ torch::Tensor varlen_attention(const torch::Tensor& query, const torch::Tensor& 
   backends::check_varlen_inputs(kVarlen, query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                 options);
   return backends::varlen_attention(kVarlen, query, key, value, cu_seqlens_q, cu_seqlens_k, options);
+}
+
+torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias) {
+  constexpr const char* fn = "attn::linear";
+  TORCH_CHECK(input.defined() && weight.defined(), fn, ": input and weight must be defined tensors");
+  TORCH_CHECK(weight.dim() == 2, fn, ": weight must be [out_features, in_features], got ", weight.sizes());
+  TORCH_CHECK(input.dim() >= 1 && input.size(-1) == weight.size(1), fn, ": input must be [..., in_features] = [..., ",
+              weight.size(1), "] to match weight ", weight.sizes(), ", got ", input.sizes());
+  TORCH_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)), fn,
+              ": bias must be [out_features] = [", weight.size(0), "], got ", bias.sizes());
+  return backends::project_rows(input, weight, bias);
 }
 
 torch::Tensor alibi_slopes(int64_t num_heads) {

@@ -6,18 +6,6 @@
 #include <stdexcept>
 
 namespace attn::models {
-namespace {
-
-/// x · Wᵀ: a matrix-vector product when x is one row (a decoding step of one sequence), which reads the weight
-/// once instead of packing it for a GEMM (attn's own projections do the same).
-torch::Tensor project(const torch::Tensor& x, const torch::Tensor& weight) {
-  if (x.numel() != x.size(-1)) return torch::matmul(x, weight.t());
-  std::vector<int64_t> sizes = x.sizes().vec();
-  sizes.back() = weight.size(0);
-  return torch::mv(weight, x.reshape({-1})).view(sizes);
-}
-
-}  // namespace
 
 LlamaConfig LlamaConfig::from_file(const std::string& path) {
   const nlohmann::json j = attn_apps::read_json_file(path, "model config");
@@ -80,8 +68,8 @@ torch::Tensor LlamaBlockImpl::forward(const torch::Tensor& x, KVCache& cache, in
                                       const std::vector<int64_t>& new_lengths) {
   const torch::Tensor h = x + self_attn->forward_with_cache(input_norm(x), cache, layer, new_lengths);
   const torch::Tensor n = post_attention_norm(h);
-  const torch::Tensor gated = torch::silu(project(n, gate_proj->weight)) * project(n, up_proj->weight);
-  return h + project(gated, down_proj->weight);
+  const torch::Tensor gated = torch::silu(attn::linear(n, gate_proj->weight)) * attn::linear(n, up_proj->weight);
+  return h + attn::linear(gated, down_proj->weight);
 }
 
 LlamaImpl::LlamaImpl(const LlamaConfig& c) : config(c) {
@@ -107,7 +95,7 @@ torch::Tensor LlamaImpl::hidden_states(const torch::Tensor& ids, KVCache& cache,
 }
 
 torch::Tensor LlamaImpl::logits(const torch::Tensor& hidden) {
-  return project(hidden, lm_head ? lm_head->weight : embed_tokens->weight);
+  return attn::linear(hidden, lm_head ? lm_head->weight : embed_tokens->weight);
 }
 
 KVCache LlamaImpl::make_cache(int64_t batch, int64_t capacity) const {

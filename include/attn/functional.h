@@ -1,6 +1,7 @@
 #pragma once
 // The functional core: scaled dot-product attention on already-projected q, k, v.
 
+#include <attn/ops/linear_rows.h>
 #include <attn/options.h>
 
 #include <torch/types.h>
@@ -61,6 +62,13 @@ torch::Tensor attention_with_kv_cache(const torch::Tensor& query, const torch::T
 torch::Tensor varlen_attention(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
                                const torch::Tensor& cu_seqlens_q, const torch::Tensor& cu_seqlens_k,
                                int64_t max_seqlen_q, int64_t max_seqlen_k, const SdpaOptions& options = {});
+
+/// x · weightᵀ + bias, as at::linear (input [..., in], weight [out, in], bias [out] or undefined ->
+/// [..., out]), with the product that suits a decoding step: for at most ops::kLinearRowsMax rows on the CPU
+/// in float32 or bfloat16 with no gradient recorded, attn::ops::linear_rows, which streams the weight once at
+/// close to the memory's rate; otherwise at::linear. The modules' projections take the same route. Use it for
+/// a model's other layers (MLP, LM head) when decoding.
+torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias = {});
 
 /// The standard ALiBi slopes for `num_heads` heads (Press et al.; BLOOM's build_alibi_tensor and MPT use the
 /// same): 2^(-8i/n) for i = 1..n with n the power of two <= num_heads, then the odd multiples of the next

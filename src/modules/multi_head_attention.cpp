@@ -1,7 +1,7 @@
 #include <attn/modules/multi_head_attention.h>
 
 #include "modules/common/heads.h"
-#include "modules/common/projection.h"
+#include "backends/projection.h"
 #include "modules/common/settings.h"
 
 namespace attn {
@@ -112,7 +112,7 @@ std::tuple<torch::Tensor, torch::Tensor> MultiHeadAttentionImpl::attend(
   auto [out, weights] = modules::attend_heads(layout(), query, key, value, {*q_proj, *k_proj, *v_proj}, masks,
                                               modules::sdpa_options(options.attention(), is_training(), score_terms()),
                                               need_weights, rotary.is_empty() ? nullptr : rotary.get());
-  if (out_proj) out = modules::project_rows(out, out_proj->weight, out_proj->bias);
+  if (out_proj) out = backends::project_rows(out, out_proj->weight, out_proj->bias);
   return {out, weights};
 }
 
@@ -124,7 +124,7 @@ torch::Tensor MultiHeadAttentionImpl::forward_with_cache(const torch::Tensor& x,
   const SdpaOptions sdpa = modules::sdpa_options(options.attention(), is_training(), score_terms());
   torch::Tensor out = modules::attend_with_cache(layout(), x, {*q_proj, *k_proj, *v_proj}, cache, layer, new_lengths,
                                                  sdpa, rotary.is_empty() ? nullptr : rotary.get());
-  return out_proj ? modules::project_rows(out, out_proj->weight, out_proj->bias) : out;
+  return out_proj ? backends::project_rows(out, out_proj->weight, out_proj->bias) : out;
 }
 
 ProjectedMemory MultiHeadAttentionImpl::project_memory(const torch::Tensor& key, const torch::Tensor& value) const {
@@ -138,7 +138,7 @@ torch::Tensor MultiHeadAttentionImpl::forward_with_memory(const torch::Tensor& q
   torch::Tensor out = std::get<0>(modules::attend_memory(layout(), query, memory.key, memory.value,
                                                          {*q_proj, *k_proj, *v_proj}, masks, sdpa,
                                                          /*need_weights=*/false));
-  return out_proj ? modules::project_rows(out, out_proj->weight, out_proj->bias) : out;
+  return out_proj ? backends::project_rows(out, out_proj->weight, out_proj->bias) : out;
 }
 
 }  // namespace attn

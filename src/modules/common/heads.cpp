@@ -1,5 +1,5 @@
 #include "modules/common/heads.h"
-#include "modules/common/projection.h"
+#include "backends/projection.h"
 
 #include "backends/cache.h"
 #include "backends/dispatch.h"
@@ -117,9 +117,9 @@ Heads project(const ModuleLayout& layout, const CallShape& shape, const torch::T
             split_heads(qkv.narrow(-1, q_width, k_width), kv_heads),
             split_heads(qkv.narrow(-1, q_width + k_width, v_width), kv_heads)};
   }
-  return {split_heads(project_rows(as_batch(query), p.q.weight, p.q.bias), heads),
-          split_heads(project_rows(as_batch(key), p.k.weight, p.k.bias), kv_heads),
-          split_heads(project_rows(as_batch(value), p.v.weight, p.v.bias), kv_heads)};
+  return {split_heads(backends::project_rows(as_batch(query), p.q.weight, p.q.bias), heads),
+          split_heads(backends::project_rows(as_batch(key), p.k.weight, p.k.bias), kv_heads),
+          split_heads(backends::project_rows(as_batch(value), p.v.weight, p.v.bias), kv_heads)};
 }
 
 void rotate(const RotaryEmbeddingImpl* rotary, Heads& heads, const torch::Tensor& q_positions,
@@ -206,8 +206,8 @@ Heads project_memory(const ModuleLayout& layout, const torch::Tensor& key, const
   as_memory.query_name = layout.key_name;
   const CallShape shape = check_inputs(as_memory, key, key, value, p.q.weight);
   const auto as_batch = [&](const torch::Tensor& t) { return shape.batched ? t : t.unsqueeze(0); };
-  return {torch::Tensor(), split_heads(project_rows(as_batch(key), p.k.weight, p.k.bias), w.kv_heads()),
-          split_heads(project_rows(as_batch(value), p.v.weight, p.v.bias), w.kv_heads())};
+  return {torch::Tensor(), split_heads(backends::project_rows(as_batch(key), p.k.weight, p.k.bias), w.kv_heads()),
+          split_heads(backends::project_rows(as_batch(value), p.v.weight, p.v.bias), w.kv_heads())};
 }
 
 std::tuple<torch::Tensor, torch::Tensor> attend_memory(const ModuleLayout& layout, const torch::Tensor& query,
@@ -240,7 +240,7 @@ std::tuple<torch::Tensor, torch::Tensor> attend_memory(const ModuleLayout& layou
   const CallShape shape{batched, batch, query.size(-2), tk};
   SdpaOptions lifted = options;
   lifted.masks(lift_masks(layout, shape, masks, query));
-  const torch::Tensor q = split_heads(project_rows(batched ? query : query.unsqueeze(0), projections.q.weight,
+  const torch::Tensor q = split_heads(backends::project_rows(batched ? query : query.unsqueeze(0), projections.q.weight,
                                                     projections.q.bias),
                                       w.num_heads);
   auto [out, weights] = backends::attention(layout.module, q, memory_key, memory_value, lifted, need_weights);

@@ -155,6 +155,19 @@ void dispatch_decode(const Args& args) {
     default: return kernel_default::decode_forward(args);
   }
 }
+template <typename Args>
+void dispatch_linear_rows(const Args& args) {
+  switch (active_capability()) {
+#ifdef ATTN_HAVE_AVX512_KERNELS
+    case Capability::Avx512Bf16:
+    case Capability::Avx512: return kernel_avx512::linear_rows(args);
+#endif
+#ifdef ATTN_HAVE_AVX2_KERNELS
+    case Capability::Avx2: return kernel_avx2::linear_rows(args);
+#endif
+    default: return kernel_default::linear_rows(args);
+  }
+}
 }  // namespace
 
 void softcap_values(float* x, int64_t n, float cap, float* tanh_out) {
@@ -173,6 +186,8 @@ void softcap_values(float* x, int64_t n, float cap, float* tanh_out) {
 void decode_forward(const DecodeArgs<float, float>& args) { dispatch_decode(args); }
 void decode_forward(const DecodeArgs<double, double>& args) { dispatch_decode(args); }
 void decode_forward(const DecodeArgs<float, c10::BFloat16>& args) { dispatch_decode(args); }
+void linear_rows(const LinearRowsArgs<float>& args) { dispatch_linear_rows(args); }
+void linear_rows(const LinearRowsArgs<c10::BFloat16>& args) { dispatch_linear_rows(args); }
 void flash_forward(const FlashForward<float>& args) { dispatch_forward(args); }
 void flash_forward(const FlashForward<double>& args) { dispatch_forward(args); }
 void flash_backward(const FlashBackward<float>& args) { dispatch_backward(args); }

@@ -99,6 +99,19 @@ struct DecodeArgs {
   int64_t right_bound() const { return common::band_right(causal, window_right); }
 };
 
+/// The few-row linear kernel (attn::linear_rows): y[r, o] = Σ_i x[r, i] · weight[o, i] + bias[o] for
+/// rows <= kLinearRowsMax (<attn/ops/linear_rows.h>), summed in float. W, the weight's element type, is float
+/// or bfloat16.
+template <typename W>
+struct LinearRowsArgs {
+  int64_t rows = 0, in = 0, out = 0;
+  const float* x = nullptr;     // [rows, in] contiguous
+  const W* weight = nullptr;    // row o at weight + o * weight_stride, its in elements contiguous
+  int64_t weight_stride = 0;
+  const float* bias = nullptr;  // [out]; nullptr: none
+  float* y = nullptr;           // [rows, out] contiguous
+};
+
 /// Keys per split of a row's cache: the split depends on the length only, never on the thread count, so
 /// the merged result is bitwise the same at any thread count.
 inline constexpr int64_t kDecodeKeyBlock = 256;
@@ -140,6 +153,8 @@ void flash_backward(const FlashBackward<double>& args);
 void decode_forward(const DecodeArgs<float, float>& args);
 void decode_forward(const DecodeArgs<double, double>& args);
 void decode_forward(const DecodeArgs<float, c10::BFloat16>& args);
+void linear_rows(const LinearRowsArgs<float>& args);
+void linear_rows(const LinearRowsArgs<c10::BFloat16>& args);
 /// The bfloat16 route's forward: only on a CPU with AVX512-BF16 (hardware_capability_limit()), with d_k even.
 void flash_forward(const FlashForward<float, c10::BFloat16>& args);
 /// x = cap · tanh(x / cap) over n floats, exactly as the active variant's kernels soft-cap a score row, with
@@ -156,6 +171,8 @@ void softcap_values(float* x, int64_t n, float cap, float* tanh_out);
   void decode_forward(const DecodeArgs<float, float>& args);          \
   void decode_forward(const DecodeArgs<double, double>& args);        \
   void decode_forward(const DecodeArgs<float, c10::BFloat16>& args);  \
+  void linear_rows(const LinearRowsArgs<float>& args);                \
+  void linear_rows(const LinearRowsArgs<c10::BFloat16>& args);        \
   void softcap_values(float* x, int64_t n, float cap, float* tanh_out); \
   }
 ATTN_DECLARE_FLASH_KERNELS(kernel_default)

@@ -3,3 +3,4 @@
 #define ATTN_KERNEL_NAMESPACE kernel_avx2
 #include "ops/cpu/flash_attention_kernel_impl.h"
 #include "ops/cpu/decode_attention_kernel_impl.h"
+#include "ops/cpu/linear_rows_kernel_impl.h"

@@ -1,0 +1,41 @@
+#include "backends/projection.h"
+
+#include <attn/ops/linear_rows.h>
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+namespace attn::backends {
+namespace {
+
+bool kernel_dtype(const torch::Tensor& t) {
+  return t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kBFloat16;
+}
+
+bool needs_grad(const torch::Tensor& t) { return t.defined() && t.requires_grad(); }
+
+}  // namespace
+
+bool takes_linear_rows(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  if (!x.defined() || !weight.defined() || x.dim() == 0 || weight.dim() != 2) return false;
+  const int64_t in = weight.size(1);
+  if (!x.device().is_cpu() || !weight.device().is_cpu() || x.size(-1) != in || in == 0) return false;
+  if (x.numel() / in > ops::kLinearRowsMax || !kernel_dtype(x) || weight.scalar_type() != x.scalar_type()) return false;
+  if (bias.defined() && (bias.scalar_type() != x.scalar_type() || !bias.device().is_cpu())) return false;
+  return !(torch::GradMode::is_enabled() && (needs_grad(x) || needs_grad(weight) || needs_grad(bias)));
+}
+
+torch::Tensor project_rows(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  if (takes_linear_rows(x, weight, bias)) {
+    return ops::linear_rows(x, weight, bias.defined() ? c10::optional<torch::Tensor>(bias) : c10::nullopt);
+  }
+  const int64_t in = weight.size(1);
+  if (!x.device().is_cpu() || x.dim() == 0 || x.size(-1) != in || x.numel() != in) return at::linear(x, weight, bias);
+  const torch::Tensor row = x.reshape({in});
+  const torch::Tensor y = bias.defined() ? at::addmv(bias, weight, row) : at::mv(weight, row);
+  std::vector<int64_t> sizes = x.sizes().vec();
+  sizes.back() = weight.size(0);
+  return y.view(sizes);
+}
+
+}  // namespace attn::backends

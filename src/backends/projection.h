@@ -1,0 +1,20 @@
+#pragma once
+// x · Wᵀ + b for the modules' projections and attn::linear, with the product chosen for the number of rows: a
+// decoding step projects one row per sequence, and a GEMM of so few rows packs the whole weight matrix
+// before reading it (5x slower than a matrix-vector product on LibTorch 1.13 with OpenBLAS, measured on a
+// 1536 x 576 weight), while the PyTorch wheel's matrix-vector product streams the weight at a quarter of the
+// memory's rate on an AMD Zen 4 (bench/RESULTS.md, issue 13).
+
+#include <torch/types.h>
+
+namespace attn::backends {
+
+/// Whether project_rows runs attn::linear_rows: x holds at most kLinearRowsMax rows, x and weight are
+/// float32 or bfloat16 on the CPU, and no gradient is recorded.
+bool takes_linear_rows(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
+
+/// at::linear(x, weight, bias): through attn::linear_rows where takes_linear_rows, else through a
+/// matrix-vector product for a single row on the CPU, else at::linear.
+torch::Tensor project_rows(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
+
+}  // namespace attn::backends

@@ -1,0 +1,182 @@
+// attn::ops::linear_rows, the few-row linear kernel of a decoding step, under every instruction-set variant in
+// float32 and bfloat16, and attn::linear, the front door that chooses it. The reference is at::linear in
+// float64 on the same inputs (rounded to the dtype under test first), so only the kernel's own sums and the
+// final rounding separate the two.
+
+#include "kernel_variants.h"
+#include "support.h"
+
+#include <memory>
+
+#include <attn/functional.h>
+#include <attn/ops/linear_rows.h>
+
+#include <string>
+#include <vector>
+
+namespace attn::test {
+namespace {
+
+struct LinearParam {
+  ops::cpu::Capability capability;
+  torch::Dtype dtype;
+};
+
+std::string linear_param_name(const ::testing::TestParamInfo<LinearParam>& info) {
+  return std::string(ops::cpu::capability_name(info.param.capability)) + "_" + c10::toString(info.param.dtype);
+}
+
+class LinearRowsKernel : public ::testing::TestWithParam<LinearParam> {
+ protected:
+  void SetUp() override {
+    scope_ = std::make_unique<CapabilityScope>(GetParam().capability);
+    RecordProperty("kernel_variant", ops::cpu::capability_name(ops::cpu::active_capability()));
+  }
+  void TearDown() override { scope_.reset(); }
+
+  torch::Dtype dtype() const { return GetParam().dtype; }
+
+  /// y against at::linear in float64 on the same (rounded) inputs: float32 sums differ from float64's by
+  /// rounding only; bfloat16's result is additionally rounded once to 8 bits of mantissa.
+  void expect_matches_float64(const torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& w,
+                              const torch::Tensor& b, const std::string& what) const {
+    const torch::Tensor ref = at::linear(x.to(torch::kFloat64), w.to(torch::kFloat64),
+                                         b.defined() ? b.to(torch::kFloat64) : torch::Tensor());
+    ASSERT_EQ(y.scalar_type(), x.scalar_type()) << what;
+    ASSERT_EQ(y.sizes(), ref.sizes()) << what;
+    const bool bf16 = dtype() == torch::kBFloat16;
+    EXPECT_TRUE(torch::allclose(y.to(torch::kFloat64), ref, bf16 ? 1.0 / 256 : 1e-5, bf16 ? 1e-3 : 1e-4))
+        << what << ": max |y - ref| = " << (y.to(torch::kFloat64) - ref).abs().max().item<double>();
+  }
+
+ private:
+  std::unique_ptr<CapabilityScope> scope_;
+};
+
+TEST_P(LinearRowsKernel, MatchesFloat64AcrossRowsWidthsAndBias) {
+  torch::manual_seed(11);
+  // Widths below, at and across the vector lengths (8 and 16 floats, 32 bfloat16s), plus a model's.
+  for (int64_t in : {1, 7, 16, 33, 64, 100, 576}) {
+    for (int64_t out : {1, 5, 300}) {
+      for (int64_t rows = 1; rows <= ops::kLinearRowsMax; ++rows) {
+        const torch::Tensor x = torch::randn({rows, in}).to(dtype());
+        const torch::Tensor w = torch::randn({out, in}).to(dtype());
+        const torch::Tensor b = torch::randn({out}).to(dtype());
+        const std::string what = "in " + std::to_string(in) + ", out " + std::to_string(out) + ", rows " +
+                                 std::to_string(rows);
+        expect_matches_float64(ops::linear_rows(x, w, b), x, w, b, what + ", bias");
+        expect_matches_float64(ops::linear_rows(x, w), x, w, {}, what);
+      }
+    }
+  }
+}
+
+TEST_P(LinearRowsKernel, KeepsTheInputsLeadingDimensions) {
+  torch::manual_seed(12);
+  const torch::Tensor w = torch::randn({9, 20}).to(dtype());
+  for (const std::vector<int64_t>& lead : std::vector<std::vector<int64_t>>{{}, {1}, {2, 1}, {1, 1, 3}, {2, 2}}) {
+    std::vector<int64_t> sizes = lead;
+    sizes.push_back(20);
+    const torch::Tensor x = torch::randn(sizes).to(dtype());
+    const torch::Tensor y = ops::linear_rows(x, w);
+    sizes.back() = 9;
+    EXPECT_EQ(y.sizes(), torch::IntArrayRef(sizes));
+    expect_matches_float64(y, x, w, {}, "input " + c10::str(x.sizes()));
+  }
+}
+
+TEST_P(LinearRowsKernel, ReadsStridedWeightsAndInputsWithoutChangingThem) {
+  torch::manual_seed(13);
+  // Rows of a wider matrix (row stride 50, not 37), a transposed matrix (columns of stride 37, copied first),
+  // and a non-contiguous input (every other element).
+  const torch::Tensor wide = torch::randn({64, 50}).to(dtype());
+  const torch::Tensor slice = wide.narrow(1, 5, 37);
+  const torch::Tensor transposed = torch::randn({37, 64}).to(dtype()).t();
+  const torch::Tensor x = torch::randn({2, 74}).to(dtype()).slice(1, 0, 74, 2);
+  const torch::Tensor wide_before = wide.clone(), transposed_before = transposed.clone(), x_before = x.clone();
+  expect_matches_float64(ops::linear_rows(x, slice), x, slice, {}, "row-strided weight");
+  expect_matches_float64(ops::linear_rows(x, transposed), x, transposed, {}, "transposed weight");
+  EXPECT_TRUE(torch::equal(wide, wide_before));
+  EXPECT_TRUE(torch::equal(transposed, transposed_before));
+  EXPECT_TRUE(torch::equal(x, x_before));
+}
+
+TEST_P(LinearRowsKernel, EmptyShapes) {
+  const torch::Tensor b = torch::randn({3}).to(dtype());
+  // No rows: an empty result. No input features: the bias alone, or zeros.
+  EXPECT_EQ(ops::linear_rows(torch::zeros({0, 4}, dtype()), torch::ones({3, 4}, dtype())).sizes(),
+            torch::IntArrayRef({0, 3}));
+  EXPECT_TRUE(torch::equal(ops::linear_rows(torch::zeros({2, 0}, dtype()), torch::ones({3, 0}, dtype()), b),
+                           b.expand({2, 3})));
+  EXPECT_TRUE(torch::equal(ops::linear_rows(torch::zeros({1, 0}, dtype()), torch::ones({3, 0}, dtype())),
+                           torch::zeros({1, 3}, dtype())));
+  EXPECT_EQ(ops::linear_rows(torch::zeros({1, 4}, dtype()), torch::ones({0, 4}, dtype())).sizes(),
+            torch::IntArrayRef({1, 0}));
+}
+
+std::vector<LinearParam> linear_grid() {
+  std::vector<LinearParam> grid;
+  for (auto c : {ops::cpu::Capability::Default, ops::cpu::Capability::Avx2, ops::cpu::Capability::Avx512}) {
+    for (torch::Dtype d : {torch::kFloat32, torch::kBFloat16}) grid.push_back({c, d});
+  }
+  return grid;
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, LinearRowsKernel, ::testing::ValuesIn(linear_grid()), linear_param_name);
+
+TEST(LinearRowsErrors, NameTheArgumentAndShapes) {
+  const torch::Tensor w = torch::randn({3, 4});
+  EXPECT_ERROR_CONTAINS(ops::linear_rows(torch::randn({5, 4}), w), "at most 4 rows");
+  EXPECT_ERROR_CONTAINS(ops::linear_rows(torch::randn({1, 5}), w), "input must be [..., in_features] = [..., 4]");
+  EXPECT_ERROR_CONTAINS(ops::linear_rows(torch::randn({1, 4}), torch::randn({3, 4, 1})),
+                        "weight must be [out_features, in_features]");
+  EXPECT_ERROR_CONTAINS(ops::linear_rows(torch::randn({1, 4}), w, torch::randn({4})),
+                        "bias must be [out_features] = [3]");
+  EXPECT_ERROR_CONTAINS(ops::linear_rows(torch::randn({1, 4}, torch::kFloat64), w.to(torch::kFloat64)),
+                        "float32 or bfloat16");
+  EXPECT_ERROR_CONTAINS(ops::linear_rows(torch::randn({1, 4}), w.to(torch::kBFloat16)), "weight must have input's dtype");
+  EXPECT_ERROR_CONTAINS(ops::linear_rows(torch::randn({1, 4}), torch::Tensor()), "must be defined");
+}
+
+// attn::linear: the front door chooses linear_rows for a few rows without gradients, and at::linear otherwise;
+// either way the result is at::linear's in float64.
+TEST(Linear, EveryRouteMatchesFloat64) {
+  torch::manual_seed(14);
+  const torch::Tensor w = torch::randn({40, 24}), b = torch::randn({40});
+  const auto ref = [&](const torch::Tensor& x) {
+    return at::linear(x.to(torch::kFloat64), w.to(torch::kFloat64), b.to(torch::kFloat64));
+  };
+  for (int64_t rows : {1, 3, 4, 5, 17}) {
+    const torch::Tensor x = torch::randn({rows, 24});
+    EXPECT_TRUE(torch::allclose(attn::linear(x, w, b).to(torch::kFloat64), ref(x), 1e-5, 1e-4)) << rows << " rows";
+  }
+  const torch::Tensor x64 = torch::randn({1, 24}, torch::kFloat64);
+  EXPECT_TRUE(torch::allclose(attn::linear(x64, w.to(torch::kFloat64), b.to(torch::kFloat64)), ref(x64), 1e-12, 1e-12));
+}
+
+TEST(Linear, GradientsFlowWhenRecorded) {
+  // One float32 row with a weight that requires grad: the kernel is not differentiable, so attn::linear must
+  // take at::linear, and d(Σ y·g)/dW = gᵀx, d/db = g, d/dx = g W.
+  torch::manual_seed(15);
+  const torch::Tensor w = torch::randn({6, 5}).requires_grad_(), b = torch::randn({6}).requires_grad_();
+  const torch::Tensor x = torch::randn({1, 5}).requires_grad_();
+  const torch::Tensor g = torch::randn({1, 6});
+  (attn::linear(x, w, b) * g).sum().backward();
+  const torch::Tensor g64 = g.to(torch::kFloat64), x64 = x.detach().to(torch::kFloat64);
+  EXPECT_TRUE(torch::allclose(w.grad().to(torch::kFloat64), g64.t().mm(x64), 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(b.grad().to(torch::kFloat64), g64.squeeze(0), 1e-6, 1e-6));
+  EXPECT_TRUE(torch::allclose(x.grad().to(torch::kFloat64), g64.mm(w.detach().to(torch::kFloat64)), 1e-5, 1e-5));
+  // Without recording (inference), the same call runs the kernel and its result carries no graph.
+  torch::NoGradGuard no_grad;
+  EXPECT_FALSE(attn::linear(x, w, b).requires_grad());
+}
+
+TEST(Linear, FrontDoorErrors) {
+  EXPECT_ERROR_CONTAINS(attn::linear(torch::randn({1, 5}), torch::randn({3, 4})),
+                        "attn::linear: input must be [..., in_features] = [..., 4]");
+  EXPECT_ERROR_CONTAINS(attn::linear(torch::randn({1, 4}), torch::randn({3, 4}), torch::randn({2})),
+                        "attn::linear: bias must be [out_features] = [3]");
+}
+
+}  // namespace
+}  // namespace attn::test
