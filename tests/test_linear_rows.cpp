@@ -6,8 +6,6 @@
 #include "kernel_variants.h"
 #include "support.h"
 
-#include <memory>
-
 #include <attn/functional.h>
 #include <attn/ops/linear_rows.h>
 
@@ -17,23 +15,8 @@
 namespace attn::test {
 namespace {
 
-struct LinearParam {
-  ops::cpu::Capability capability;
-  torch::Dtype dtype;
-};
-
-std::string linear_param_name(const ::testing::TestParamInfo<LinearParam>& info) {
-  return std::string(ops::cpu::capability_name(info.param.capability)) + "_" + c10::toString(info.param.dtype);
-}
-
-class LinearRowsKernel : public ::testing::TestWithParam<LinearParam> {
+class LinearRowsKernel : public KernelVariantTest {
  protected:
-  void SetUp() override {
-    scope_ = std::make_unique<CapabilityScope>(GetParam().capability);
-    RecordProperty("kernel_variant", ops::cpu::capability_name(ops::cpu::active_capability()));
-  }
-  void TearDown() override { scope_.reset(); }
-
   torch::Dtype dtype() const { return GetParam().dtype; }
 
   /// y against at::linear in float64 on the same (rounded) inputs: float32 sums differ from float64's by
@@ -48,9 +31,6 @@ class LinearRowsKernel : public ::testing::TestWithParam<LinearParam> {
     EXPECT_TRUE(torch::allclose(y.to(torch::kFloat64), ref, bf16 ? 1.0 / 256 : 1e-5, bf16 ? 1e-3 : 1e-4))
         << what << ": max |y - ref| = " << (y.to(torch::kFloat64) - ref).abs().max().item<double>();
   }
-
- private:
-  std::unique_ptr<CapabilityScope> scope_;
 };
 
 TEST_P(LinearRowsKernel, MatchesFloat64AcrossRowsWidthsAndBias) {
@@ -114,15 +94,16 @@ TEST_P(LinearRowsKernel, EmptyShapes) {
             torch::IntArrayRef({1, 0}));
 }
 
-std::vector<LinearParam> linear_grid() {
-  std::vector<LinearParam> grid;
+/// Every variant × the op's two dtypes.
+std::vector<KernelParam> linear_grid() {
+  std::vector<KernelParam> grid;
   for (auto c : {ops::cpu::Capability::Default, ops::cpu::Capability::Avx2, ops::cpu::Capability::Avx512}) {
     for (torch::Dtype d : {torch::kFloat32, torch::kBFloat16}) grid.push_back({c, d});
   }
   return grid;
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, LinearRowsKernel, ::testing::ValuesIn(linear_grid()), linear_param_name);
+INSTANTIATE_TEST_SUITE_P(Variants, LinearRowsKernel, ::testing::ValuesIn(linear_grid()), kernel_param_name);
 
 TEST(LinearRowsErrors, NameTheArgumentAndShapes) {
   const torch::Tensor w = torch::randn({3, 4});

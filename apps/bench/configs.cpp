@@ -132,6 +132,22 @@ Suite build_decode_suite() {
             c.dtype = dtype;
             out.push_back(c);
           }
+  // A decoding step's products, x [rows, in] times a weight [out, in]: SmolLM2-135M's LM head and MLP, and a
+  // 7B model's square projection; attn::linear against at::linear (what torch::nn::Linear calls).
+  for (const std::string dtype : {"float32", "bfloat16"})
+    for (const auto& [out_features, in_features] :
+         std::vector<std::pair<int64_t, int64_t>>{{49152, 576}, {1536, 576}, {576, 1536}, {4096, 4096}})
+      for (int64_t rows : {1, 4})
+        for (const std::string impl : {"attn_linear", "at_linear"}) {
+          Config c;
+          c.name = fmt::format("linear/{}/rows={}/{}x{}{}", impl, rows, out_features, in_features,
+                               dtype == "float32" ? "" : "/" + dtype);
+          c.kind = Kind::Linear;
+          c.impl = impl;
+          c.Tq = rows, c.Tk = out_features, c.d = in_features;
+          c.dtype = dtype;
+          out.push_back(c);
+        }
   for (int64_t Hkv : {8, 32}) {
     Config c;
     c.name = fmt::format("prefill/fused/T=2048/Hkv={}", Hkv);
@@ -193,7 +209,7 @@ Suite build_variants_suite() {
 
 // Implementations that hold the whole [B, H, Tq, Tk] score matrix in memory.
 bool materialises_scores(const Config& c) {
-  return c.kind != Kind::Gemm && c.kind != Kind::Variant && c.impl != "fused" && c.impl != "attn_mha";
+  return c.kind != Kind::Gemm && c.kind != Kind::Variant && c.kind != Kind::Linear && c.impl != "fused" && c.impl != "attn_mha";
 }
 
 }  // namespace
@@ -240,6 +256,7 @@ double bytes_read(const Config& c) {
   const double element = c.dtype == "float32" ? 4.0 : 2.0;
   if (c.kind == Kind::Bandwidth) return kBandwidthBytes;
   if (c.kind == Kind::Decode) return element * c.B * kv_heads(c) * c.Tk * 2.0 * c.d;  // K and V, read once
+  if (c.kind == Kind::Linear) return element * c.Tk * c.d;  // the weight, read once
   return 0;
 }
 
@@ -248,6 +265,7 @@ double flops(const Config& c) {
   if (c.kind == Kind::Gemm) return 2 * Tq * Tk * d;
   if (c.kind == Kind::Bandwidth) return 0;
   if (c.kind == Kind::Decode) return 4 * B * H * Tq * Tk * d;  // every cached key is before the new query
+  if (c.kind == Kind::Linear) return 2 * Tq * Tk * d;
   if (c.kind == Kind::Variant) return 4 * H * d * attended_pairs(c);
   // Forward attention: QKᵀ and PV, 2·Tq·Tk·d each (4·B·H·Tq·Tk·d; 2·B·H·Tq·Tk·(d_k+d_v) if they differed).
   // Causal does half the pairs.

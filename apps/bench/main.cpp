@@ -64,8 +64,8 @@ ratios to stdout.
 FLOPs follow FlashAttention's benchmarks: attention 4·B·H·Tq·Tk·d forward, half if causal, backward 2.5×
 forward, plus 2·T·d_in·d_out per projection. "% GEMM" is relative to a 2048³ torch::mm of the row's dtype
 (float32, or bfloat16 where the suite has bfloat16 rows) measured first in the same run. The decode suite
-is bound by memory instead: "GB/s" is the K/V cache read per step, and "% BW" is relative to a streaming
-read (sum over 1 GiB) measured first in the same run.
+is bound by memory instead: "GB/s" is the K/V cache (or, for linear rows, the weight) read per step, and
+"% BW" is relative to a streaming read (sum over 1 GiB) measured first in the same run.
 
 Options:
   --suite NAME      which configurations to run (default: quick):
@@ -85,12 +85,14 @@ would exceed {:.0f} GiB.
 Names: gemm/2048, core/IMPL/T=N/causal, core/IMPL/T=N/noncausal, mha/IMPL/T=N, train/IMPL/T=N (full and
 peer: train/IMPL/T=N/causal and /noncausal), long/fused/T=N; decode: bandwidth/sum-1GiB,
 decode/IMPL/B=N/Hkv=N/L=N (one step of 32 query heads of 128 over a cache of L positions; IMPL decode, math,
-torch_sdpa), prefill/fused/T=2048/Hkv=N; a bfloat16 row ends in /bfloat16. torch_sdpa is LibTorch's
+torch_sdpa), linear/IMPL/rows=N/OUTxIN (a decoding step's product x [rows, IN] times a weight [OUT, IN]; IMPL
+attn_linear or at_linear), prefill/fused/T=2048/Hkv=N; a bfloat16 row ends in /bfloat16. torch_sdpa is LibTorch's
 scaled_dot_product_attention (on LibTorch 2.x its fused CPU flash kernel). Examples:
   attn-bench --json bench.json
   attn-bench --suite peer                  # ours against LibTorch's SDPA, float32 and bfloat16
   attn-bench --suite full --filter core/fused/ --reps 5
   attn-bench --suite decode --filter L=8192  # decode steps against an 8k cache, with the bandwidth ceiling
+  attn-bench --suite decode --filter linear/  # a decoding step's products: attn::linear against at::linear
   attn-bench --suite variants              # sliding window, softcap, ALiBi, sinks, packed vs padded batches
   attn-bench --filter /causal              # only the causal configurations
 

@@ -106,7 +106,7 @@ void print_table(const std::vector<Record>& records, const Ceilings& ceilings) {
     if (note.size() > kNoteWidth) note = note.substr(0, kNoteWidth - 3) + "...";
     const double ms = r.measurement ? r.measurement->ms_median : kNaN;
     const double rss = r.measurement ? r.measurement->peak_rss_mib : kNaN;
-    const bool compute = bytes_read(r.config) <= 0 || r.config.kind == Kind::Decode;
+    const bool compute = bytes_read(r.config) <= 0 || r.config.kind == Kind::Decode || r.config.kind == Kind::Linear;
     fmt::print("{:<{}}  {:>10}  {:>8}  {:>7}  {:>9}", r.config.name, width, number_or_dash(ms, "{:.2f}"),
                number_or_dash(compute ? r.gflops() : kNaN, "{:.1f}"),
                number_or_dash(compute ? r.pct_of(ceilings.of(r.config.dtype)) : kNaN, "{:.1f}"),
@@ -193,6 +193,18 @@ void print_ratios(const std::vector<Record>& records, const Ceilings& ceilings) 
                c.B, c.H, kv_heads(c), c.Tk, dtype_suffix(c), r.measurement->ms_median, r.gbps(),
                number_or_dash(r.gbps() / bandwidth * 100, "{:.0f}%"), speedup(&r, find_decode(c, "math")),
                speedup(&r, find_decode(c, "torch_sdpa")));
+  }
+  // A decoding step's product: attn::linear against at::linear on the same weight, and its share of the ceiling.
+  for (const Record& r : records) {
+    const Config& c = r.config;
+    if (c.kind != Kind::Linear || c.impl != "attn_linear" || !r.measurement) continue;
+    const Record* peer = nullptr;
+    for (const Record& p : records)
+      if (p.config.kind == Kind::Linear && p.config.impl == "at_linear" && p.config.Tq == c.Tq &&
+          p.config.Tk == c.Tk && p.config.d == c.d && p.config.dtype == c.dtype && p.measurement)
+        peer = &p;
+    fmt::print("  linear rows={} {}x{}{}: {:.1f} GB/s ({} of the ceiling); vs at::linear {}\n", c.Tq, c.Tk, c.d,
+               dtype_suffix(c), r.gbps(), number_or_dash(r.gbps() / bandwidth * 100, "{:.0f}%"), speedup(&r, peer));
   }
   const Record* gqa = nullptr;
   const Record* mha = nullptr;

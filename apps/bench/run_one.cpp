@@ -134,6 +134,13 @@ std::function<void()> make_workload(const Config& c, const torch::Device& device
       if (c.impl != "decode" && c.impl != "math") throw std::invalid_argument("unknown decode impl '" + c.impl + "'");
       return [=] { attn::attention_with_kv_cache(q, k, v, starts, lengths, options); };
     }
+    case Kind::Linear: {
+      const torch::Tensor x = torch::randn({c.Tq, c.d}, opts);
+      const torch::Tensor weight = torch::randn({c.Tk, c.d}, opts);
+      if (c.impl == "at_linear") return [=] { at::linear(x, weight); };
+      if (c.impl != "attn_linear") throw std::invalid_argument("unknown linear impl '" + c.impl + "'");
+      return [=] { attn::linear(x, weight); };
+    }
     case Kind::Training: {
       torch::Tensor q = torch::randn({c.B, c.H, c.Tq, c.d}, opts).requires_grad_();
       torch::Tensor k = torch::randn({c.B, c.H, c.Tk, c.d}, opts).requires_grad_();

@@ -64,9 +64,9 @@ torch::Tensor varlen_attention(const torch::Tensor& query, const torch::Tensor& 
                                int64_t max_seqlen_q, int64_t max_seqlen_k, const SdpaOptions& options = {});
 
 /// x · weightᵀ + bias, as at::linear (input [..., in], weight [out, in], bias [out] or undefined ->
-/// [..., out]), with the product that suits a decoding step: for at most ops::kLinearRowsMax rows on the CPU
-/// in float32 or bfloat16 with no gradient recorded, attn::ops::linear_rows, which streams the weight once at
-/// close to the memory's rate; otherwise at::linear. The modules' projections take the same route. Use it for
+/// [..., out]), with the product that suits a decoding step: for one row, or up to ops::kLinearRowsMax rows of
+/// 4096 elements in all, on the CPU in float32 or bfloat16 with no gradient recorded, attn::ops::linear_rows,
+/// which streams the weight once at close to the memory's rate; otherwise at::linear. The modules' projections take the same route. Use it for
 /// a model's other layers (MLP, LM head) when decoding.
 torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias = {});
 
