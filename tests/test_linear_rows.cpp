@@ -94,12 +94,13 @@ TEST_P(LinearRowsKernel, EmptyShapes) {
             torch::IntArrayRef({1, 0}));
 }
 
-/// Every variant × the op's two dtypes.
+/// Every variant × the op's two dtypes, and bfloat16 on AVX512-BF16's pair products.
 std::vector<KernelParam> linear_grid() {
   std::vector<KernelParam> grid;
   for (auto c : {ops::cpu::Capability::Default, ops::cpu::Capability::Avx2, ops::cpu::Capability::Avx512}) {
     for (torch::Dtype d : {torch::kFloat32, torch::kBFloat16}) grid.push_back({c, d});
   }
+  grid.push_back({ops::cpu::Capability::Avx512Bf16, torch::kBFloat16});  // bfloat16 pairs (AVX512-BF16)
   return grid;
 }
 

@@ -49,6 +49,13 @@ void pack_transposed_in_pairs(const c10::BFloat16* src, int64_t ld_src, int64_t 
 void bf16_gemm(int64_t m, int64_t n, int64_t pairs, float alpha, LeftOperand a, PairsOperand b, float beta,
                float* c, int64_t ldc);
 
+/// s[r] = Σ_i x[r · in + i] · w[i] for r < rows (1 to 4): the dot products of up to four contiguous bfloat16
+/// rows of x with one bfloat16 weight row, as pair products summed in float (the bfloat16 linear_rows on a CPU
+/// with AVX512-BF16: one load and one vdpbf16ps per 32 weights and row, where widening takes four
+/// instructions). bfloat16 products are exact in float, so only the order of the float sums differs from
+/// widening first.
+void bf16_dot_rows(int rows, const c10::BFloat16* x, int64_t in, const c10::BFloat16* w, float* s);
+
 /// The FLOP rate of vdpbf16ps over that of the float FMA (vfmadd231ps), both on 512-bit registers, measured on
 /// the calling thread in register-only loops (under a millisecond; best of 7 rounds each). About 2 where the
 /// pair product issues at the FMA's rate (AMD Zen 4), about 0.5 where it issues at half of it (the Intel Xeon

@@ -156,6 +156,50 @@ void pack_transposed_in_pairs(const c10::BFloat16* src, int64_t ld_src, int64_t 
   for (int64_t p = 0; p < (k + 1) / 2; ++p) std::fill(dst + p * ld + n, dst + (p + 1) * ld, 0u);
 }
 
+namespace {
+
+/// The dot products of R rows of x with w; two accumulators per row cover vdpbf16ps's latency.
+template <int R>
+void dot_rows(const c10::BFloat16* x, int64_t in, const c10::BFloat16* w, float* s) {
+  constexpr int64_t kStep = 2 * kPairLanes;  // bfloat16 per vector
+  __m512 acc0[R], acc1[R];
+  ATTN_UNROLL
+  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 2 * kStep <= in; i += 2 * kStep) {
+    const __m512bh w0 = (__m512bh)_mm512_loadu_si512(w + i), w1 = (__m512bh)_mm512_loadu_si512(w + i + kStep);
+    ATTN_UNROLL
+    for (int r = 0; r < R; ++r) {
+      acc0[r] = _mm512_dpbf16_ps(acc0[r], (__m512bh)_mm512_loadu_si512(x + r * in + i), w0);
+      acc1[r] = _mm512_dpbf16_ps(acc1[r], (__m512bh)_mm512_loadu_si512(x + r * in + i + kStep), w1);
+    }
+  }
+  // The rest in vectors of up to 32, the lanes past `in` loaded as zeros.
+  for (; i < in; i += kStep) {
+    const int64_t n = std::min(kStep, in - i);
+    const __mmask32 mask = static_cast<__mmask32>(n == 32 ? ~0u : (1u << n) - 1u);
+    const __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(mask, w + i);
+    ATTN_UNROLL
+    for (int r = 0; r < R; ++r) {
+      acc0[r] = _mm512_dpbf16_ps(acc0[r], (__m512bh)_mm512_maskz_loadu_epi16(mask, x + r * in + i), wv);
+    }
+  }
+  ATTN_UNROLL
+  for (int r = 0; r < R; ++r) s[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));
+}
+
+}  // namespace
+
+void bf16_dot_rows(int rows, const c10::BFloat16* x, int64_t in, const c10::BFloat16* w, float* s) {
+  switch (rows) {
+    case 1: return dot_rows<1>(x, in, w, s);
+    case 2: return dot_rows<2>(x, in, w, s);
+    case 3: return dot_rows<3>(x, in, w, s);
+    case 4: return dot_rows<4>(x, in, w, s);
+    default: TORCH_INTERNAL_ASSERT(false, "bf16_dot_rows: ", rows, " rows");
+  }
+}
+
 void bf16_gemm(int64_t m, int64_t n, int64_t pairs, float alpha, LeftOperand a, PairsOperand b, float beta,
                float* c, int64_t ldc) {
   TORCH_INTERNAL_ASSERT(beta == 0.0f || beta == 1.0f, "bf16_gemm: beta must be 0 or 1, got ", beta);

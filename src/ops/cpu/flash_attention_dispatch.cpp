@@ -187,7 +187,13 @@ void decode_forward(const DecodeArgs<float, float>& args) { dispatch_decode(args
 void decode_forward(const DecodeArgs<double, double>& args) { dispatch_decode(args); }
 void decode_forward(const DecodeArgs<float, c10::BFloat16>& args) { dispatch_decode(args); }
 void linear_rows(const LinearRowsArgs<float>& args) { dispatch_linear_rows(args); }
-void linear_rows(const LinearRowsArgs<c10::BFloat16>& args) { dispatch_linear_rows(args); }
+void linear_rows(const LinearRowsArgs<c10::BFloat16>& args) {
+#if defined(ATTN_HAVE_AVX512_KERNELS) && defined(ATTN_HAVE_BF16_DOT)
+  // Memory-bound, so the pair product pays wherever it exists, without the bfloat16 route's speed probe.
+  if (active_capability() == Capability::Avx512Bf16) return kernel_avx512::linear_rows_pairs(args);
+#endif
+  dispatch_linear_rows(args);
+}
 void flash_forward(const FlashForward<float>& args) { dispatch_forward(args); }
 void flash_forward(const FlashForward<double>& args) { dispatch_forward(args); }
 void flash_backward(const FlashBackward<float>& args) { dispatch_backward(args); }

@@ -106,6 +106,7 @@ template <typename W>
 struct LinearRowsArgs {
   int64_t rows = 0, in = 0, out = 0;
   const float* x = nullptr;     // [rows, in] contiguous
+  const W* x_native = nullptr;  // the same rows in W, contiguous (the bfloat16 pairs route reads these)
   const W* weight = nullptr;    // row o at weight + o * weight_stride, its in elements contiguous
   int64_t weight_stride = 0;
   const float* bias = nullptr;  // [out]; nullptr: none
@@ -181,6 +182,8 @@ ATTN_DECLARE_FLASH_KERNELS(kernel_avx512)
 #undef ATTN_DECLARE_FLASH_KERNELS
 namespace kernel_avx512 {
 void flash_forward(const FlashForward<float, c10::BFloat16>& args);
+/// linear_rows on bfloat16 pairs (bf16_dot_rows): only on a CPU with AVX512-BF16.
+void linear_rows_pairs(const LinearRowsArgs<c10::BFloat16>& args);
 }
 
 /// Tile sizes: query rows and key rows per tile. A [kQueryBlock, kKeyBlock] score tile plus the output

@@ -50,7 +50,8 @@ at::Tensor linear_rows_cpu(const at::Tensor& input, const at::Tensor& weight, co
   // No products to sum (and the weight may hold no storage to point into).
   if (in == 0) return b.defined() ? b.expand(sizes).contiguous() : at::zeros(sizes, input.options());
 
-  const at::Tensor x = input.reshape({count, in}).to(at::kFloat).contiguous();
+  const at::Tensor x_native = input.reshape({count, in}).contiguous();
+  const at::Tensor x = x_native.to(at::kFloat);
   const at::Tensor w = weight.stride(1) == 1 ? weight : weight.contiguous();
   const at::Tensor bias_float = b.defined() ? b.to(at::kFloat).contiguous() : at::Tensor();
   at::Tensor y = at::empty({count, out}, input.options().dtype(at::kFloat));
@@ -65,6 +66,7 @@ at::Tensor linear_rows_cpu(const at::Tensor& input, const at::Tensor& weight, co
     LinearRowsArgs<c10::BFloat16> args;
     fill(args);
     args.weight = w.data_ptr<c10::BFloat16>();
+    args.x_native = x_native.data_ptr<c10::BFloat16>();
     linear_rows(args);
     return y.to(at::kBFloat16).view(sizes);
   }
