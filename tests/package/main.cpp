@@ -56,8 +56,17 @@ int main() {
       std::fprintf(stderr, "consumer: the TorchScript export differs from the module by %g\n", difference);
       return 1;
     }
+    // A decoding step's product through attn::linear (the attn::linear_rows op, registered by the installed
+    // library) against the stock Linear's own forward on the same row.
+    const torch::Tensor row = x[0][0].unsqueeze(0);
+    const torch::Tensor step = attn::linear(row, block->head->weight, block->head->bias);
+    const double step_difference = (step - block->head->forward(row)).abs().max().item<double>();
+    if (!(step_difference <= 1e-5)) {
+      std::fprintf(stderr, "consumer: attn::linear differs from torch::nn::Linear by %g\n", step_difference);
+      return 1;
+    }
     std::printf("consumer: attn %s from the installed package, %zu parameters, output [%ld, %ld, %ld] finite, "
-                "TorchScript export agrees\n",
+                "TorchScript export and attn::linear agree\n",
                 ATTN_VERSION, block->parameters().size(), static_cast<long>(batch), static_cast<long>(length),
                 static_cast<long>(classes));
     return 0;
