@@ -1,8 +1,11 @@
 // Thread safety and determinism. N threads run forward concurrently on one shared module in eval mode and
 // every result is bitwise identical to the single-threaded one; the same seed gives bitwise the same outputs
-// and gradients from run to run, and the fused kernel's results do not depend on the thread count.
+// and gradients from run to run; and the results of the fused kernel and of attn::linear's few-row kernel do
+// not depend on the thread count.
 
 #include "support.h"
+
+#include <attn/functional.h>
 
 #include <atomic>
 #include <iostream>
@@ -116,6 +119,26 @@ TEST(Determinism, FusedResultsDoNotDependOnTheThreadCount) {
       } else {
         EXPECT_TRUE(torch::allclose(runs[0][i], runs[r][i], 1e-5, 1e-6)) << "threads run " << r << ", tensor " << i;
       }
+    }
+  }
+}
+
+// attn::linear's few-row kernel gives each output to one thread, summed in a fixed order, so its results are
+// bitwise the same for any thread count (no BLAS inside, so also without OpenMP).
+TEST(Determinism, LinearRowsResultsDoNotDependOnTheThreadCount) {
+  const int saved = at::get_num_threads();
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(23);
+  const torch::Tensor x = torch::randn({2, 576}), w = torch::randn({3000, 576}), b = torch::randn({3000});
+  std::vector<std::vector<torch::Tensor>> runs;
+  for (int threads : {1, 2, 3}) {
+    at::set_num_threads(threads);
+    runs.push_back({attn::linear(x, w, b), attn::linear(x.to(torch::kBFloat16), w.to(torch::kBFloat16))});
+  }
+  at::set_num_threads(saved);
+  for (size_t r = 1; r < runs.size(); ++r) {
+    for (size_t i = 0; i < runs[0].size(); ++i) {
+      EXPECT_TRUE(torch::equal(runs[0][i], runs[r][i])) << "threads run " << r << ", tensor " << i;
     }
   }
 }
