@@ -116,7 +116,8 @@ TEST(LinearRowsErrors, NameTheArgumentAndShapes) {
                         "bias must be [out_features] = [3]");
   EXPECT_ERROR_CONTAINS(ops::linear_rows(torch::randn({1, 4}, torch::kFloat64), w.to(torch::kFloat64)),
                         "float32 or bfloat16");
-  EXPECT_ERROR_CONTAINS(ops::linear_rows(torch::randn({1, 4}), w.to(torch::kBFloat16)), "weight must have input's dtype");
+  EXPECT_ERROR_CONTAINS(ops::linear_rows(torch::randn({1, 4}), w.to(torch::kBFloat16)),
+                        "weight must have input's dtype");
   EXPECT_ERROR_CONTAINS(ops::linear_rows(torch::randn({1, 4}), torch::Tensor()), "must be defined");
 }
 

@@ -27,7 +27,7 @@ enum class Kind {
   LongContext,  // the fused core at long T, forward only: the point is peak RSS
   Bandwidth,    // the memory-bandwidth ceiling: a streaming read (sum) of kBandwidthBytes
   Decode,       // one decoding step: Tq = 1 query per head against a KV cache of Tk positions
-  Linear,       // one decoding step's product: Tq rows of x [Tq, d] times a weight [Tk, d] (impl attn_linear | at_linear)
+  Linear,       // a decoding step's product: x [Tq, d] times a weight [Tk, d] (impl attn_linear | at_linear)
   Variant,      // the fused core with a window, a score term, or packed sequences (impl fused | packed | padded)
 };
 

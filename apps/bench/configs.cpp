@@ -209,7 +209,8 @@ Suite build_variants_suite() {
 
 // Implementations that hold the whole [B, H, Tq, Tk] score matrix in memory.
 bool materialises_scores(const Config& c) {
-  return c.kind != Kind::Gemm && c.kind != Kind::Variant && c.kind != Kind::Linear && c.impl != "fused" && c.impl != "attn_mha";
+  return c.kind != Kind::Gemm && c.kind != Kind::Variant && c.kind != Kind::Linear && c.impl != "fused" &&
+         c.impl != "attn_mha";
 }
 
 }  // namespace

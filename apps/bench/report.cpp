@@ -31,6 +31,17 @@ const Record* find(const std::vector<Record>& records, Kind kind, const std::str
   return nullptr;
 }
 
+// The record that measured configuration c's shape (every size, causality and dtype) with `impl`, or nullptr.
+const Record* find_peer(const std::vector<Record>& records, const Config& c, const std::string& impl) {
+  for (const Record& r : records) {
+    const Config& p = r.config;
+    if (p.kind == c.kind && p.impl == impl && p.B == c.B && p.H == c.H && p.Hkv == c.Hkv && p.Tq == c.Tq &&
+        p.Tk == c.Tk && p.d == c.d && p.causal == c.causal && p.dtype == c.dtype)
+      return r.measurement ? &r : nullptr;
+  }
+  return nullptr;
+}
+
 // " bfloat16" after a row's description; nothing for float32, the default.
 std::string dtype_suffix(const Config& c) { return c.dtype == "float32" ? "" : " " + c.dtype; }
 
@@ -106,7 +117,8 @@ void print_table(const std::vector<Record>& records, const Ceilings& ceilings) {
     if (note.size() > kNoteWidth) note = note.substr(0, kNoteWidth - 3) + "...";
     const double ms = r.measurement ? r.measurement->ms_median : kNaN;
     const double rss = r.measurement ? r.measurement->peak_rss_mib : kNaN;
-    const bool compute = bytes_read(r.config) <= 0 || r.config.kind == Kind::Decode || r.config.kind == Kind::Linear;
+    const Kind kind = r.config.kind;
+    const bool compute = bytes_read(r.config) <= 0 || kind == Kind::Decode || kind == Kind::Linear;
     fmt::print("{:<{}}  {:>10}  {:>8}  {:>7}  {:>9}", r.config.name, width, number_or_dash(ms, "{:.2f}"),
                number_or_dash(compute ? r.gflops() : kNaN, "{:.1f}"),
                number_or_dash(compute ? r.pct_of(ceilings.of(r.config.dtype)) : kNaN, "{:.1f}"),
@@ -178,33 +190,22 @@ void print_ratios(const std::vector<Record>& records, const Ceilings& ceilings) 
                bandwidth);
   }
   // One decode step: ours vs the math path and LibTorch's SDPA on the same cache, and our share of the ceiling.
-  const auto find_decode = [&](const Config& c, const std::string& impl) -> const Record* {
-    for (const Record& r : records)
-      if (r.config.kind == Kind::Decode && r.config.impl == impl && r.config.B == c.B && r.config.Hkv == c.Hkv &&
-          r.config.Tk == c.Tk && r.config.dtype == c.dtype)
-        return r.measurement ? &r : nullptr;
-    return nullptr;
-  };
   for (const Record& r : records) {
     const Config& c = r.config;
     if (c.kind != Kind::Decode || c.impl != "decode" || !r.measurement) continue;
     fmt::print("  decode B={} H={} Hkv={} L={}{}: {:.3f} ms/token, {:.1f} GB/s ({} of the ceiling); vs math {}, "
                "vs torch_sdpa {}\n",
                c.B, c.H, kv_heads(c), c.Tk, dtype_suffix(c), r.measurement->ms_median, r.gbps(),
-               number_or_dash(r.gbps() / bandwidth * 100, "{:.0f}%"), speedup(&r, find_decode(c, "math")),
-               speedup(&r, find_decode(c, "torch_sdpa")));
+               number_or_dash(r.gbps() / bandwidth * 100, "{:.0f}%"), speedup(&r, find_peer(records, c, "math")),
+               speedup(&r, find_peer(records, c, "torch_sdpa")));
   }
   // A decoding step's product: attn::linear against at::linear on the same weight, and its share of the ceiling.
   for (const Record& r : records) {
     const Config& c = r.config;
     if (c.kind != Kind::Linear || c.impl != "attn_linear" || !r.measurement) continue;
-    const Record* peer = nullptr;
-    for (const Record& p : records)
-      if (p.config.kind == Kind::Linear && p.config.impl == "at_linear" && p.config.Tq == c.Tq &&
-          p.config.Tk == c.Tk && p.config.d == c.d && p.config.dtype == c.dtype && p.measurement)
-        peer = &p;
     fmt::print("  linear rows={} {}x{}{}: {:.1f} GB/s ({} of the ceiling); vs at::linear {}\n", c.Tq, c.Tk, c.d,
-               dtype_suffix(c), r.gbps(), number_or_dash(r.gbps() / bandwidth * 100, "{:.0f}%"), speedup(&r, peer));
+               dtype_suffix(c), r.gbps(), number_or_dash(r.gbps() / bandwidth * 100, "{:.0f}%"),
+               speedup(&r, find_peer(records, c, "at_linear")));
   }
   const Record* gqa = nullptr;
   const Record* mha = nullptr;

@@ -26,7 +26,8 @@ bool takes_linear_rows(const torch::Tensor& x, const torch::Tensor& weight, cons
   const int64_t in = weight.size(1);
   if (!x.device().is_cpu() || !weight.device().is_cpu() || x.size(-1) != in || in == 0) return false;
   const int64_t rows = x.numel() / in;
-  if (rows > ops::kLinearRowsMax || (rows > 1 && rows * in > kLinearRowsInputElements) || !kernel_dtype(x) || weight.scalar_type() != x.scalar_type()) return false;
+  if (rows > ops::kLinearRowsMax || (rows > 1 && rows * in > kLinearRowsInputElements)) return false;
+  if (!kernel_dtype(x) || weight.scalar_type() != x.scalar_type()) return false;
   if (bias.defined() && (bias.scalar_type() != x.scalar_type() || !bias.device().is_cpu())) return false;
   return !(torch::GradMode::is_enabled() && (needs_grad(x) || needs_grad(weight) || needs_grad(bias)));
 }

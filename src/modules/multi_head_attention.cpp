@@ -1,7 +1,7 @@
 #include <attn/modules/multi_head_attention.h>
 
-#include "modules/common/heads.h"
 #include "backends/projection.h"
+#include "modules/common/heads.h"
 #include "modules/common/settings.h"
 
 namespace attn {

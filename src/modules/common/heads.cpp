@@ -1,8 +1,8 @@
 #include "modules/common/heads.h"
-#include "backends/projection.h"
 
 #include "backends/cache.h"
 #include "backends/dispatch.h"
+#include "backends/projection.h"
 #include "common/checks.h"
 
 #include <ATen/ATen.h>
@@ -240,9 +240,9 @@ std::tuple<torch::Tensor, torch::Tensor> attend_memory(const ModuleLayout& layou
   const CallShape shape{batched, batch, query.size(-2), tk};
   SdpaOptions lifted = options;
   lifted.masks(lift_masks(layout, shape, masks, query));
-  const torch::Tensor q = split_heads(backends::project_rows(batched ? query : query.unsqueeze(0), projections.q.weight,
-                                                    projections.q.bias),
-                                      w.num_heads);
+  const torch::Tensor q = split_heads(
+      backends::project_rows(batched ? query : query.unsqueeze(0), projections.q.weight, projections.q.bias),
+      w.num_heads);
   auto [out, weights] = backends::attention(layout.module, q, memory_key, memory_value, lifted, need_weights);
   if (!batched && weights.defined()) weights = weights.squeeze(0);
   return {merge_heads(out, shape), weights};

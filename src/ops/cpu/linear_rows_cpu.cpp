@@ -31,8 +31,9 @@ at::Tensor linear_rows_cpu(const at::Tensor& input, const at::Tensor& weight, co
   check_dtype_device("weight", weight, input);
   TORCH_CHECK(weight.dim() == 2, kLinearRowsOp, ": weight must be [out_features, in_features], got ", weight.sizes());
   const int64_t out = weight.size(0), in = weight.size(1);
-  TORCH_CHECK(input.dim() >= 1 && input.size(-1) == in, kLinearRowsOp, ": input must be [..., in_features] = [..., ", in,
-              "] to match weight ", weight.sizes(), ", got ", input.sizes());
+  TORCH_CHECK(input.dim() >= 1 && input.size(-1) == in, kLinearRowsOp,
+              ": input must be [..., in_features] = [..., ", in, "] to match weight ", weight.sizes(), ", got ",
+              input.sizes());
   std::vector<int64_t> sizes = input.sizes().vec();
   sizes.back() = out;
   const int64_t count = c10::multiply_integers(sizes.begin(), sizes.end() - 1);

@@ -44,7 +44,9 @@ void linear_rows_range(const LinearRowsArgs<W>& a, int64_t begin, int64_t end) {
   }
 }
 
-int64_t linear_rows_grain(int64_t in) { return std::max<int64_t>(1, kLinearRowsTaskElements / std::max<int64_t>(in, 1)); }
+int64_t linear_rows_grain(int64_t in) {
+  return std::max<int64_t>(1, kLinearRowsTaskElements / std::max<int64_t>(in, 1));
+}
 
 template <typename W>
 void linear_rows_impl(const LinearRowsArgs<W>& a) {
