@@ -23,13 +23,13 @@ function(attn_add_kernel_variants target)
     COMPILE_DEFINITIONS "CPU_CAPABILITY=AVX512;CPU_CAPABILITY_AVX512"
     COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mfma;$<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>;$<$<CXX_COMPILER_ID:GNU>:-Wno-uninitialized>"
     SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUSION ON)
-  # The bfloat16 route's micro-kernel (ops/cpu/bf16_gemm.h): its own file, so that no other code is compiled
-  # for AVX512-BF16, which CPUs with AVX-512 may lack.
+  # The bfloat16 route's micro-kernel (ops/cpu/bf16_gemm.h) and softmax step (ops/cpu/bf16_softmax.h): files
+  # of their own, so that no other code is compiled for AVX512-BF16, which CPUs with AVX-512 may lack.
   include(CheckCXXCompilerFlag)
   check_cxx_compiler_flag(-mavx512bf16 ATTN_COMPILER_HAS_AVX512BF16)
   if(ATTN_COMPILER_HAS_AVX512BF16)
-    target_sources(${target} PRIVATE ${dir}/bf16_gemm_avx512bf16.cpp)
-    set_source_files_properties(${dir}/bf16_gemm_avx512bf16.cpp PROPERTIES
+    target_sources(${target} PRIVATE ${dir}/bf16_gemm_avx512bf16.cpp ${dir}/bf16_softmax_avx512bf16.cpp)
+    set_source_files_properties(${dir}/bf16_gemm_avx512bf16.cpp ${dir}/bf16_softmax_avx512bf16.cpp PROPERTIES
       COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512bf16;-mfma;$<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>;$<$<CXX_COMPILER_ID:GNU>:-Wno-uninitialized>"
       SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUSION ON)
     target_compile_definitions(${target} PRIVATE ATTN_HAVE_BF16_DOT)

@@ -6,6 +6,7 @@
 #include "ops/cpu/flash_attention_kernel.h"
 #ifdef ATTN_HAVE_BF16_DOT
 #include "ops/cpu/bf16_gemm.h"
+#include "ops/cpu/bf16_softmax.h"
 #endif
 
 #include <attn/attn.h>
@@ -147,6 +148,97 @@ TEST(Bf16Gemm, MatchesFloat64ProductOfTheRoundedInputs) {
   }
 }
 
+// The row maxima the product gives on the side (lane_max): the maximum of each row's 16 lanes is the row's
+// maximum, the lanes only grow, and a beta = 1 call takes the sums it writes.
+TEST(Bf16Gemm, LaneMaximaAreTheRowMaximaOfTheWrittenResults) {
+  if (!cpu_has_bf16_route()) {
+    std::printf("[ NOTE     ] this CPU has no AVX512-BF16: the micro-kernel cannot run here (the route is never taken)\n");
+    EXPECT_FALSE(cpu_kernel_info().bfloat16_route);
+    return;
+  }
+  constexpr int64_t kLanes = ops::cpu::kPairLanes;
+  uint64_t seed = 70;
+  for (int64_t m : {1, 6, 7, 13}) {
+    for (int64_t n : {1, 17, 64, 130}) {
+      SCOPED_TRACE(::testing::Message() << "m=" << m << " n=" << n);
+      const int64_t k = 64, ld = ops::cpu::pairs_row_length(n);
+      const Matrix a = random_matrix(m, k, k, ++seed), b = random_matrix(k, n, n, ++seed);
+      std::vector<uint32_t> packed(k / 2 * ld + kLanes);
+      ops::cpu::pack_rows_in_pairs(b.data.data(), b.ld, k, n, packed.data(), ld);
+      std::vector<float> c(m * n), lanes(m * kLanes, -std::numeric_limits<float>::infinity());
+      lanes[kLanes - 1] = 1e30f;  // a lane's earlier maximum stays when the new values are below it
+      ops::cpu::bf16_gemm(m, n, k / 2, 0.25f, {a.data.data(), a.ld, 2}, {packed.data(), ld}, 0.0f, c.data(), n,
+                          lanes.data());
+      const torch::Tensor expected = 0.25 * a.exact.matmul(b.exact);
+      expect_product(as_tensor(c, m, n, n), expected, k);
+      const torch::Tensor lane_rows = torch::from_blob(lanes.data(), {m, kLanes}).to(torch::kFloat64);
+      EXPECT_EQ(lanes[kLanes - 1], 1e30f);
+      for (int64_t i = 0; i < m; ++i) {
+        // Lane l holds the maximum of the columns l, l + 16, ...: -inf where the row has no such column.
+        for (int64_t l = 0; l < kLanes; ++l) {
+          if (i == 0 && l == kLanes - 1) continue;
+          if (l >= n) {
+            EXPECT_EQ(lane_rows[i][l].item<double>(), -std::numeric_limits<double>::infinity());
+            continue;
+          }
+          const double want = expected[i].slice(0, l, n, kLanes).max().item<double>();
+          EXPECT_NEAR(lane_rows[i][l].item<double>(), want, 1e-6 * (k + 1) + 1e-6 * std::abs(want));
+        }
+      }
+      // beta = 1: the maxima of C + A·B as written.
+      std::vector<float> shifted(m * n, 100.0f), lanes1(m * kLanes, -std::numeric_limits<float>::infinity());
+      ops::cpu::bf16_gemm(m, n, k / 2, 0.25f, {a.data.data(), a.ld, 2}, {packed.data(), ld}, 1.0f,
+                          shifted.data(), n, lanes1.data());
+      for (int64_t i = 0; i < m; ++i) {
+        const double want = 100.0 + expected[i].max().item<double>();
+        const double got = *std::max_element(lanes1.begin() + i * kLanes, lanes1.begin() + (i + 1) * kLanes);
+        EXPECT_NEAR(got, want, 1e-4);
+      }
+    }
+  }
+}
+
+// The route's softmax step against exp in float64: P within bfloat16's rounding of the exact value, the sum
+// of the unrounded P within float's, the flush limit and the edge values as the float route's exp gives them.
+TEST(Bf16Softmax, ExpRoundSumMatchesFloat64) {
+  if (!cpu_has_bf16_route()) {
+    std::printf("[ NOTE     ] this CPU has no AVX512-BF16: the route's softmax step cannot run here\n");
+    EXPECT_FALSE(cpu_kernel_info().bfloat16_route);
+    return;
+  }
+  for (int64_t n : {1, 2, 15, 16, 17, 31, 32, 33, 64, 100, 513}) {
+    SCOPED_TRACE(::testing::Message() << "n=" << n);
+    torch::manual_seed(n);
+    // Scores from 70 below the shift up to it, the row's maximum among them.
+    torch::Tensor scores = torch::rand({n}) * -70.0f + 3.0f;
+    const float shift = scores.max().item<float>();
+    std::vector<float> s(scores.data_ptr<float>(), scores.data_ptr<float>() + n);
+    if (n > 3) s[1] = -std::numeric_limits<float>::infinity();  // a blocked key
+    std::vector<c10::BFloat16> p(n + 2, c10::BFloat16(7.0f));
+    const float sum = ops::cpu::exp_round_sum(s.data(), n, shift, p.data());
+
+    const torch::Tensor d = torch::from_blob(s.data(), {n}).to(torch::kFloat64) - static_cast<double>(shift);
+    const torch::Tensor exact = torch::where(d < ops::cpu::kExpFlushBelow, torch::zeros_like(d), d.exp());
+    const torch::Tensor got = torch::from_blob(p.data(), {n}, torch::kBFloat16).to(torch::kFloat64);
+    // One bfloat16 rounding of the exact value: half an ulp (up to 2^-8 relative, 7 fraction bits), and a hair
+    // for the exp's error.
+    EXPECT_TRUE(((got - exact).abs() <= exact * (std::ldexp(1.0, -8) + 1e-6)).all().item<bool>())
+        << "max relative error " << ((got - exact).abs() / exact.clamp_min(1e-300)).max().item<double>();
+    EXPECT_TRUE((got.masked_select(exact == 0) == 0).all().item<bool>()) << "flushed or blocked keys must be 0";
+    EXPECT_NEAR(sum, exact.sum().item<double>(), 2e-6 * exact.sum().item<double>());
+    // The pad past an odd row is 0 (pair reads take it); past an even one nothing is written.
+    EXPECT_EQ(static_cast<float>(p[n]), n % 2 ? 0.0f : 7.0f);
+    EXPECT_EQ(static_cast<float>(p[n + 1]), 7.0f);
+  }
+  // NaN stays in its element and the sum.
+  std::vector<float> s(40, -1.0f);
+  s[21] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<c10::BFloat16> p(40);
+  EXPECT_TRUE(std::isnan(ops::cpu::exp_round_sum(s.data(), 40, 0.0f, p.data())));
+  EXPECT_TRUE(std::isnan(static_cast<float>(p[21])));
+  EXPECT_FLOAT_EQ(static_cast<float>(p[20]), static_cast<float>(c10::BFloat16(std::exp(-1.0f))));
+}
+
 TEST(Bf16Gemm, LeftOperandInPairsLayoutAndFloatSourcesRoundToNearestEven) {
   if (!cpu_has_bf16_route()) {
     std::printf("[ NOTE     ] this CPU has no AVX512-BF16: the micro-kernel cannot run here (the route is never taken)\n");
@@ -215,6 +307,16 @@ TEST(Bf16Route, ForwardAgreesWithFloat64AndWithTheWidenedRoute) {
   // adds about as much again; a 1 % error anywhere in the route's products fails the mean bound.
   EXPECT_LE((paired - expected).abs().max().item<double>(), 0.1 * size);
   EXPECT_LE((paired - expected).abs().mean().item<double>(), 4e-3 * size);
+
+  // Without a mask, the tiles keep the row maxima of their product and round P in the softmax's one pass.
+  const torch::Tensor plain_expected = scaled_dot_product_attention(
+      bf(q).to(torch::kFloat64), bf(k).to(torch::kFloat64), bf(v).to(torch::kFloat64), SdpaOptions().backend(Backend::Math));
+  CapabilityScope scope(Capability::Avx512Bf16);
+  const torch::Tensor plain =
+      scaled_dot_product_attention(bf(q), bf(k), bf(v), SdpaOptions().backend(Backend::Fused)).to(torch::kFloat64);
+  const double plain_size = plain_expected.abs().mean().item<double>();
+  EXPECT_LE((plain - plain_expected).abs().max().item<double>(), 0.1 * plain_size);
+  EXPECT_LE((plain - plain_expected).abs().mean().item<double>(), 4e-3 * plain_size);
 }
 
 }  // namespace

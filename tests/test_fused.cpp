@@ -148,6 +148,27 @@ TEST_P(FusedKernel, BackwardMatchesFloat64Reference) {
   }
 }
 
+// A NaN in a query row makes that row's output NaN, and only that row's: the tiles' row maxima (from the
+// product on the bfloat16 route, from a pass elsewhere) must not turn it into a blocked row of zeros.
+TEST_P(FusedKernel, NaNQueryRowStaysInItsRow) {
+  const torch::Dtype dtype = GetParam().dtype;
+  torch::manual_seed(31);
+  torch::Tensor q = torch::randn({1, 2, 300, 64}, torch::kFloat64);
+  const torch::Tensor k = torch::randn({1, 2, 600, 64}, torch::kFloat64), v = torch::randn({1, 2, 600, 64}, torch::kFloat64);
+  q.index_put_({0, 1, 5}, NAN);
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "not causal");
+    const auto opts = SdpaOptions().causal(causal);
+    const torch::Tensor expected = scaled_dot_product_attention(q, k, v, SdpaOptions(opts).backend(Backend::Math));
+    const torch::Tensor actual =
+        scaled_dot_product_attention(q.to(dtype), k.to(dtype), v.to(dtype), SdpaOptions(opts).backend(Backend::Fused))
+            .to(torch::kFloat64);
+    EXPECT_TRUE(torch::isnan(actual[0][1][5]).all().item<bool>());
+    EXPECT_EQ(torch::isnan(actual).sum().item<int64_t>(), 64);
+    EXPECT_CLOSE(actual, expected, tolerance(dtype));  // NaN at the same places, the rest close
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Variants, FusedKernel, ::testing::ValuesIn(kernel_grid()), kernel_param_name);
 
 // An independent reference for the bool masks: attention written out element by element in float64.

@@ -43,7 +43,7 @@ inline __mmask16 lanes(int64_t cols, int v) {
 /// One register tile: R rows of A against NV vectors of B's columns, all `pairs` pairs of k.
 template <int R, int NV>
 void tile(int64_t pairs, const LeftOperand& a, const uint32_t* b, int64_t ldb, float alpha, float beta, float* c,
-          int64_t ldc, int64_t cols) {
+          int64_t ldc, int64_t cols, float* lane_max) {
   __m512 acc[R][NV];
   ATTN_UNROLL
   for (int r = 0; r < R; ++r) {
@@ -66,18 +66,26 @@ void tile(int64_t pairs, const LeftOperand& a, const uint32_t* b, int64_t ldb, f
   ATTN_UNROLL
   for (int r = 0; r < R; ++r) {
     float* crow = c + r * ldc;
+    // While the results are in registers, the softmax's row maximum costs a vmaxps each, where it would
+    // cost a pass over the tile later.
+    __m512 row_max = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
     ATTN_UNROLL
     for (int v = 0; v < NV; ++v) {
       const __mmask16 m = lanes(cols, v);
       __m512 x = _mm512_mul_ps(acc[r][v], valpha);
       if (beta != 0.0f) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, crow + v * kPairLanes));
       _mm512_mask_storeu_ps(crow + v * kPairLanes, m, x);
+      row_max = _mm512_mask_max_ps(row_max, m, row_max, x);
+    }
+    if (lane_max) {
+      float* lm = lane_max + r * kPairLanes;
+      _mm512_storeu_ps(lm, _mm512_max_ps(_mm512_loadu_ps(lm), row_max));
     }
   }
 }
 
 using TileFn = void (*)(int64_t, const LeftOperand&, const uint32_t*, int64_t, float, float, float*, int64_t,
-                        int64_t);
+                        int64_t, float*);
 
 template <int R>
 TileFn tile_for_vectors(int nv) {
@@ -201,7 +209,7 @@ void bf16_dot_rows(int rows, const c10::BFloat16* x, int64_t in, const c10::BFlo
 }
 
 void bf16_gemm(int64_t m, int64_t n, int64_t pairs, float alpha, LeftOperand a, PairsOperand b, float beta,
-               float* c, int64_t ldc) {
+               float* c, int64_t ldc, float* lane_max) {
   TORCH_INTERNAL_ASSERT(beta == 0.0f || beta == 1.0f, "bf16_gemm: beta must be 0 or 1, got ", beta);
   if (m == 0 || n == 0) return;
   for (int64_t j0 = 0; j0 < n; j0 += kPanel) {
@@ -211,12 +219,13 @@ void bf16_gemm(int64_t m, int64_t n, int64_t pairs, float alpha, LeftOperand a, 
     int64_t i0 = 0;
     for (; i0 + kRows <= m; i0 += kRows) {
       const LeftOperand rows{a.data + i0 * a.si, a.si, a.sp};
-      full(pairs, rows, b.data + j0, b.ld, alpha, beta, c + i0 * ldc + j0, ldc, cols);
+      full(pairs, rows, b.data + j0, b.ld, alpha, beta, c + i0 * ldc + j0, ldc, cols,
+           lane_max ? lane_max + i0 * kPairLanes : nullptr);
     }
     if (i0 < m) {
       const LeftOperand rows{a.data + i0 * a.si, a.si, a.sp};
       tile_for(static_cast<int>(m - i0), nv)(pairs, rows, b.data + j0, b.ld, alpha, beta, c + i0 * ldc + j0, ldc,
-                                             cols);
+                                             cols, lane_max ? lane_max + i0 * kPairLanes : nullptr);
     }
   }
 }

@@ -18,6 +18,7 @@
 #if defined(CPU_CAPABILITY_AVX512) && defined(ATTN_HAVE_BF16_DOT)
 #define ATTN_BF16_ROUTE 1
 #include "ops/cpu/bf16_gemm.h"
+#include "ops/cpu/bf16_softmax.h"
 #endif
 #include "ops/cpu/flash_attention_kernel.h"
 #include "ops/cpu/score_terms.h"
@@ -318,6 +319,7 @@ struct ForwardState {
   std::vector<T> scores, acc, row_max, row_sum;
   std::vector<c10::BFloat16> probs;  // the bfloat16 route: P rounded for P·V
   std::vector<uint32_t> value_pairs;  // the bfloat16 route: the key block's V in pairs layout
+  std::vector<float> lane_max;        // the bfloat16 route: row maxima of the tile, 16 lanes a row
 };
 
 #ifdef ATTN_BF16_ROUTE
@@ -347,15 +349,38 @@ inline TransposedKeys transposed_keys(const FlashProblem<float, c10::BFloat16>& 
   return t;
 }
 
-/// dst[0 .. n) = src rounded to bfloat16, and a zero at dst[n] when n is odd, so that pairs never read past.
-inline void round_row(const float* src, int64_t n, c10::BFloat16* dst) {
-  using Vec = Vectorized<float>;
-  int64_t j = 0;
-  for (; j + 2 * Vec::size() <= n; j += 2 * Vec::size()) {
-    at::vec::convert_float_bfloat16(Vec::loadu(src + j), Vec::loadu(src + j + Vec::size())).store(dst + j);
+/// The bfloat16 route's V of every (batch row, kv head) in pairs layout, packed once and read by every query
+/// block and every query head of its group. Pair p of (b, hk) holds value rows 2p and 2p + 1.
+struct ValuePairs {
+  std::vector<uint32_t> data;
+  int64_t ld = 0, pairs = 0, kv_heads = 0;
+  /// The pairs from value row g on (g even).
+  const uint32_t* from(int64_t b, int64_t hk, int64_t g) const {
+    return data.data() + ((b * kv_heads + hk) * pairs + g / 2) * ld;
   }
-  for (; j < n; ++j) dst[j] = c10::BFloat16(src[j]);
-  if (n % 2) dst[n] = c10::BFloat16(0.0f);
+};
+
+inline ValuePairs value_pairs(const FlashProblem<float, c10::BFloat16>& p) {
+  ValuePairs t;
+  t.ld = pairs_row_length(p.dv);
+  t.pairs = (p.tk + 1) / 2;
+  t.kv_heads = p.kv_heads;
+  t.data.resize(p.batch * p.kv_heads * t.pairs * t.ld);
+  if (p.tk == 0 || p.dv == 0) return t;
+  at::parallel_for(0, p.batch * p.kv_heads, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      pack_rows_in_pairs(p.v.row(i / p.kv_heads, i % p.kv_heads, 0), p.v.si, p.tk, p.dv,
+                         t.data.data() + i * t.pairs * t.ld, t.ld);
+    }
+  });
+  return t;
+}
+
+/// The maximum of one row's lanes from bf16_gemm's lane_max; -inf if none is a number.
+inline float lanes_max(const float* lanes) {
+  float m = kNegInf<float>;
+  for (int64_t l = 0; l < kPairLanes; ++l) m = lanes[l] > m ? lanes[l] : m;
+  return m;
 }
 #endif
 
@@ -375,7 +400,8 @@ void forward(const FlashForward<T, In>& args) {
   const std::vector<uint8_t> values_finite = finite_blocks(p, p.v, p.dv, kKeyBlock);
 #ifdef ATTN_BF16_ROUTE
   TransposedKeys keys_t;
-  if constexpr (kPairs) keys_t = transposed_keys(p);
+  ValuePairs values_paired;
+  if constexpr (kPairs) keys_t = transposed_keys(p), values_paired = value_pairs(p);
   const int64_t ld_probs = kKeyBlock + 2, ld_values = pairs_row_length(p.dv);
 #endif
 
@@ -408,6 +434,7 @@ void forward(const FlashForward<T, In>& args) {
     if constexpr (kPairs) {
       st.probs.resize(kQueryBlock * ld_probs);
       st.value_pairs.resize((kKeyBlock + 1) / 2 * ld_values);
+      st.lane_max.resize(kQueryBlock * kPairLanes);
     }
 #endif
 
@@ -417,16 +444,22 @@ void forward(const FlashForward<T, In>& args) {
     const int64_t hk = p.kv_head(h);
     for (int64_t j0 = key_begin; j0 < key_end; j0 += kKeyBlock) {
       const int64_t cols = std::min(kKeyBlock, key_end - j0);
+      const bool mask = masked || tile_leaves_band(p, sq, i0, rows, j0, cols);
+      // A tile with neither masks nor score terms keeps the row maxima its product gives.
+      [[maybe_unused]] const bool plain = !mask && !(p.softcap > T(0)) && p.alibi == nullptr;
+      const In* v = p.v.row(b, hk, sq.k0 + j0);
+      const bool values_finite_here = rows_finite(p, values_finite, kKeyBlock, b, hk, sq.k0 + j0, cols);
       if constexpr (kPairs) {
 #ifdef ATTN_BF16_ROUTE
+        float* lane_max = plain ? st.lane_max.data() : nullptr;
+        if (plain) std::fill_n(lane_max, rows * kPairLanes, kNegInf<float>);
         bf16_gemm(rows, cols, keys_t.pairs, p.scale, LeftOperand{q, p.q.si, 2},
-                  PairsOperand{keys_t.of(b, hk) + sq.k0 + j0, keys_t.ld}, 0.0f, s, kKeyBlock);
+                  PairsOperand{keys_t.of(b, hk) + sq.k0 + j0, keys_t.ld}, 0.0f, s, kKeyBlock, lane_max);
 #endif
       } else {
         const In* k = p.k.row(b, hk, sq.k0 + j0);
         gemm<T>(false, true, rows, cols, p.dk, p.scale, q, p.q.si, k, p.k.si, T(0), s, kKeyBlock);
       }
-      const bool mask = masked || tile_leaves_band(p, sq, i0, rows, j0, cols);
 
       for (int64_t r = 0; r < rows; ++r) {
         T* row = s + r * kKeyBlock;
@@ -436,15 +469,35 @@ void forward(const FlashForward<T, In>& args) {
           score_terms(p, sq, h, i0 + r, chunk, j0, cols, row, kKeyBlock, static_cast<T*>(nullptr));
           if (mask) mask_tile(p, sq, h, i0 + r, chunk, j0, cols, row, kKeyBlock);
         }
-        const T tile_max = row_max(row, cols);
+        T tile_max = kNegInf<T>;
+#ifdef ATTN_BF16_ROUTE
+        // -inf from the lanes means no number there (all NaN or -inf): the pass below decides.
+        if constexpr (kPairs) tile_max = plain ? lanes_max(st.lane_max.data() + r * kPairLanes) : kNegInf<T>;
+#endif
+        if (tile_max == kNegInf<T>) tile_max = row_max(row, cols);
         const T old_max = st.row_max[r];
         const T new_max = (std::isnan(tile_max) || tile_max > old_max) ? tile_max : old_max;
         if (new_max == kNegInf<T>) {  // no key allowed for this row yet
           std::fill(row, row + cols, T(0));
+#ifdef ATTN_BF16_ROUTE
+          if constexpr (kPairs) std::fill_n(st.probs.data() + r * ld_probs, cols + 1, c10::BFloat16(0.0f));
+#endif
           continue;
         }
         const T rescale = std::exp(old_max - new_max);  // 0 on the first allowed tile
-        st.row_sum[r] = st.row_sum[r] * rescale + exp_shifted_sum(row, cols, new_max);
+        T tile_sum;
+#ifdef ATTN_BF16_ROUTE
+        // The bfloat16 route writes P straight to bfloat16 for P·V; the float P stays in the tile only where
+        // the values' fallback below needs it.
+        if constexpr (kPairs) {
+          tile_sum = values_finite_here ? exp_round_sum(row, cols, new_max, st.probs.data() + r * ld_probs)
+                                        : exp_shifted_sum(row, cols, new_max);
+        } else
+#endif
+        {
+          tile_sum = exp_shifted_sum(row, cols, new_max);
+        }
+        st.row_sum[r] = st.row_sum[r] * rescale + tile_sum;
         if (rescale != T(1)) {
           T* out = acc + r * p.dv;
           for (int64_t c = 0; c < p.dv; ++c) out[c] *= rescale;
@@ -452,16 +505,21 @@ void forward(const FlashForward<T, In>& args) {
         st.row_max[r] = new_max;
       }
 
-      const In* v = p.v.row(b, hk, sq.k0 + j0);
-      if (rows_finite(p, values_finite, kKeyBlock, b, hk, sq.k0 + j0, cols)) {
+      if (values_finite_here) {
         if constexpr (kPairs) {
 #ifdef ATTN_BF16_ROUTE
           // The row sums keep the float P; P·V reads it rounded, as FlashAttention's bfloat16 kernels do.
-          c10::BFloat16* probs = st.probs.data();
-          for (int64_t r = 0; r < rows; ++r) round_row(s + r * kKeyBlock, cols, probs + r * ld_probs);
-          pack_rows_in_pairs(v, p.v.si, cols, p.dv, st.value_pairs.data(), ld_values);
-          bf16_gemm(rows, p.dv, (cols + 1) / 2, 1.0f, LeftOperand{probs, ld_probs, 2},
-                    PairsOperand{st.value_pairs.data(), ld_values}, 1.0f, acc, p.dv);
+          // V's pairs come from the pack of the whole head where the tile starts a pair there and ends one;
+          // otherwise (an odd start in a packed batch or a window, or an odd last tile, whose pad row must be
+          // 0, not the next key's value) the tile packs its own.
+          const int64_t g0 = sq.k0 + j0;
+          const uint32_t* pairs_of_v = values_paired.from(b, hk, g0 - g0 % 2);
+          if (g0 % 2 || cols % 2) {
+            pack_rows_in_pairs(v, p.v.si, cols, p.dv, st.value_pairs.data(), ld_values);
+            pairs_of_v = st.value_pairs.data();
+          }
+          bf16_gemm(rows, p.dv, (cols + 1) / 2, 1.0f, LeftOperand{st.probs.data(), ld_probs, 2},
+                    PairsOperand{pairs_of_v, ld_values}, 1.0f, acc, p.dv);
 #endif
         } else {
           gemm<T>(false, false, rows, p.dv, cols, T(1), s, kKeyBlock, v, p.v.si, T(1), acc, p.dv);

@@ -1,0 +1,25 @@
+#pragma once
+// The bfloat16 route's softmax step over one row of a score tile: P = exp(s - max) rounded to bfloat16 for
+// the P·V product, and the float sum of the unrounded P for the row's normaliser, in one pass that reads the
+// scores once and writes only the bfloat16 P (the float route's three passes, exp, sum and rounding, each
+// read the row again). Only bf16_softmax_avx512bf16.cpp is compiled with AVX512-BF16 enabled: call it only
+// where the CPU has it (Capability::Avx512Bf16).
+
+#include <c10/util/BFloat16.h>
+
+#include <cstdint>
+
+namespace attn::ops::cpu {
+
+/// Scores below shift - 60 get a P of exactly 0, as the float route's exp gives them: their weights (< 1e-26)
+/// change nothing a float sum of at least 1 can hold, and as subnormal products they would be slow.
+inline constexpr float kExpFlushBelow = -60.0f;
+
+/// p[j] = bfloat16(exp(s[j] - shift)) for j < n, rounded to nearest even, and p[n] = 0 when n is odd (so pair
+/// reads never go past the row); returns Σ exp(s[j] - shift) in float. The exp is 2^t, t = (s - shift)·log2 e,
+/// from a degree-5 polynomial in t's fraction and vscalefps: within 3e-7 relative near the row's maximum and
+/// 4e-6 at its flush limit, three orders of magnitude below bfloat16's rounding. exp(-inf) is 0; a NaN score
+/// gives a NaN P and sum.
+float exp_round_sum(const float* s, int64_t n, float shift, c10::BFloat16* p);
+
+}  // namespace attn::ops::cpu
