@@ -34,7 +34,9 @@ constexpr float kP0 = 1.9875691500e-4f, kP1 = 1.3981999507e-3f, kP2 = 8.33345190
 inline at::vec::Vectorized<float> fast_exp(const at::vec::Vectorized<float>& vx) {
   using namespace exp_constants;
   const __m512 x = vx;
-  __m512 xc = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(kMin)), _mm512_set1_ps(kMax));
+  // vmaxps returns its second operand when either is NaN: x goes second, so NaN passes through every step
+  // below (and vscalefps keeps it), NaN in, NaN out. No upper clamp: vscalefps overflows to +inf itself.
+  const __m512 xc = _mm512_max_ps(_mm512_set1_ps(kMin), x);
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(kLog2e)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), xc);
@@ -46,11 +48,10 @@ inline at::vec::Vectorized<float> fast_exp(const at::vec::Vectorized<float>& vx)
   y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kP4));
   y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kP5));
   y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  __m512 result = _mm512_mul_ps(y, _mm512_castsi512_ps(bits));
-  result = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(kFlushBelow), _CMP_LT_OQ), result,
-                                _mm512_setzero_ps());
-  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), result, x);  // NaN in, NaN out
+  // y · 2^n in one instruction (the same product as building 2^n's bits and multiplying, for every n the
+  // kept range reaches), and exactly 0 below kFlushBelow; NaN compares unordered and is kept.
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kFlushBelow), _CMP_NLT_UQ);
+  return _mm512_maskz_scalef_ps(keep, y, n);
 }
 #elif defined(CPU_CAPABILITY_AVX2)
 inline at::vec::Vectorized<float> fast_exp(const at::vec::Vectorized<float>& vx) {
