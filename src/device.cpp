@@ -60,6 +60,9 @@ CpuKernelInfo cpu_kernel_info() {
   } else {
     info.summary = info.variant + " (bfloat16 widened to float: no AVX512-BF16)";
   }
+  const bool avx512 = active == Capability::Avx512 || active == Capability::Avx512Bf16;
+  info.float_products = avx512 && ops::cpu::float_products() == ops::cpu::FloatProducts::Tiles ? "tiles" : "blas";
+  info.summary += info.float_products == "tiles" ? ", float products on attn's tiles" : ", float products on BLAS";
 #ifdef _OPENMP
   info.parallel_loops = true;
 #else

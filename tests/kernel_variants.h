@@ -26,25 +26,32 @@ class CapabilityScope {
 struct KernelParam {
   ops::cpu::Capability capability;
   torch::Dtype dtype;
+  ops::cpu::FloatProducts products = ops::cpu::FloatProducts::Tiles;  // the AVX-512 variant's float products
 };
 
 /// How gtest prints a failing case's parameter: "avx2 Float" rather than its bytes.
 inline void PrintTo(const KernelParam& p, std::ostream* os) {
-  *os << ops::cpu::capability_name(p.capability) << " " << c10::toString(p.dtype);
+  *os << ops::cpu::capability_name(p.capability) << " " << c10::toString(p.dtype)
+      << (p.products == ops::cpu::FloatProducts::Blas ? " blas" : "");
 }
 
 inline std::string kernel_param_name(const ::testing::TestParamInfo<KernelParam>& info) {
-  return std::string(ops::cpu::capability_name(info.param.capability)) + "_" + c10::toString(info.param.dtype);
+  return std::string(ops::cpu::capability_name(info.param.capability)) + "_" + c10::toString(info.param.dtype) +
+         (info.param.products == ops::cpu::FloatProducts::Blas ? "_blas" : "");
 }
 
-/// Every variant × float32, float64 and bfloat16, and the bfloat16 route (avx512_bf16), which only
-/// bfloat16 takes.
-inline std::vector<KernelParam> kernel_grid() {
+/// Every variant × float32, float64 and bfloat16, and the bfloat16 route (avx512_bf16), which only bfloat16
+/// takes; with `blas_products`, also the AVX-512 variant's float products on BLAS instead of its tiles
+/// (float32, and bfloat16 widened).
+inline std::vector<KernelParam> kernel_grid(bool blas_products = false) {
   std::vector<KernelParam> grid;
   for (auto c : {ops::cpu::Capability::Default, ops::cpu::Capability::Avx2, ops::cpu::Capability::Avx512}) {
     for (torch::Dtype d : {torch::kFloat32, torch::kFloat64, torch::kBFloat16}) grid.push_back({c, d});
   }
   grid.push_back({ops::cpu::Capability::Avx512Bf16, torch::kBFloat16});
+  for (torch::Dtype d : {torch::kFloat32, torch::kBFloat16}) {
+    if (blas_products) grid.push_back({ops::cpu::Capability::Avx512, d, ops::cpu::FloatProducts::Blas});
+  }
   return grid;
 }
 
@@ -54,9 +61,13 @@ class KernelVariantTest : public ::testing::TestWithParam<KernelParam> {
  protected:
   void SetUp() override {
     scope_ = std::make_unique<CapabilityScope>(GetParam().capability);
+    ops::cpu::force_float_products(GetParam().products);
     RecordProperty("kernel_variant", ops::cpu::capability_name(ops::cpu::active_capability()));
   }
-  void TearDown() override { scope_.reset(); }
+  void TearDown() override {
+    scope_.reset();
+    ops::cpu::reset_float_products();
+  }
 
  private:
   std::unique_ptr<CapabilityScope> scope_;

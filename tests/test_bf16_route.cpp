@@ -49,6 +49,26 @@ TEST(Bf16Route, KernelInfoSaysWhichRouteRunsAndWhy) {
   EXPECT_EQ(cpu_kernel_info().variant, "avx512");
 }
 
+// The float products: attn's tiles on the AVX-512 variant unless forced to BLAS; BLAS on the others.
+TEST(FloatProducts, KernelInfoSaysWhichProductsRun) {
+  {
+    CapabilityScope avx2(Capability::Avx2);
+    EXPECT_EQ(cpu_kernel_info().float_products, "blas");
+  }
+  if (ops::cpu::hardware_capability_limit() < Capability::Avx512) {
+    std::printf("[ NOTE     ] this CPU has no AVX-512: the float tiles cannot run here\n");
+    return;
+  }
+  CapabilityScope avx512(Capability::Avx512);
+  ops::cpu::force_float_products(ops::cpu::FloatProducts::Tiles);
+  EXPECT_EQ(cpu_kernel_info().float_products, "tiles");
+  EXPECT_NE(cpu_kernel_info().summary.find("attn's tiles"), std::string::npos) << cpu_kernel_info().summary;
+  ops::cpu::force_float_products(ops::cpu::FloatProducts::Blas);
+  EXPECT_EQ(cpu_kernel_info().float_products, "blas");
+  EXPECT_NE(cpu_kernel_info().summary.find("on BLAS"), std::string::npos) << cpu_kernel_info().summary;
+  ops::cpu::reset_float_products();
+}
+
 #ifdef ATTN_HAVE_BF16_DOT
 
 // The probe that chooses the route: a FLOP-rate ratio that can only lie between 0 and 4 (a pair product is two

@@ -169,7 +169,8 @@ TEST_P(FusedKernel, NaNQueryRowStaysInItsRow) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, FusedKernel, ::testing::ValuesIn(kernel_grid()), kernel_param_name);
+INSTANTIATE_TEST_SUITE_P(Variants, FusedKernel, ::testing::ValuesIn(kernel_grid(/*blas_products=*/true)),
+                         kernel_param_name);
 
 // An independent reference for the bool masks: attention written out element by element in float64.
 TEST(FusedKernelReference, BoolMasksAgainstElementwiseFloat64) {

@@ -1,7 +1,8 @@
 // Picks the fused kernels' instruction-set variant once per call, by what the CPU supports and which
 // variants this build compiled (ATTN_HAVE_AVX2_KERNELS / ATTN_HAVE_AVX512_KERNELS / ATTN_HAVE_BF16_DOT, set
 // by CMake). The bfloat16 route is taken where the CPU has AVX512-BF16 and a measurement at the first
-// bfloat16 call says that its pair product clearly outruns the float FMA (kBf16RouteMargin).
+// bfloat16 call says that its pair product clearly outruns the float FMA (kBf16RouteMargin). The AVX-512
+// variant's float products run on attn's register tiles unless ATTN_FLOAT_PRODUCTS=blas.
 
 #include "ops/cpu/flash_attention_kernel.h"
 
@@ -100,6 +101,24 @@ bool bf16_route_chosen() {
 double bf16_pair_speed() {
   return hardware_capability_limit() == Capability::Avx512Bf16 ? route_timing().speed : 0.0;
 }
+
+namespace {
+// -1: no override; otherwise a FloatProducts.
+std::atomic<int> forced_products{-1};
+}  // namespace
+
+FloatProducts float_products() {
+  const int f = forced_products.load();
+  if (f >= 0) return static_cast<FloatProducts>(f);
+  static const FloatProducts chosen = [] {
+    const char* env = std::getenv("ATTN_FLOAT_PRODUCTS");
+    return env && std::strcmp(env, "blas") == 0 ? FloatProducts::Blas : FloatProducts::Tiles;
+  }();
+  return chosen;
+}
+
+void force_float_products(FloatProducts products) { forced_products.store(static_cast<int>(products)); }
+void reset_float_products() { forced_products.store(-1); }
 
 void force_capability(Capability capability) { forced.store(static_cast<int>(capability)); }
 void reset_capability() { forced.store(-1); }

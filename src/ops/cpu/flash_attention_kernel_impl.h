@@ -21,6 +21,10 @@
 #include "ops/cpu/bf16_softmax.h"
 #endif
 #include "ops/cpu/flash_attention_kernel.h"
+#if defined(CPU_CAPABILITY_AVX512)
+#define ATTN_FLOAT_TILES 1
+#include "ops/cpu/float_tiles.h"
+#endif
 #include "ops/cpu/score_terms.h"
 #include "ops/cpu/vec_exp.h"
 
@@ -319,8 +323,41 @@ struct ForwardState {
   std::vector<T> scores, acc, row_max, row_sum;
   std::vector<c10::BFloat16> probs;  // the bfloat16 route: P rounded for P·V
   std::vector<uint32_t> value_pairs;  // the bfloat16 route: the key block's V in pairs layout
-  std::vector<float> lane_max;        // the bfloat16 route: row maxima of the tile, 16 lanes a row
+  std::vector<float> lane_max;        // row maxima of the tile from its product, 16 lanes a row
 };
+
+/// The maximum of one row's 16 lanes of maxima (the tiles' lane_max); -inf if none is a number.
+inline float lanes_max(const float* lanes) {
+  float m = kNegInf<float>;
+  for (int64_t l = 0; l < 16; ++l) m = lanes[l] > m ? lanes[l] : m;
+  return m;
+}
+
+#ifdef ATTN_FLOAT_TILES
+/// The float products' Kᵀ of every (batch row, kv head), [d_k, ld] each, packed once and read by every query
+/// block and every query head of its group.
+struct FloatKeysT {
+  std::vector<float> data;
+  int64_t ld = 0, dk = 0, kv_heads = 0;
+  const float* of(int64_t b, int64_t hk) const { return data.data() + (b * kv_heads + hk) * dk * ld; }
+};
+
+inline FloatKeysT float_keys_t(const FlashProblem<float>& p) {
+  FloatKeysT t;
+  t.ld = std::max<int64_t>(p.tk, 1);
+  t.dk = p.dk;
+  t.kv_heads = p.kv_heads;
+  t.data.resize(p.batch * p.kv_heads * t.dk * t.ld);
+  if (p.tk == 0 || p.dk == 0) return t;
+  at::parallel_for(0, p.batch * p.kv_heads, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      float_tiles::pack_transposed(p.k.row(i / p.kv_heads, i % p.kv_heads, 0), p.k.si, p.tk, p.dk,
+                                   t.data.data() + i * t.dk * t.ld, t.ld);
+    }
+  });
+  return t;
+}
+#endif
 
 #ifdef ATTN_BF16_ROUTE
 /// The bfloat16 route's Kᵀ of every (batch row, kv head) in pairs layout (ops/cpu/bf16_gemm.h), packed once
@@ -376,12 +413,6 @@ inline ValuePairs value_pairs(const FlashProblem<float, c10::BFloat16>& p) {
   return t;
 }
 
-/// The maximum of one row's lanes from bf16_gemm's lane_max; -inf if none is a number.
-inline float lanes_max(const float* lanes) {
-  float m = kNegInf<float>;
-  for (int64_t l = 0; l < kPairLanes; ++l) m = lanes[l] > m ? lanes[l] : m;
-  return m;
-}
 #endif
 
 /// A block of query rows of one sequence, and how many keys it visits (its cost).
@@ -403,6 +434,16 @@ void forward(const FlashForward<T, In>& args) {
   ValuePairs values_paired;
   if constexpr (kPairs) keys_t = transposed_keys(p), values_paired = value_pairs(p);
   const int64_t ld_probs = kKeyBlock + 2, ld_values = pairs_row_length(p.dv);
+#endif
+#ifdef ATTN_FLOAT_TILES
+  constexpr bool kFloatInputs = std::is_same_v<In, float>;
+  const bool tiles = kFloatInputs && float_products() == FloatProducts::Tiles;
+  FloatKeysT float_keys;
+  if constexpr (kFloatInputs) {
+    if (tiles) float_keys = float_keys_t(p);
+  }
+#else
+  constexpr bool tiles = false;
 #endif
 
   // The costliest blocks first (under a causal mask, the last ones), so the run ends on short tasks.
@@ -434,8 +475,8 @@ void forward(const FlashForward<T, In>& args) {
     if constexpr (kPairs) {
       st.probs.resize(kQueryBlock * ld_probs);
       st.value_pairs.resize((kKeyBlock + 1) / 2 * ld_values);
-      st.lane_max.resize(kQueryBlock * kPairLanes);
     }
+    if (kPairs || tiles) st.lane_max.resize(kQueryBlock * 16);
 #endif
 
     // Keys outside the band of every row of the block are skipped entirely.
@@ -446,15 +487,22 @@ void forward(const FlashForward<T, In>& args) {
       const int64_t cols = std::min(kKeyBlock, key_end - j0);
       const bool mask = masked || tile_leaves_band(p, sq, i0, rows, j0, cols);
       // A tile with neither masks nor score terms keeps the row maxima its product gives.
-      [[maybe_unused]] const bool plain = !mask && !(p.softcap > T(0)) && p.alibi == nullptr;
+      const bool plain = !mask && !(p.softcap > T(0)) && p.alibi == nullptr;
+      float* lane_max = plain && (kPairs || tiles) ? st.lane_max.data() : nullptr;
+      if (lane_max) std::fill_n(lane_max, rows * 16, kNegInf<float>);
       const In* v = p.v.row(b, hk, sq.k0 + j0);
       const bool values_finite_here = rows_finite(p, values_finite, kKeyBlock, b, hk, sq.k0 + j0, cols);
       if constexpr (kPairs) {
 #ifdef ATTN_BF16_ROUTE
-        float* lane_max = plain ? st.lane_max.data() : nullptr;
-        if (plain) std::fill_n(lane_max, rows * kPairLanes, kNegInf<float>);
         bf16_gemm(rows, cols, keys_t.pairs, p.scale, LeftOperand{q, p.q.si, 2},
                   PairsOperand{keys_t.of(b, hk) + sq.k0 + j0, keys_t.ld}, 0.0f, s, kKeyBlock, lane_max);
+#endif
+      } else if (tiles) {
+#ifdef ATTN_FLOAT_TILES
+        if constexpr (kFloatInputs) {
+          float_tiles::gemm(rows, cols, p.dk, p.scale, q, p.q.si, float_keys.of(b, hk) + sq.k0 + j0, float_keys.ld,
+                            0.0f, s, kKeyBlock, lane_max);
+        }
 #endif
       } else {
         const In* k = p.k.row(b, hk, sq.k0 + j0);
@@ -469,11 +517,8 @@ void forward(const FlashForward<T, In>& args) {
           score_terms(p, sq, h, i0 + r, chunk, j0, cols, row, kKeyBlock, static_cast<T*>(nullptr));
           if (mask) mask_tile(p, sq, h, i0 + r, chunk, j0, cols, row, kKeyBlock);
         }
-        T tile_max = kNegInf<T>;
-#ifdef ATTN_BF16_ROUTE
-        // -inf from the lanes means no number there (all NaN or -inf): the pass below decides.
-        if constexpr (kPairs) tile_max = plain ? lanes_max(st.lane_max.data() + r * kPairLanes) : kNegInf<T>;
-#endif
+        // -inf from the lanes means no number there (all NaN or -inf): the pass decides.
+        T tile_max = lane_max ? static_cast<T>(lanes_max(lane_max + r * 16)) : kNegInf<T>;
         if (tile_max == kNegInf<T>) tile_max = row_max(row, cols);
         const T old_max = st.row_max[r];
         const T new_max = (std::isnan(tile_max) || tile_max > old_max) ? tile_max : old_max;
@@ -520,6 +565,12 @@ void forward(const FlashForward<T, In>& args) {
           }
           bf16_gemm(rows, p.dv, (cols + 1) / 2, 1.0f, LeftOperand{st.probs.data(), ld_probs, 2},
                     PairsOperand{pairs_of_v, ld_values}, 1.0f, acc, p.dv);
+#endif
+        } else if (tiles) {
+#ifdef ATTN_FLOAT_TILES
+          if constexpr (kFloatInputs) {
+            float_tiles::gemm(rows, p.dv, cols, 1.0f, s, kKeyBlock, v, p.v.si, 1.0f, acc, p.dv, nullptr);
+          }
 #endif
         } else {
           gemm<T>(false, false, rows, p.dv, cols, T(1), s, kKeyBlock, v, p.v.si, T(1), acc, p.dv);
