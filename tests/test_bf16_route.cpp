@@ -339,5 +339,102 @@ TEST(Bf16Route, ForwardAgreesWithFloat64AndWithTheWidenedRoute) {
   EXPECT_LE((plain - plain_expected).abs().mean().item<double>(), 4e-3 * plain_size);
 }
 
+// The route's backward pass, forced on, against float64 autograd on the same rounded inputs, and against the
+// widened route. Relative to each gradient's mean size.
+TEST(Bf16Route, BackwardAgreesWithFloat64AndWithTheWidenedRoute) {
+  torch::manual_seed(5);
+  const auto bf = [](const torch::Tensor& t) { return t.to(torch::kBFloat16); };
+  const torch::Tensor q = bf(torch::randn({2, 4, 300, 64})), k = bf(torch::randn({2, 2, 700, 64})),
+                      v = bf(torch::randn({2, 2, 700, 64})), cotangent = bf(torch::randn({2, 4, 300, 64}));
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "not causal");
+    const auto grads = [&](torch::Dtype dtype, Backend backend) {
+      const auto leaf = [&](const torch::Tensor& t) { return t.to(dtype).clone().requires_grad_(); };
+      torch::Tensor ql = leaf(q), kl = leaf(k), vl = leaf(v);
+      const torch::Tensor out =
+          scaled_dot_product_attention(ql, kl, vl, SdpaOptions().causal(causal).backend(backend));
+      (out * cotangent.to(dtype)).sum().backward();
+      return std::vector<torch::Tensor>{ql.grad().to(torch::kFloat64), kl.grad().to(torch::kFloat64),
+                                        vl.grad().to(torch::kFloat64)};
+    };
+    const auto expected = grads(torch::kFloat64, Backend::Math);
+    std::vector<torch::Tensor> widened, paired;
+    {
+      CapabilityScope scope(Capability::Avx512);
+      widened = grads(torch::kBFloat16, Backend::Fused);
+    }
+    const char* names[] = {"d query", "d key", "d value"};
+    for (int i = 0; i < 3; ++i) {
+      // bfloat16 output rounding alone is up to 2^-9 of each value on average.
+      const double size = expected[i].abs().mean().item<double>();
+      EXPECT_LE((widened[i] - expected[i]).abs().mean().item<double>(), 3e-3 * size) << names[i];
+    }
+    if (!cpu_has_bf16_route()) {
+      std::printf("[ NOTE     ] this CPU has no AVX512-BF16: only the widened route was checked\n");
+      continue;
+    }
+    {
+      CapabilityScope scope(Capability::Avx512Bf16);
+      paired = grads(torch::kBFloat16, Backend::Fused);
+    }
+    for (int i = 0; i < 3; ++i) {
+      SCOPED_TRACE(names[i]);
+      const double size = expected[i].abs().mean().item<double>();
+      const double mean = (paired[i] - expected[i]).abs().mean().item<double>() / size;
+      const double max = (paired[i] - expected[i]).abs().max().item<double>() / size;
+      std::printf("[ NOTE     ] %s, %s, bfloat16 route: mean error %.2e, max %.2e of the mean size\n",
+                  causal ? "causal" : "not causal", names[i], mean, max);
+      // Rounding P and dS for the products: not bit for bit the widened route's gradients.
+      EXPECT_GT((paired[i] - widened[i]).abs().max().item<double>(), 0.0);
+      // Measured 2.3e-3 and up to 5e-2 (the widened route: 1.4e-3); a 1 % error in any product fails.
+      EXPECT_LE(mean, 4e-3);
+      EXPECT_LE(max, 0.1);
+    }
+  }
+}
+
+// A NaN or Inf at a masked key or value stays out of the route's output and gradients, as on the float route
+// (FusedKernelReference.NonFiniteValuesAtMaskedKeysStayOut).
+TEST(Bf16Route, NonFiniteValuesAtMaskedKeysStayOut) {
+  if (!cpu_has_bf16_route()) {
+    std::printf("[ NOTE     ] this CPU has no AVX512-BF16: the route cannot run here\n");
+    return;
+  }
+  torch::manual_seed(4);
+  torch::Tensor q = torch::randn({1, 1, 70, 8}), k = torch::randn({1, 1, 301, 8}), v = torch::randn({1, 1, 301, 8});
+  torch::Tensor padding = torch::zeros({1, 1, 301}, torch::kBool);
+  for (int64_t j : {3, 128, 150, 299, 300}) padding.index_put_({0, 0, j}, true);
+  k.index_put_({0, 0, 3}, NAN);
+  k.index_put_({0, 0, 128}, INFINITY);
+  v.index_put_({0, 0, 150}, INFINITY);
+  v.index_put_({0, 0, 299}, NAN);
+  v.index_put_({0, 0, 300}, NAN);
+  const auto leaf = [](const torch::Tensor& t) { return t.to(torch::kBFloat16).requires_grad_(); };
+  const torch::Tensor ql = leaf(q), kl = leaf(k), vl = leaf(v);
+  const AttentionMasks masks = AttentionMasks().key_padding_mask(padding);
+  CapabilityScope scope(Capability::Avx512Bf16);
+  const torch::Tensor out = scaled_dot_product_attention(ql, kl, vl, SdpaOptions().masks(masks).backend(Backend::Fused));
+  EXPECT_TRUE(torch::isfinite(out).all().item<bool>());
+  out.sum().backward();
+  for (const torch::Tensor& g : {ql.grad(), kl.grad(), vl.grad()}) EXPECT_TRUE(torch::isfinite(g).all().item<bool>());
+}
+
+// An odd d_v cannot be read in pairs along dO·Vᵀ: the backward pass widens, whatever the forward pass did.
+TEST(Bf16Route, BackwardWithOddValueWidthWidens) {
+  torch::manual_seed(6);
+  const auto leaf = [](at::IntArrayRef shape) { return torch::randn(shape).to(torch::kBFloat16).requires_grad_(); };
+  const torch::Tensor q = leaf({1, 2, 50, 64}), k = leaf({1, 2, 70, 64}), v = leaf({1, 2, 70, 33});
+  CapabilityScope scope(Capability::Avx512Bf16);
+  const torch::Tensor out = scaled_dot_product_attention(q, k, v, SdpaOptions().causal(true).backend(Backend::Fused));
+  out.sum().backward();
+  const auto exact = [](const torch::Tensor& t) { return t.detach().to(torch::kFloat64).requires_grad_(); };
+  const torch::Tensor q64 = exact(q), k64 = exact(k), v64 = exact(v);
+  scaled_dot_product_attention(q64, k64, v64, SdpaOptions().causal(true).backend(Backend::Math)).sum().backward();
+  for (const auto& [got, want] : {std::pair{q.grad(), q64.grad()}, {k.grad(), k64.grad()}, {v.grad(), v64.grad()}}) {
+    EXPECT_EQ(got.scalar_type(), torch::kBFloat16);
+    EXPECT_LE((got.to(torch::kFloat64) - want).abs().mean().item<double>(), 4e-3 * want.abs().mean().item<double>());
+  }
+}
+
 }  // namespace
 }  // namespace attn::test

@@ -1,9 +1,10 @@
 #pragma once
-// The bfloat16 route's softmax step over one row of a score tile: P = exp(s - max) rounded to bfloat16 for
-// the P·V product, and the float sum of the unrounded P for the row's normaliser, in one pass that reads the
-// scores once and writes only the bfloat16 P (the float route's three passes, exp, sum and rounding, each
-// read the row again). Only bf16_softmax_avx512bf16.cpp is compiled with AVX512-BF16 enabled: call it only
-// where the CPU has it (Capability::Avx512Bf16).
+// The bfloat16 route's conversions of a float score row into the bfloat16 left operand of a tile product.
+// Forward: P = exp(s - max) rounded to bfloat16 for P·V, and the float sum of the unrounded P for the row's
+// normaliser, in one pass that reads the scores once and writes only the bfloat16 P (the float route's three
+// passes, exp, sum and rounding, each read the row again). Backward: dS rounded for dS·K. Only
+// bf16_softmax_avx512bf16.cpp is compiled with AVX512-BF16 enabled: call these only where the CPU has it
+// (Capability::Avx512Bf16).
 
 #include <c10/util/BFloat16.h>
 
@@ -21,5 +22,8 @@ inline constexpr float kExpFlushBelow = -60.0f;
 /// 4e-6 at its flush limit, three orders of magnitude below bfloat16's rounding. exp(-inf) is 0; a NaN score
 /// gives a NaN P and sum.
 float exp_round_sum(const float* s, int64_t n, float shift, c10::BFloat16* p);
+
+/// p[j] = bfloat16(s[j]) for j < n, rounded to nearest even, and p[n] = 0 when n is odd.
+void round_to_bfloat16(const float* s, int64_t n, c10::BFloat16* p);
 
 }  // namespace attn::ops::cpu

@@ -59,4 +59,13 @@ float exp_round_sum(const float* s, int64_t n, float shift, c10::BFloat16* p) {
   return _mm512_reduce_add_ps(_mm512_add_ps(sum0, sum1));
 }
 
+void round_to_bfloat16(const float* s, int64_t n, c10::BFloat16* p) {
+  for (int64_t j = 0; j < n; j += 16) {
+    const int64_t left = n - j < 16 ? n - j : 16;
+    const __mmask16 m = static_cast<__mmask16>((1u << left) - 1u);
+    _mm256_mask_storeu_epi16(p + j, m, (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, s + j)));
+  }
+  if (n % 2) p[n] = c10::BFloat16(0.0f);
+}
+
 }  // namespace attn::ops::cpu

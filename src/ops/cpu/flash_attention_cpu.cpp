@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 namespace attn::ops::cpu {
@@ -175,11 +176,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> flash_attention_backw
                                             cu_seqlens_q, cu_seqlens_k);
   const at::ScalarType compute = compute_type(query);
   const double sc = resolved_scale(scale, s.dk);
-  const at::Tensor q = kernel_layout(query, compute), k = kernel_layout(key, compute),
-                   v = kernel_layout(value, compute), dout = kernel_layout(grad_output, compute);
+  // The bfloat16 route reads the inputs as bfloat16 pairs; d_v is the length of dO·Vᵀ's pairs, so it must be
+  // even as well.
+  const bool pairs = bfloat16_route(query, s) && s.dv % 2 == 0;
+  const auto layout = [&](const at::Tensor& t) { return pairs ? row_major_layout(t) : kernel_layout(t, compute); };
+  const at::Tensor q = layout(query), k = layout(key), v = layout(value), dout = layout(grad_output);
   const at::Tensor lse = logsumexp.contiguous();
   // delta_i = Σ_c dO[i,c]·O[i,c] = Σ_j P[i,j]·dP[i,j]: the softmax backward's row term, O(T) to precompute.
-  const at::Tensor delta = (dout * output.to(compute)).sum(-1).contiguous();
+  const at::Tensor delta = (dout.to(compute) * output.to(compute)).sum(-1).contiguous();
   const KernelMasks masks(s, key_padding_mask, attend_mask, additive_mask, compute);
   const KernelVariants variants(window_left, window_right, softcap, alibi_slopes, sinks, cu_seqlens_q, cu_seqlens_k,
                                 packed, compute);
@@ -198,21 +202,35 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> flash_attention_backw
   const int64_t wanted = (kMinTasks + heads_total - 1) / heads_total;
   const int64_t splits = std::clamp<int64_t>(wanted, 1, std::max<int64_t>(k_blocks, 1));
 
-  at::Tensor grad_q = at::zeros({splits * s.batch, s.heads, s.tq, s.dk}, q.options());
-  at::Tensor grad_k = at::empty({s.batch, s.kv_heads, s.tk, s.dk}, q.options());
-  at::Tensor grad_v = at::empty({s.batch, s.kv_heads, s.tk, s.dv}, q.options());
-  AT_DISPATCH_FLOATING_TYPES(compute, "attn::flash_attention_backward", [&] {
-    FlashBackward<scalar_t> args;
-    args.problem = make_problem<scalar_t>(s, q, k, v, masks, variants, is_causal, causal_offset, sc);
-    args.grad_out = input_view<scalar_t>(dout);
-    args.lse = lse.data_ptr<scalar_t>();
-    args.delta = delta.data_ptr<scalar_t>();
-    args.grad_q = output_view<scalar_t>(grad_q);
+  // The gradients accumulate in the compute type on either route.
+  const at::TensorOptions grad_options = q.options().dtype(compute);
+  at::Tensor grad_q = at::zeros({splits * s.batch, s.heads, s.tq, s.dk}, grad_options);
+  at::Tensor grad_k = at::empty({s.batch, s.kv_heads, s.tk, s.dk}, grad_options);
+  at::Tensor grad_v = at::empty({s.batch, s.kv_heads, s.tk, s.dv}, grad_options);
+  const auto fill = [&](auto& args) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(args.lse)>>;
+    args.lse = lse.data_ptr<T>();
+    args.delta = delta.data_ptr<T>();
+    args.grad_q = output_view<T>(grad_q);
     args.splits = splits;
-    args.grad_k = output_view<scalar_t>(grad_k);
-    args.grad_v = output_view<scalar_t>(grad_v);
+    args.grad_k = output_view<T>(grad_k);
+    args.grad_v = output_view<T>(grad_v);
+  };
+  if (pairs) {
+    FlashBackward<float, c10::BFloat16> args;
+    args.problem = make_problem<float, c10::BFloat16>(s, q, k, v, masks, variants, is_causal, causal_offset, sc);
+    args.grad_out = input_view<c10::BFloat16>(dout);
+    fill(args);
     flash_backward(args);
-  });
+  } else {
+    AT_DISPATCH_FLOATING_TYPES(compute, "attn::flash_attention_backward", [&] {
+      FlashBackward<scalar_t> args;
+      args.problem = make_problem<scalar_t>(s, q, k, v, masks, variants, is_causal, causal_offset, sc);
+      args.grad_out = input_view<scalar_t>(dout);
+      fill(args);
+      flash_backward(args);
+    });
+  }
   if (splits > 1) grad_q = grad_q.view({splits, s.batch, s.heads, s.tq, s.dk}).sum(0);
   const auto back = [&](const at::Tensor& g) {
     return query.scalar_type() == compute ? g : g.to(query.scalar_type());

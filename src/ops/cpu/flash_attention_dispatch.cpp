@@ -225,5 +225,13 @@ void flash_forward(const FlashForward<float, c10::BFloat16>& args) {
   kernel_avx512::flash_forward(args);
 #endif
 }
+void flash_backward(const FlashBackward<float, c10::BFloat16>& args) {
+  TORCH_CHECK(hardware_capability_limit() == Capability::Avx512Bf16,
+              "attn: the bfloat16 route needs AVX512-BF16, and this CPU or build has ",
+              capability_name(hardware_capability_limit()));
+#ifdef ATTN_HAVE_AVX512_KERNELS
+  kernel_avx512::flash_backward(args);
+#endif
+}
 
 }  // namespace attn::ops::cpu

@@ -63,10 +63,12 @@ struct FlashForward {
   T* lse = nullptr;  // [B, H, Tq] contiguous
 };
 
-template <typename T>
+/// In as in FlashProblem: bfloat16 for T = float on the bfloat16 route, whose gradients still accumulate in
+/// (and are returned as) float.
+template <typename T, typename In = T>
 struct FlashBackward {
-  FlashProblem<T> problem;
-  View4<const T> grad_out;     // [B, H, Tq, dv]
+  FlashProblem<T, In> problem;
+  View4<const In> grad_out;    // [B, H, Tq, dv]
   const T* lse = nullptr;      // [B, H, Tq] contiguous, from the forward pass
   const T* delta = nullptr;    // [B, H, Tq] contiguous: rowsum(grad_out * out)
   View4<T> grad_q;             // [splits * B, H, Tq, dk], zeroed: split s writes batch s*B + b
@@ -167,6 +169,8 @@ void linear_rows(const LinearRowsArgs<float>& args);
 void linear_rows(const LinearRowsArgs<c10::BFloat16>& args);
 /// The bfloat16 route's forward: only on a CPU with AVX512-BF16 (hardware_capability_limit()), with d_k even.
 void flash_forward(const FlashForward<float, c10::BFloat16>& args);
+/// The bfloat16 route's backward: the same, with d_k and d_v even.
+void flash_backward(const FlashBackward<float, c10::BFloat16>& args);
 /// x = cap · tanh(x / cap) over n floats, exactly as the active variant's kernels soft-cap a score row, with
 /// tanh(x / cap) in tanh_out when it is non-null. The tanh is an approximation of ours; tests check it here.
 void softcap_values(float* x, int64_t n, float cap, float* tanh_out);
@@ -191,6 +195,7 @@ ATTN_DECLARE_FLASH_KERNELS(kernel_avx512)
 #undef ATTN_DECLARE_FLASH_KERNELS
 namespace kernel_avx512 {
 void flash_forward(const FlashForward<float, c10::BFloat16>& args);
+void flash_backward(const FlashBackward<float, c10::BFloat16>& args);
 /// linear_rows on bfloat16 pairs (bf16_dot_rows): only on a CPU with AVX512-BF16.
 void linear_rows_pairs(const LinearRowsArgs<c10::BFloat16>& args);
 }

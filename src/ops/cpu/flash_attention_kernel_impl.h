@@ -360,59 +360,63 @@ inline FloatKeysT float_keys_t(const FlashProblem<float>& p) {
 #endif
 
 #ifdef ATTN_BF16_ROUTE
-/// The bfloat16 route's Kᵀ of every (batch row, kv head) in pairs layout (ops/cpu/bf16_gemm.h), packed once
-/// and read by every query block and every query head of its group.
-struct TransposedKeys {
+/// The bfloat16 route's right operands, packed once per call and read by every tile: for each of `count` heads
+/// (h = b · heads + head of a View4), either the transpose of its [rows, width] matrix in pairs layout (Kᵀ for
+/// Q·Kᵀ, Vᵀ for dO·Vᵀ: pairs along width, a column per row) or the matrix itself in pairs of rows (V for P·V,
+/// K for dS·K, Q and dO for the backward pass's transposed products: a column per element of width).
+struct PackedPairs {
   std::vector<uint32_t> data;
-  int64_t ld = 0, pairs = 0, kv_heads = 0;
-  const uint32_t* of(int64_t b, int64_t hk) const { return data.data() + (b * kv_heads + hk) * pairs * ld; }
+  int64_t ld = 0, pairs = 0, heads = 0;
+  const uint32_t* of(int64_t b, int64_t h) const { return data.data() + (b * heads + h) * pairs * ld; }
+  /// Pairs of rows from row g on (g even).
+  const uint32_t* from(int64_t b, int64_t h, int64_t g) const { return of(b, h) + g / 2 * ld; }
 };
 
-inline TransposedKeys transposed_keys(const FlashProblem<float, c10::BFloat16>& p) {
-  TransposedKeys t;
-  t.ld = pairs_row_length(p.tk);
-  t.pairs = (p.dk + 1) / 2;
-  t.kv_heads = p.kv_heads;
+inline PackedPairs transposed_in_pairs(const View4<const c10::BFloat16>& x, int64_t batch, int64_t heads, int64_t rows,
+                                       int64_t width) {
+  PackedPairs t;
+  t.ld = pairs_row_length(rows);
+  t.pairs = (width + 1) / 2;
+  t.heads = heads;
   // kPairLanes words of slack: a panel that starts mid-row reads up to one vector past the last column.
-  t.data.resize(p.batch * p.kv_heads * t.pairs * t.ld + kPairLanes);
-  // No keys or no key width: nothing to pack, and k's data pointer may be null (no row to address).
-  if (p.tk == 0 || p.dk == 0) return t;
-  at::parallel_for(0, p.batch * p.kv_heads, 1, [&](int64_t begin, int64_t end) {
+  t.data.resize(batch * heads * t.pairs * t.ld + kPairLanes);
+  // No rows or no width: nothing to pack, and the data pointer may be null (no row to address).
+  if (rows == 0 || width == 0) return t;
+  at::parallel_for(0, batch * heads, 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      const int64_t b = i / p.kv_heads, hk = i % p.kv_heads;
-      pack_transposed_in_pairs(p.k.row(b, hk, 0), p.k.si, p.tk, p.dk, t.data.data() + i * t.pairs * t.ld, t.ld);
+      pack_transposed_in_pairs(x.row(i / heads, i % heads, 0), x.si, rows, width, t.data.data() + i * t.pairs * t.ld,
+                               t.ld);
     }
   });
   return t;
 }
 
-/// The bfloat16 route's V of every (batch row, kv head) in pairs layout, packed once and read by every query
-/// block and every query head of its group. Pair p of (b, hk) holds value rows 2p and 2p + 1.
-struct ValuePairs {
-  std::vector<uint32_t> data;
-  int64_t ld = 0, pairs = 0, kv_heads = 0;
-  /// The pairs from value row g on (g even).
-  const uint32_t* from(int64_t b, int64_t hk, int64_t g) const {
-    return data.data() + ((b * kv_heads + hk) * pairs + g / 2) * ld;
-  }
-};
-
-inline ValuePairs value_pairs(const FlashProblem<float, c10::BFloat16>& p) {
-  ValuePairs t;
-  t.ld = pairs_row_length(p.dv);
-  t.pairs = (p.tk + 1) / 2;
-  t.kv_heads = p.kv_heads;
-  t.data.resize(p.batch * p.kv_heads * t.pairs * t.ld);
-  if (p.tk == 0 || p.dv == 0) return t;
-  at::parallel_for(0, p.batch * p.kv_heads, 1, [&](int64_t begin, int64_t end) {
+inline PackedPairs rows_in_pairs(const View4<const c10::BFloat16>& x, int64_t batch, int64_t heads, int64_t rows,
+                                 int64_t width) {
+  PackedPairs t;
+  t.ld = pairs_row_length(width);
+  t.pairs = (rows + 1) / 2;
+  t.heads = heads;
+  t.data.resize(batch * heads * t.pairs * t.ld);
+  if (rows == 0 || width == 0) return t;
+  at::parallel_for(0, batch * heads, 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      pack_rows_in_pairs(p.v.row(i / p.kv_heads, i % p.kv_heads, 0), p.v.si, p.tk, p.dv,
-                         t.data.data() + i * t.pairs * t.ld, t.ld);
+      pack_rows_in_pairs(x.row(i / heads, i % heads, 0), x.si, rows, width, t.data.data() + i * t.pairs * t.ld, t.ld);
     }
   });
   return t;
 }
 
+/// The pairs of rows [g0, g0 + n) of head (b, h) for a product: from the pack of the whole head where they
+/// start a pair there and end one; otherwise (an odd start in a packed batch, a window or a band, or an odd
+/// count, whose pad row must be 0 rather than the next row's value) packed into `scratch`.
+inline const uint32_t* pairs_of_rows(const PackedPairs& packed, const View4<const c10::BFloat16>& x, int64_t b,
+                                     int64_t h, int64_t g0, int64_t n, int64_t width, std::vector<uint32_t>& scratch) {
+  if (g0 % 2 == 0 && n % 2 == 0) return packed.from(b, h, g0);
+  scratch.resize((n + 1) / 2 * packed.ld);
+  pack_rows_in_pairs(x.row(b, h, g0), x.si, n, width, scratch.data(), packed.ld);
+  return scratch.data();
+}
 #endif
 
 /// A block of query rows of one sequence, and how many keys it visits (its cost).
@@ -430,10 +434,12 @@ void forward(const FlashForward<T, In>& args) {
   const std::vector<Sequence> seqs = sequences_of(p);
   const std::vector<uint8_t> values_finite = finite_blocks(p, p.v, p.dv, kKeyBlock);
 #ifdef ATTN_BF16_ROUTE
-  TransposedKeys keys_t;
-  ValuePairs values_paired;
-  if constexpr (kPairs) keys_t = transposed_keys(p), values_paired = value_pairs(p);
-  const int64_t ld_probs = kKeyBlock + 2, ld_values = pairs_row_length(p.dv);
+  PackedPairs keys_t, values_paired;
+  if constexpr (kPairs) {
+    keys_t = transposed_in_pairs(p.k, p.batch, p.kv_heads, p.tk, p.dk);
+    values_paired = rows_in_pairs(p.v, p.batch, p.kv_heads, p.tk, p.dv);
+  }
+  const int64_t ld_probs = kKeyBlock + 2;
 #endif
 #ifdef ATTN_FLOAT_TILES
   constexpr bool kFloatInputs = std::is_same_v<In, float>;
@@ -474,7 +480,6 @@ void forward(const FlashForward<T, In>& args) {
 #ifdef ATTN_BF16_ROUTE
     if constexpr (kPairs) {
       st.probs.resize(kQueryBlock * ld_probs);
-      st.value_pairs.resize((kKeyBlock + 1) / 2 * ld_values);
     }
     if (kPairs || tiles) st.lane_max.resize(kQueryBlock * 16);
 #endif
@@ -554,17 +559,10 @@ void forward(const FlashForward<T, In>& args) {
         if constexpr (kPairs) {
 #ifdef ATTN_BF16_ROUTE
           // The row sums keep the float P; P·V reads it rounded, as FlashAttention's bfloat16 kernels do.
-          // V's pairs come from the pack of the whole head where the tile starts a pair there and ends one;
-          // otherwise (an odd start in a packed batch or a window, or an odd last tile, whose pad row must be
-          // 0, not the next key's value) the tile packs its own.
-          const int64_t g0 = sq.k0 + j0;
-          const uint32_t* pairs_of_v = values_paired.from(b, hk, g0 - g0 % 2);
-          if (g0 % 2 || cols % 2) {
-            pack_rows_in_pairs(v, p.v.si, cols, p.dv, st.value_pairs.data(), ld_values);
-            pairs_of_v = st.value_pairs.data();
-          }
+          const uint32_t* v_pairs =
+              pairs_of_rows(values_paired, p.v, b, hk, sq.k0 + j0, cols, p.dv, st.value_pairs);
           bf16_gemm(rows, p.dv, (cols + 1) / 2, 1.0f, LeftOperand{st.probs.data(), ld_probs, 2},
-                    PairsOperand{pairs_of_v, ld_values}, 1.0f, acc, p.dv);
+                    PairsOperand{v_pairs, values_paired.ld}, 1.0f, acc, p.dv);
 #endif
         } else if (tiles) {
 #ifdef ATTN_FLOAT_TILES
@@ -608,16 +606,37 @@ void forward(const FlashForward<T, In>& args) {
 template <typename T>
 struct BackwardState {
   std::vector<T> probs, grad_probs, tanh_values, grad_k, grad_v;
+  // The bfloat16 route: P and dS in pairs of their rows (the left operands Pᵀ and dSᵀ), dS rounded as stored
+  // (for dS·K), and the pairs of query, dO and key rows where a tile cannot use the packed heads.
+  std::vector<uint32_t> prob_pairs, grad_score_pairs, query_pairs, grad_out_pairs, key_pairs;
+  std::vector<c10::BFloat16> grad_scores;
 };
 
-template <typename T>
-void backward(const FlashBackward<T>& args) {
-  const FlashProblem<T>& p = args.problem;
+template <typename T, typename In>
+void backward(const FlashBackward<T, In>& args) {
+  // The bfloat16 route: the five tile products on bfloat16 pairs with float accumulation; P and dS are
+  // rounded to bfloat16 for the products they feed, as FlashAttention's bfloat16 backward does, and the
+  // softmax backward and every accumulator stay in float.
+  constexpr bool kPairs = !std::is_same_v<T, In>;
+  const FlashProblem<T, In>& p = args.problem;
   const bool masked = has_masks(p);
   const bool capped = p.softcap > T(0);
   const int64_t ld = kBackwardKeyBlock;
   const std::vector<Sequence> seqs = sequences_of(p);
   const std::vector<uint8_t> keys_finite_blocks = finite_blocks(p, p.k, p.dk, kBackwardKeyBlock);
+#ifdef ATTN_BF16_ROUTE
+  // Kᵀ and Vᵀ for S = Q·Kᵀ and dP = dO·Vᵀ; K, Q and dO in pairs of rows for dQ += dS·K, dK += dSᵀ·Q and
+  // dV += Pᵀ·dO. Each is packed once here and read by every tile.
+  PackedPairs keys_t, values_t, key_rows, query_rows, grad_out_rows;
+  if constexpr (kPairs) {
+    keys_t = transposed_in_pairs(p.k, p.batch, p.kv_heads, p.tk, p.dk);
+    values_t = transposed_in_pairs(p.v, p.batch, p.kv_heads, p.tk, p.dv);
+    key_rows = rows_in_pairs(p.k, p.batch, p.kv_heads, p.tk, p.dk);
+    query_rows = rows_in_pairs(p.q, p.batch, p.heads, p.tq, p.dk);
+    grad_out_rows = rows_in_pairs(args.grad_out, p.batch, p.heads, p.tq, p.dv);
+  }
+  const int64_t ld_grad_scores = kBackwardKeyBlock + 2;
+#endif
 
   // One task per (sequence, kv head, split): it walks every query head of the group, so dK and dV of a shared
   // head are summed over its group in the task's accumulator, in a fixed order. Sequences never share query
@@ -634,14 +653,27 @@ void backward(const FlashBackward<T>& args) {
     T* prob = st.probs.data();
     T* dprob = st.grad_probs.data();
     T* tanh_values = capped ? st.tanh_values.data() : nullptr;
+#ifdef ATTN_BF16_ROUTE
+    if constexpr (kPairs) {
+      st.prob_pairs.resize((kBackwardQueryBlock + 1) / 2 * ld);
+      st.grad_score_pairs.resize((kBackwardQueryBlock + 1) / 2 * ld);
+      st.grad_scores.resize(kBackwardQueryBlock * ld_grad_scores);
+    }
+#endif
 
     for (int64_t kb = kb_begin; kb < kb_end; ++kb) {
       const int64_t j0 = kb * kBackwardKeyBlock, cols = std::min(kBackwardKeyBlock, sq.tk - j0);
       st.grad_k.assign(cols * p.dk, T(0));
       st.grad_v.assign(cols * p.dv, T(0));
-      const T* k = p.k.row(b, hk, sq.k0 + j0);
-      const T* v = p.v.row(b, hk, sq.k0 + j0);
+      const In* k = p.k.row(b, hk, sq.k0 + j0);
+      const In* v = p.v.row(b, hk, sq.k0 + j0);
       const bool keys_finite = rows_finite(p, keys_finite_blocks, kBackwardKeyBlock, b, hk, sq.k0 + j0, cols);
+#ifdef ATTN_BF16_ROUTE
+      const uint32_t* k_pairs = nullptr;
+      if constexpr (kPairs) {
+        if (keys_finite) k_pairs = pairs_of_rows(key_rows, p.k, b, hk, sq.k0 + j0, cols, p.dk, st.key_pairs);
+      }
+#endif
       // Only the queries whose band reaches the tile's keys.
       const auto [q_begin, q_end] = query_range(p, sq, j0, cols);
       for (int64_t h = hk * p.group(); h < (hk + 1) * p.group(); ++h) {
@@ -649,9 +681,16 @@ void backward(const FlashBackward<T>& args) {
         const T* delta = args.delta + (b * p.heads + h) * p.tq + sq.q0;
         for (int64_t i0 = q_begin; i0 < q_end; i0 += kBackwardQueryBlock) {
           const int64_t rows = std::min(kBackwardQueryBlock, q_end - i0);
-          const T* q = p.q.row(b, h, sq.q0 + i0);
-          const T* dout = args.grad_out.row(b, h, sq.q0 + i0);
-          gemm<T>(false, true, rows, cols, p.dk, p.scale, q, p.q.si, k, p.k.si, T(0), prob, ld);
+          const In* q = p.q.row(b, h, sq.q0 + i0);
+          const In* dout = args.grad_out.row(b, h, sq.q0 + i0);
+          if constexpr (kPairs) {
+#ifdef ATTN_BF16_ROUTE
+            bf16_gemm(rows, cols, keys_t.pairs, p.scale, LeftOperand{q, p.q.si, 2},
+                      PairsOperand{keys_t.of(b, hk) + sq.k0 + j0, keys_t.ld}, 0.0f, prob, ld);
+#endif
+          } else {
+            gemm<T>(false, true, rows, cols, p.dk, p.scale, q, p.q.si, k, p.k.si, T(0), prob, ld);
+          }
           score_terms(p, sq, h, i0, rows, j0, cols, prob, ld, tanh_values);
           if (masked || tile_leaves_band(p, sq, i0, rows, j0, cols)) mask_tile(p, sq, h, i0, rows, j0, cols, prob, ld);
           for (int64_t r = 0; r < rows; ++r) {
@@ -663,26 +702,59 @@ void backward(const FlashBackward<T>& args) {
             }
           }
           // dV += Pᵀ dO;  dP = dO Vᵀ;  dS = P (dP - delta);  dK += scale dSᵀ Q;  dQ += scale dS K
-          gemm<T>(true, false, cols, p.dv, rows, T(1), prob, ld, dout, args.grad_out.si, T(1), st.grad_v.data(),
-                  p.dv);
-          gemm<T>(false, true, rows, cols, p.dv, T(1), dout, args.grad_out.si, v, p.v.si, T(0), dprob, ld);
+          if constexpr (kPairs) {
+#ifdef ATTN_BF16_ROUTE
+            pack_rows_in_pairs(prob, ld, rows, cols, st.prob_pairs.data(), ld);
+            const uint32_t* dout_pairs =
+                pairs_of_rows(grad_out_rows, args.grad_out, b, h, sq.q0 + i0, rows, p.dv, st.grad_out_pairs);
+            bf16_gemm(cols, p.dv, (rows + 1) / 2, 1.0f,
+                      LeftOperand{reinterpret_cast<const c10::BFloat16*>(st.prob_pairs.data()), 2, 2 * ld},
+                      PairsOperand{dout_pairs, grad_out_rows.ld}, 1.0f, st.grad_v.data(), p.dv);
+            bf16_gemm(rows, cols, values_t.pairs, 1.0f, LeftOperand{dout, args.grad_out.si, 2},
+                      PairsOperand{values_t.of(b, hk) + sq.k0 + j0, values_t.ld}, 0.0f, dprob, ld);
+#endif
+          } else {
+            gemm<T>(true, false, cols, p.dv, rows, T(1), prob, ld, dout, args.grad_out.si, T(1), st.grad_v.data(),
+                    p.dv);
+            gemm<T>(false, true, rows, cols, p.dv, T(1), dout, args.grad_out.si, v, p.v.si, T(0), dprob, ld);
+          }
           for (int64_t r = 0; r < rows; ++r) softmax_backward_row(prob + r * ld, dprob + r * ld, cols, delta[i0 + r]);
           // Through the soft-cap: d(cap · tanh(s / cap)) / ds = 1 - tanh².
           if (capped) {
             for (int64_t r = 0; r < rows; ++r) softcap_backward_row(dprob + r * ld, tanh_values + r * ld, cols);
           }
-          gemm<T>(true, false, cols, p.dk, rows, p.scale, dprob, ld, q, p.q.si, T(1), st.grad_k.data(), p.dk);
           T* dq = args.grad_q.row(split * p.batch + b, h, sq.q0 + i0);
-          if (keys_finite) {
-            gemm<T>(false, false, rows, p.dk, cols, p.scale, dprob, ld, k, p.k.si, T(1), dq, args.grad_q.si);
+          bool dq_done = false;
+          if constexpr (kPairs) {
+#ifdef ATTN_BF16_ROUTE
+            pack_rows_in_pairs(dprob, ld, rows, cols, st.grad_score_pairs.data(), ld);
+            const uint32_t* q_pairs = pairs_of_rows(query_rows, p.q, b, h, sq.q0 + i0, rows, p.dk, st.query_pairs);
+            bf16_gemm(cols, p.dk, (rows + 1) / 2, p.scale,
+                      LeftOperand{reinterpret_cast<const c10::BFloat16*>(st.grad_score_pairs.data()), 2, 2 * ld},
+                      PairsOperand{q_pairs, query_rows.ld}, 1.0f, st.grad_k.data(), p.dk);
+            if (keys_finite) {
+              c10::BFloat16* ds = st.grad_scores.data();
+              for (int64_t r = 0; r < rows; ++r) round_to_bfloat16(dprob + r * ld, cols, ds + r * ld_grad_scores);
+              bf16_gemm(rows, p.dk, (cols + 1) / 2, p.scale, LeftOperand{ds, ld_grad_scores, 2},
+                        PairsOperand{k_pairs, key_rows.ld}, 1.0f, dq, args.grad_q.si);
+              dq_done = true;
+            }
+#endif
           } else {
+            gemm<T>(true, false, cols, p.dk, rows, p.scale, dprob, ld, q, p.q.si, T(1), st.grad_k.data(), p.dk);
+            if (keys_finite) {
+              gemm<T>(false, false, rows, p.dk, cols, p.scale, dprob, ld, k, p.k.si, T(1), dq, args.grad_q.si);
+              dq_done = true;
+            }
+          }
+          if (!dq_done) {
             // A NaN or Inf key at a blocked pair has dS = 0 there, and 0 · NaN would still poison dQ.
             for (int64_t r = 0; r < rows; ++r) {
               for (int64_t c = 0; c < cols; ++c) {
                 const T w = dprob[r * ld + c] * p.scale;
                 if (w == T(0)) continue;
-                const T* krow = k + c * p.k.si;
-                for (int64_t e = 0; e < p.dk; ++e) dq[r * args.grad_q.si + e] += w * krow[e];
+                const In* krow = k + c * p.k.si;
+                for (int64_t e = 0; e < p.dk; ++e) dq[r * args.grad_q.si + e] += w * static_cast<T>(krow[e]);
               }
             }
           }
@@ -707,6 +779,14 @@ void softcap_values(float* x, int64_t n, float cap, float* tanh_out) { softcap_r
 void flash_forward(const FlashForward<float, c10::BFloat16>& args) {
 #ifdef ATTN_BF16_ROUTE
   forward(args);
+#else
+  (void)args;
+  TORCH_INTERNAL_ASSERT(false, "attn: the bfloat16 route was not compiled (no AVX512-BF16 compiler support)");
+#endif
+}
+void flash_backward(const FlashBackward<float, c10::BFloat16>& args) {
+#ifdef ATTN_BF16_ROUTE
+  backward(args);
 #else
   (void)args;
   TORCH_INTERNAL_ASSERT(false, "attn: the bfloat16 route was not compiled (no AVX512-BF16 compiler support)");
