@@ -149,17 +149,68 @@ void pack_rows_in_pairs(const float* src, int64_t ld_src, int64_t k, int64_t n, 
   }
 }
 
+namespace {
+
+/// r[i] = column i of the 16 × 16 matrix of 32-bit words whose row i is r[i]: pairs within 128-bit lanes,
+/// then quads, then the lanes themselves.
+inline void transpose_16x16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // r[4g + c], lane L: column 4L + c of rows 4g .. 4g + 3.
+  for (int g = 0; g < 4; ++g) {
+    r[4 * g] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+    r[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+    r[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+    r[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512i low01 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x44), high01 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xEE);
+    const __m512i low23 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x44);
+    const __m512i high23 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xEE);
+    t[c] = _mm512_shuffle_i32x4(low01, low23, 0x88);
+    t[4 + c] = _mm512_shuffle_i32x4(low01, low23, 0xDD);
+    t[8 + c] = _mm512_shuffle_i32x4(high01, high23, 0x88);
+    t[12 + c] = _mm512_shuffle_i32x4(high01, high23, 0xDD);
+  }
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+
+}  // namespace
+
 void pack_transposed_in_pairs(const c10::BFloat16* src, int64_t ld_src, int64_t n, int64_t k, uint32_t* dst,
                               int64_t ld) {
   const int64_t whole = k / 2;
-  for (int64_t j = 0; j < n; ++j) {
+  // Blocks of 16 rows by 16 pairs go through registers; the edges are copied a word at a time.
+  int64_t j0 = 0;
+  for (; j0 + 16 <= n; j0 += 16) {
+    int64_t p0 = 0;
+    for (; p0 + 16 <= whole; p0 += 16) {
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(src + (j0 + i) * ld_src + 2 * p0);
+      transpose_16x16(r);
+      for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + (p0 + i) * ld + j0, r[i]);
+    }
+    for (int64_t j = j0; j < j0 + 16; ++j) {
+      for (int64_t p = p0; p < whole; ++p) {
+        uint32_t word;
+        std::memcpy(&word, src + j * ld_src + 2 * p, sizeof(word));
+        dst[p * ld + j] = word;
+      }
+    }
+  }
+  for (int64_t j = j0; j < n; ++j) {
     const c10::BFloat16* row = src + j * ld_src;
     for (int64_t p = 0; p < whole; ++p) {
       uint32_t word;
       std::memcpy(&word, row + 2 * p, sizeof(word));
       dst[p * ld + j] = word;
     }
-    if (k % 2) dst[whole * ld + j] = bits(row[k - 1]);
+  }
+  if (k % 2) {
+    for (int64_t j = 0; j < n; ++j) dst[whole * ld + j] = bits(src[j * ld_src + k - 1]);
   }
   for (int64_t p = 0; p < (k + 1) / 2; ++p) std::fill(dst + p * ld + n, dst + (p + 1) * ld, 0u);
 }

@@ -641,10 +641,30 @@ void backward(const FlashBackward<T, In>& args) {
   // One task per (sequence, kv head, split): it walks every query head of the group, so dK and dV of a shared
   // head are summed over its group in the task's accumulator, in a fixed order. Sequences never share query
   // rows, so the tasks of different sequences may write the same dQ slice.
-  const int64_t per_sequence = p.kv_heads * args.splits;
-  run_tasks<BackwardState<T>>(static_cast<int64_t>(seqs.size()) * per_sequence, [&](int64_t t, BackwardState<T>& st) {
-    const Sequence& sq = seqs[t / per_sequence];
-    const int64_t split = t % args.splits, hk = (t % per_sequence) / args.splits, b = sq.b;
+  // The costliest tasks first (under a causal mask, the first keys' splits, which every later query sees),
+  // so that the run ends on short ones. No task's sums depend on the order.
+  struct KeyTask {
+    int64_t sequence, split, cost;
+  };
+  std::vector<KeyTask> key_tasks;
+  for (int64_t sqi = 0; sqi < static_cast<int64_t>(seqs.size()); ++sqi) {
+    const int64_t k_blocks = (seqs[sqi].tk + kBackwardKeyBlock - 1) / kBackwardKeyBlock;
+    for (int64_t split = 0; split < args.splits; ++split) {
+      int64_t cost = 0;
+      for (int64_t kb = split * k_blocks / args.splits; kb < (split + 1) * k_blocks / args.splits; ++kb) {
+        const int64_t j0 = kb * kBackwardKeyBlock;
+        const auto [q_begin, q_end] = query_range(p, seqs[sqi], j0, std::min(kBackwardKeyBlock, seqs[sqi].tk - j0));
+        cost += q_end - q_begin;
+      }
+      key_tasks.push_back({sqi, split, cost});
+    }
+  }
+  std::stable_sort(key_tasks.begin(), key_tasks.end(),
+                   [](const KeyTask& a, const KeyTask& b) { return a.cost > b.cost; });
+  run_tasks<BackwardState<T>>(static_cast<int64_t>(key_tasks.size()) * p.kv_heads, [&](int64_t t, BackwardState<T>& st) {
+    const KeyTask& task = key_tasks[t / p.kv_heads];
+    const Sequence& sq = seqs[task.sequence];
+    const int64_t split = task.split, hk = t % p.kv_heads, b = sq.b;
     const int64_t k_blocks = (sq.tk + kBackwardKeyBlock - 1) / kBackwardKeyBlock;
     const int64_t kb_begin = split * k_blocks / args.splits, kb_end = (split + 1) * k_blocks / args.splits;
     st.probs.resize(kBackwardQueryBlock * ld);
