@@ -26,8 +26,9 @@ struct CpuKernelInfo {
   /// That measurement: the FLOP rate of AVX512-BF16's pair product (vdpbf16ps) over the float FMA's, in
   /// register-only loops; the route is taken at 1.5 or more (0 where not measured).
   double bfloat16_pair_speed = 0.0;
-  /// The float forward pass's tile products: "tiles" (attn's own register tiles, the AVX-512 variant's
-  /// default) or "blas" (LibTorch's BLAS once per tile: the other variants, or ATTN_FLOAT_PRODUCTS=blas).
+  /// The fused kernel's float tile products, forward and backward: "tiles" (attn's own register tiles, the
+  /// AVX-512 variant's default) or "blas" (LibTorch's BLAS once per tile: the other variants, or
+  /// ATTN_FLOAT_PRODUCTS=blas).
   std::string float_products;
   /// Whether the kernels spread their tiles over LibTorch's intra-op threads. True when attn was built with
   /// OpenMP (GCC); a build without it (clang) runs the tile loops on the calling thread, and only the tile

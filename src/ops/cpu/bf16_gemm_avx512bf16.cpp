@@ -2,6 +2,7 @@
 // AVX512-BF16 enabled; the callers reach it only where the CPU has that extension.
 
 #include "ops/cpu/bf16_gemm.h"
+#include "ops/cpu/transpose_16x16.h"
 
 #include <c10/util/Exception.h>
 
@@ -148,37 +149,6 @@ void pack_rows_in_pairs(const float* src, int64_t ld_src, int64_t k, int64_t n, 
     std::fill(out + n, out + ld, 0u);
   }
 }
-
-namespace {
-
-/// r[i] = column i of the 16 × 16 matrix of 32-bit words whose row i is r[i]: pairs within 128-bit lanes,
-/// then quads, then the lanes themselves.
-inline void transpose_16x16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  // r[4g + c], lane L: column 4L + c of rows 4g .. 4g + 3.
-  for (int g = 0; g < 4; ++g) {
-    r[4 * g] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
-    r[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
-    r[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
-    r[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
-  }
-  for (int c = 0; c < 4; ++c) {
-    const __m512i low01 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x44), high01 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xEE);
-    const __m512i low23 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x44);
-    const __m512i high23 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xEE);
-    t[c] = _mm512_shuffle_i32x4(low01, low23, 0x88);
-    t[4 + c] = _mm512_shuffle_i32x4(low01, low23, 0xDD);
-    t[8 + c] = _mm512_shuffle_i32x4(high01, high23, 0x88);
-    t[12 + c] = _mm512_shuffle_i32x4(high01, high23, 0xDD);
-  }
-  for (int i = 0; i < 16; ++i) r[i] = t[i];
-}
-
-}  // namespace
 
 void pack_transposed_in_pairs(const c10::BFloat16* src, int64_t ld_src, int64_t n, int64_t k, uint32_t* dst,
                               int64_t ld) {

@@ -143,10 +143,11 @@ bool bf16_route_chosen();
 /// AVX512-BF16's pair product FLOP rate over the float FMA's (pair_product_speed), measured once; 0 where not
 /// measured.
 double bf16_pair_speed();
-/// Which products the float forward pass of the AVX-512 variant runs: attn's register tiles
-/// (ops/cpu/float_tiles.h: Kᵀ packed once per kv head, V read where it lies, the row maxima from the tile's
-/// epilogue) or BLAS once per tile, as the other variants and float64 do. Tiles unless ATTN_FLOAT_PRODUCTS=blas
-/// or forced: on an AMD Zen 4 they ran the forward pass 1.2x faster than BLAS (bench/RESULTS.md, issue 15).
+/// Which products the float passes of the AVX-512 variant run: attn's register tiles (ops/cpu/float_tiles.h:
+/// Kᵀ and Vᵀ packed once per kv head, the other operands read where they lie, the forward's row maxima from the
+/// tile's epilogue) or BLAS once per tile, as the other variants and float64 do. Tiles unless
+/// ATTN_FLOAT_PRODUCTS=blas or forced: on an AMD Zen 4 they ran the forward pass 1.2x and a training step 1.1x
+/// faster than BLAS (bench/RESULTS.md, issue 15).
 enum class FloatProducts { Tiles, Blas };
 FloatProducts float_products();
 /// Forces the float products (tests run both); `reset_float_products()` undoes it.

@@ -334,25 +334,26 @@ inline float lanes_max(const float* lanes) {
 }
 
 #ifdef ATTN_FLOAT_TILES
-/// The float products' Kᵀ of every (batch row, kv head), [d_k, ld] each, packed once and read by every query
-/// block and every query head of its group.
-struct FloatKeysT {
+/// The float tiles' Kᵀ (or Vᵀ) of every (batch row, kv head), [width, ld] each, packed once per call and read
+/// by every tile of its head's query heads.
+struct FloatTransposed {
   std::vector<float> data;
-  int64_t ld = 0, dk = 0, kv_heads = 0;
-  const float* of(int64_t b, int64_t hk) const { return data.data() + (b * kv_heads + hk) * dk * ld; }
+  int64_t ld = 0, width = 0, heads = 0;
+  const float* of(int64_t b, int64_t h) const { return data.data() + (b * heads + h) * width * ld; }
 };
 
-inline FloatKeysT float_keys_t(const FlashProblem<float>& p) {
-  FloatKeysT t;
-  t.ld = std::max<int64_t>(p.tk, 1);
-  t.dk = p.dk;
-  t.kv_heads = p.kv_heads;
-  t.data.resize(p.batch * p.kv_heads * t.dk * t.ld);
-  if (p.tk == 0 || p.dk == 0) return t;
-  at::parallel_for(0, p.batch * p.kv_heads, 1, [&](int64_t begin, int64_t end) {
+inline FloatTransposed float_transposed(const View4<const float>& x, int64_t batch, int64_t heads, int64_t rows,
+                                        int64_t width) {
+  FloatTransposed t;
+  t.ld = std::max<int64_t>(rows, 1);
+  t.width = width;
+  t.heads = heads;
+  t.data.resize(batch * heads * width * t.ld);
+  if (rows == 0 || width == 0) return t;
+  at::parallel_for(0, batch * heads, 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      float_tiles::pack_transposed(p.k.row(i / p.kv_heads, i % p.kv_heads, 0), p.k.si, p.tk, p.dk,
-                                   t.data.data() + i * t.dk * t.ld, t.ld);
+      float_tiles::pack_transposed(x.row(i / heads, i % heads, 0), x.si, rows, width, t.data.data() + i * width * t.ld,
+                                   t.ld);
     }
   });
   return t;
@@ -444,9 +445,9 @@ void forward(const FlashForward<T, In>& args) {
 #ifdef ATTN_FLOAT_TILES
   constexpr bool kFloatInputs = std::is_same_v<In, float>;
   const bool tiles = kFloatInputs && float_products() == FloatProducts::Tiles;
-  FloatKeysT float_keys;
+  FloatTransposed float_keys;
   if constexpr (kFloatInputs) {
-    if (tiles) float_keys = float_keys_t(p);
+    if (tiles) float_keys = float_transposed(p.k, p.batch, p.kv_heads, p.tk, p.dk);
   }
 #else
   constexpr bool tiles = false;
@@ -505,8 +506,8 @@ void forward(const FlashForward<T, In>& args) {
       } else if (tiles) {
 #ifdef ATTN_FLOAT_TILES
         if constexpr (kFloatInputs) {
-          float_tiles::gemm(rows, cols, p.dk, p.scale, q, p.q.si, float_keys.of(b, hk) + sq.k0 + j0, float_keys.ld,
-                            0.0f, s, kKeyBlock, lane_max);
+          float_tiles::gemm(rows, cols, p.dk, p.scale, {q, p.q.si, 1}, float_keys.of(b, hk) + sq.k0 + j0,
+                            float_keys.ld, 0.0f, s, kKeyBlock, lane_max);
         }
 #endif
       } else {
@@ -567,7 +568,7 @@ void forward(const FlashForward<T, In>& args) {
         } else if (tiles) {
 #ifdef ATTN_FLOAT_TILES
           if constexpr (kFloatInputs) {
-            float_tiles::gemm(rows, p.dv, cols, 1.0f, s, kKeyBlock, v, p.v.si, 1.0f, acc, p.dv, nullptr);
+            float_tiles::gemm(rows, p.dv, cols, 1.0f, {s, kKeyBlock, 1}, v, p.v.si, 1.0f, acc, p.dv, nullptr);
           }
 #endif
         } else {
@@ -636,6 +637,20 @@ void backward(const FlashBackward<T, In>& args) {
     grad_out_rows = rows_in_pairs(args.grad_out, p.batch, p.heads, p.tq, p.dv);
   }
   const int64_t ld_grad_scores = kBackwardKeyBlock + 2;
+#endif
+#ifdef ATTN_FLOAT_TILES
+  // The float tiles (float_products()): Kᵀ and Vᵀ packed once; the other operands are read where they lie.
+  constexpr bool kFloatInputs = std::is_same_v<In, float>;
+  const bool tiles = kFloatInputs && float_products() == FloatProducts::Tiles;
+  FloatTransposed keys_ft, values_ft;
+  if constexpr (kFloatInputs) {
+    if (tiles) {
+      keys_ft = float_transposed(p.k, p.batch, p.kv_heads, p.tk, p.dk);
+      values_ft = float_transposed(p.v, p.batch, p.kv_heads, p.tk, p.dv);
+    }
+  }
+#else
+  constexpr bool tiles = false;
 #endif
 
   // One task per (sequence, kv head, split): it walks every query head of the group, so dK and dV of a shared
@@ -708,6 +723,13 @@ void backward(const FlashBackward<T, In>& args) {
             bf16_gemm(rows, cols, keys_t.pairs, p.scale, LeftOperand{q, p.q.si, 2},
                       PairsOperand{keys_t.of(b, hk) + sq.k0 + j0, keys_t.ld}, 0.0f, prob, ld);
 #endif
+          } else if (tiles) {
+#ifdef ATTN_FLOAT_TILES
+            if constexpr (kFloatInputs) {
+              float_tiles::gemm(rows, cols, p.dk, p.scale, {q, p.q.si, 1}, keys_ft.of(b, hk) + sq.k0 + j0, keys_ft.ld,
+                                0.0f, prob, ld, nullptr);
+            }
+#endif
           } else {
             gemm<T>(false, true, rows, cols, p.dk, p.scale, q, p.q.si, k, p.k.si, T(0), prob, ld);
           }
@@ -732,6 +754,15 @@ void backward(const FlashBackward<T, In>& args) {
                       PairsOperand{dout_pairs, grad_out_rows.ld}, 1.0f, st.grad_v.data(), p.dv);
             bf16_gemm(rows, cols, values_t.pairs, 1.0f, LeftOperand{dout, args.grad_out.si, 2},
                       PairsOperand{values_t.of(b, hk) + sq.k0 + j0, values_t.ld}, 0.0f, dprob, ld);
+#endif
+          } else if (tiles) {
+#ifdef ATTN_FLOAT_TILES
+            if constexpr (kFloatInputs) {
+              float_tiles::gemm(cols, p.dv, rows, 1.0f, {prob, 1, ld}, dout, args.grad_out.si, 1.0f, st.grad_v.data(),
+                                p.dv, nullptr);
+              float_tiles::gemm(rows, cols, p.dv, 1.0f, {dout, args.grad_out.si, 1}, values_ft.of(b, hk) + sq.k0 + j0,
+                                values_ft.ld, 0.0f, dprob, ld, nullptr);
+            }
 #endif
           } else {
             gemm<T>(true, false, cols, p.dv, rows, T(1), prob, ld, dout, args.grad_out.si, T(1), st.grad_v.data(),
@@ -758,6 +789,18 @@ void backward(const FlashBackward<T, In>& args) {
               bf16_gemm(rows, p.dk, (cols + 1) / 2, p.scale, LeftOperand{ds, ld_grad_scores, 2},
                         PairsOperand{k_pairs, key_rows.ld}, 1.0f, dq, args.grad_q.si);
               dq_done = true;
+            }
+#endif
+          } else if (tiles) {
+#ifdef ATTN_FLOAT_TILES
+            if constexpr (kFloatInputs) {
+              float_tiles::gemm(cols, p.dk, rows, p.scale, {dprob, 1, ld}, q, p.q.si, 1.0f, st.grad_k.data(), p.dk,
+                                nullptr);
+              if (keys_finite) {
+                float_tiles::gemm(rows, p.dk, cols, p.scale, {dprob, ld, 1}, k, p.k.si, 1.0f, dq, args.grad_q.si,
+                                  nullptr);
+                dq_done = true;
+              }
             }
 #endif
           } else {
