@@ -18,7 +18,7 @@ struct Shape {
   int64_t batch, heads, tq, tk, dk, dv;
 };
 
-// Tiles are 256 query rows by 512 keys (forward) and 64 by 128 (backward): these shapes end in partial tiles.
+// Tiles are 128 query rows by 512 keys (forward) and 64 by 128 (backward): these shapes end in partial tiles.
 const std::vector<Shape> kShapes = {
     {1, 1, 1, 1, 8, 8},       // T = 1
     {2, 3, 67, 67, 16, 16},   // odd, one partial query block

@@ -40,7 +40,7 @@ struct Shape {
   int64_t batch, heads, kv_heads, tq, tk, d;
 };
 
-// Tiles are 256 query rows by 512 keys (forward) and 64 by 128 (backward): these end in partial tiles.
+// Tiles are 128 query rows by 512 keys (forward) and 64 by 128 (backward): these end in partial tiles.
 const Shape kOne{1, 2, 2, 1, 1, 8};
 const Shape kSmall{2, 2, 2, 7, 7, 16};
 const Shape kWide{1, 2, 2, 300, 513, 16};    // Tq < Tk, across both forward tiles

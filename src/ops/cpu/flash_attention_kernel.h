@@ -202,8 +202,10 @@ void linear_rows_pairs(const LinearRowsArgs<c10::BFloat16>& args);
 }
 
 /// Tile sizes: query rows and key rows per tile. A [kQueryBlock, kKeyBlock] score tile plus the output
-/// accumulator stay in L2; the key tile is wide enough that P·V runs as an efficient GEMM.
-inline constexpr int64_t kQueryBlock = 256;
+/// accumulator stay in L2; the key tile is wide enough that P·V runs as an efficient GEMM. 128 query rows
+/// rather than 256 halve the masked half of each causal diagonal tile: causal T=2048 ran 10 % (float) and
+/// 14 % (bfloat16) faster on the Zen 4, noncausal the same; 64 slowed noncausal float by 7 %.
+inline constexpr int64_t kQueryBlock = 128;
 inline constexpr int64_t kKeyBlock = 512;
 inline constexpr int64_t kBackwardQueryBlock = 64;
 inline constexpr int64_t kBackwardKeyBlock = 128;
