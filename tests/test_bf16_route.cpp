@@ -27,6 +27,15 @@ using ops::cpu::Capability;
 
 bool cpu_has_bf16_route() { return ops::cpu::hardware_capability_limit() == Capability::Avx512Bf16; }
 
+/// On a CPU without AVX512-BF16, says so (the route's own kernels cannot run here), checks that the route is
+/// never taken, and returns true.
+bool skip_without_bf16_route() {
+  if (cpu_has_bf16_route()) return false;
+  std::printf("[ NOTE     ] this CPU has no AVX512-BF16: the route's kernels cannot run here (it is never taken)\n");
+  EXPECT_FALSE(cpu_kernel_info().bfloat16_route);
+  return true;
+}
+
 TEST(Bf16Route, KernelInfoSaysWhichRouteRunsAndWhy) {
   const CpuKernelInfo info = cpu_kernel_info();
   EXPECT_EQ(info.bfloat16_route, info.variant == "avx512_bf16");
@@ -120,11 +129,7 @@ void expect_product(const torch::Tensor& actual, const torch::Tensor& expected, 
 }
 
 TEST(Bf16Gemm, MatchesFloat64ProductOfTheRoundedInputs) {
-  if (!cpu_has_bf16_route()) {
-    std::printf("[ NOTE     ] this CPU has no AVX512-BF16: the micro-kernel cannot run here (the route is never taken)\n");
-    EXPECT_FALSE(cpu_kernel_info().bfloat16_route);
-    return;
-  }
+  if (skip_without_bf16_route()) return;
   uint64_t seed = 1;
   for (int64_t m : {1, 5, 6, 7, 13}) {
     for (int64_t n : {1, 15, 16, 17, 40, 64, 65, 130}) {
@@ -171,11 +176,7 @@ TEST(Bf16Gemm, MatchesFloat64ProductOfTheRoundedInputs) {
 // The row maxima the product gives on the side (lane_max): the maximum of each row's 16 lanes is the row's
 // maximum, the lanes only grow, and a beta = 1 call takes the sums it writes.
 TEST(Bf16Gemm, LaneMaximaAreTheRowMaximaOfTheWrittenResults) {
-  if (!cpu_has_bf16_route()) {
-    std::printf("[ NOTE     ] this CPU has no AVX512-BF16: the micro-kernel cannot run here (the route is never taken)\n");
-    EXPECT_FALSE(cpu_kernel_info().bfloat16_route);
-    return;
-  }
+  if (skip_without_bf16_route()) return;
   constexpr int64_t kLanes = ops::cpu::kPairLanes;
   uint64_t seed = 70;
   for (int64_t m : {1, 6, 7, 13}) {
@@ -221,11 +222,7 @@ TEST(Bf16Gemm, LaneMaximaAreTheRowMaximaOfTheWrittenResults) {
 // The route's softmax step against exp in float64: P within bfloat16's rounding of the exact value, the sum
 // of the unrounded P within float's, the flush limit and the edge values as the float route's exp gives them.
 TEST(Bf16Softmax, ExpRoundSumMatchesFloat64) {
-  if (!cpu_has_bf16_route()) {
-    std::printf("[ NOTE     ] this CPU has no AVX512-BF16: the route's softmax step cannot run here\n");
-    EXPECT_FALSE(cpu_kernel_info().bfloat16_route);
-    return;
-  }
+  if (skip_without_bf16_route()) return;
   for (int64_t n : {1, 2, 15, 16, 17, 31, 32, 33, 64, 100, 513}) {
     SCOPED_TRACE(::testing::Message() << "n=" << n);
     torch::manual_seed(n);
@@ -260,11 +257,7 @@ TEST(Bf16Softmax, ExpRoundSumMatchesFloat64) {
 }
 
 TEST(Bf16Gemm, LeftOperandInPairsLayoutAndFloatSourcesRoundToNearestEven) {
-  if (!cpu_has_bf16_route()) {
-    std::printf("[ NOTE     ] this CPU has no AVX512-BF16: the micro-kernel cannot run here (the route is never taken)\n");
-    EXPECT_FALSE(cpu_kernel_info().bfloat16_route);
-    return;
-  }
+  if (skip_without_bf16_route()) return;
   // C = Aᵀ·B as the backward pass forms dVᵀ = dOᵀ·P: A [k, m] packed in pairs of its rows is the pairs
   // layout of the left operand Aᵀ (si = 2, sp = 2·ld); B comes from float, rounded while packing.
   for (int64_t k : {1, 8, 33}) {
@@ -329,8 +322,9 @@ TEST(Bf16Route, ForwardAgreesWithFloat64AndWithTheWidenedRoute) {
   EXPECT_LE((paired - expected).abs().mean().item<double>(), 4e-3 * size);
 
   // Without a mask, the tiles keep the row maxima of their product and round P in the softmax's one pass.
-  const torch::Tensor plain_expected = scaled_dot_product_attention(
-      bf(q).to(torch::kFloat64), bf(k).to(torch::kFloat64), bf(v).to(torch::kFloat64), SdpaOptions().backend(Backend::Math));
+  const auto f64 = [&](const torch::Tensor& t) { return bf(t).to(torch::kFloat64); };
+  const torch::Tensor plain_expected =
+      scaled_dot_product_attention(f64(q), f64(k), f64(v), SdpaOptions().backend(Backend::Math));
   CapabilityScope scope(Capability::Avx512Bf16);
   const torch::Tensor plain =
       scaled_dot_product_attention(bf(q), bf(k), bf(v), SdpaOptions().backend(Backend::Fused)).to(torch::kFloat64);
@@ -396,10 +390,7 @@ TEST(Bf16Route, BackwardAgreesWithFloat64AndWithTheWidenedRoute) {
 // A NaN or Inf at a masked key or value stays out of the route's output and gradients, as on the float route
 // (FusedKernelReference.NonFiniteValuesAtMaskedKeysStayOut).
 TEST(Bf16Route, NonFiniteValuesAtMaskedKeysStayOut) {
-  if (!cpu_has_bf16_route()) {
-    std::printf("[ NOTE     ] this CPU has no AVX512-BF16: the route cannot run here\n");
-    return;
-  }
+  if (skip_without_bf16_route()) return;
   torch::manual_seed(4);
   torch::Tensor q = torch::randn({1, 1, 70, 8}), k = torch::randn({1, 1, 301, 8}), v = torch::randn({1, 1, 301, 8});
   torch::Tensor padding = torch::zeros({1, 1, 301}, torch::kBool);
@@ -413,7 +404,8 @@ TEST(Bf16Route, NonFiniteValuesAtMaskedKeysStayOut) {
   const torch::Tensor ql = leaf(q), kl = leaf(k), vl = leaf(v);
   const AttentionMasks masks = AttentionMasks().key_padding_mask(padding);
   CapabilityScope scope(Capability::Avx512Bf16);
-  const torch::Tensor out = scaled_dot_product_attention(ql, kl, vl, SdpaOptions().masks(masks).backend(Backend::Fused));
+  const torch::Tensor out =
+      scaled_dot_product_attention(ql, kl, vl, SdpaOptions().masks(masks).backend(Backend::Fused));
   EXPECT_TRUE(torch::isfinite(out).all().item<bool>());
   out.sum().backward();
   for (const torch::Tensor& g : {ql.grad(), kl.grad(), vl.grad()}) EXPECT_TRUE(torch::isfinite(g).all().item<bool>());

@@ -154,7 +154,8 @@ TEST_P(FusedKernel, NaNQueryRowStaysInItsRow) {
   const torch::Dtype dtype = GetParam().dtype;
   torch::manual_seed(31);
   torch::Tensor q = torch::randn({1, 2, 300, 64}, torch::kFloat64);
-  const torch::Tensor k = torch::randn({1, 2, 600, 64}, torch::kFloat64), v = torch::randn({1, 2, 600, 64}, torch::kFloat64);
+  const torch::Tensor k = torch::randn({1, 2, 600, 64}, torch::kFloat64);
+  const torch::Tensor v = torch::randn({1, 2, 600, 64}, torch::kFloat64);
   q.index_put_({0, 1, 5}, NAN);
   for (bool causal : {false, true}) {
     SCOPED_TRACE(causal ? "causal" : "not causal");

@@ -32,6 +32,8 @@ struct PairsOperand {
 struct LeftOperand {
   const c10::BFloat16* data = nullptr;
   int64_t si = 0, sp = 2;
+  /// Its rows from row i on.
+  LeftOperand from_row(int64_t i) const { return {data + i * si, si, sp}; }
 };
 
 /// dst[p * ld + j] = (src[2p, j], src[2p+1, j]) for p < ceil(k / 2), j < n; zero past row k and in the columns

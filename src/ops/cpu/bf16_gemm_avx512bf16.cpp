@@ -2,6 +2,7 @@
 // AVX512-BF16 enabled; the callers reach it only where the CPU has that extension.
 
 #include "ops/cpu/bf16_gemm.h"
+#include "ops/cpu/register_tile_avx512.h"
 #include "ops/cpu/transpose_16x16.h"
 
 #include <c10/util/Exception.h>
@@ -16,18 +17,8 @@
 namespace attn::ops::cpu {
 namespace {
 
-/// Rows and vectors of columns per register tile: 6 × 4 accumulators, 4 loaded vectors of B and one
-/// broadcast pair fill 29 of the 32 registers.
-constexpr int kRows = 6;
-constexpr int kVectors = 4;
-constexpr int64_t kPanel = kVectors * kPairLanes;
-
-// The accumulators stay in registers only if the loops over them are unrolled completely.
-#if defined(__clang__)
-#define ATTN_UNROLL _Pragma("unroll")
-#else
-#define ATTN_UNROLL _Pragma("GCC unroll 8")
-#endif
+using register_tile::lanes;
+static_assert(register_tile::kLanes == kPairLanes, "a pairs vector is one register tile vector");
 
 inline __m512i broadcast_pair(const c10::BFloat16* p) {
   int32_t word;
@@ -35,79 +26,31 @@ inline __m512i broadcast_pair(const c10::BFloat16* p) {
   return _mm512_set1_epi32(word);
 }
 
-/// Lanes of column vector v that hold real columns of a panel with `cols` columns.
-inline __mmask16 lanes(int64_t cols, int v) {
-  const int64_t n = std::clamp<int64_t>(cols - v * kPairLanes, 0, kPairLanes);
-  return static_cast<__mmask16>((1u << n) - 1u);
-}
-
 /// One register tile: R rows of A against NV vectors of B's columns, all `pairs` pairs of k.
 template <int R, int NV>
-void tile(int64_t pairs, const LeftOperand& a, const uint32_t* b, int64_t ldb, float alpha, float beta, float* c,
-          int64_t ldc, int64_t cols, float* lane_max) {
-  __m512 acc[R][NV];
-  ATTN_UNROLL
-  for (int r = 0; r < R; ++r) {
-    ATTN_UNROLL
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
-  }
-  const c10::BFloat16* arow = a.data;
-  for (int64_t p = 0; p < pairs; ++p) {
-    __m512i bv[NV];
-    ATTN_UNROLL
-    for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_si512(b + p * ldb + v * kPairLanes);
+struct PairsTile {
+  static void run(int64_t pairs, const LeftOperand& a, const uint32_t* b, int64_t ldb, float alpha, float beta,
+                  float* c, int64_t ldc, int64_t cols, float* lane_max) {
+    __m512 acc[R][NV];
     ATTN_UNROLL
     for (int r = 0; r < R; ++r) {
-      const __m512bh av = (__m512bh)broadcast_pair(arow + r * a.si + p * a.sp);
       ATTN_UNROLL
-      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, (__m512bh)bv[v]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
     }
-  }
-  const __m512 valpha = _mm512_set1_ps(alpha);
-  ATTN_UNROLL
-  for (int r = 0; r < R; ++r) {
-    float* crow = c + r * ldc;
-    // While the results are in registers, the softmax's row maximum costs a vmaxps each, where it would
-    // cost a pass over the tile later.
-    __m512 row_max = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-    ATTN_UNROLL
-    for (int v = 0; v < NV; ++v) {
-      const __mmask16 m = lanes(cols, v);
-      __m512 x = _mm512_mul_ps(acc[r][v], valpha);
-      if (beta != 0.0f) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, crow + v * kPairLanes));
-      _mm512_mask_storeu_ps(crow + v * kPairLanes, m, x);
-      row_max = _mm512_mask_max_ps(row_max, m, row_max, x);
+    for (int64_t p = 0; p < pairs; ++p) {
+      __m512i bv[NV];
+      ATTN_UNROLL
+      for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_si512(b + p * ldb + v * kPairLanes);
+      ATTN_UNROLL
+      for (int r = 0; r < R; ++r) {
+        const __m512bh av = (__m512bh)broadcast_pair(a.data + r * a.si + p * a.sp);
+        ATTN_UNROLL
+        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, (__m512bh)bv[v]);
+      }
     }
-    if (lane_max) {
-      float* lm = lane_max + r * kPairLanes;
-      _mm512_storeu_ps(lm, _mm512_max_ps(_mm512_loadu_ps(lm), row_max));
-    }
+    register_tile::store<R, NV>(acc, cols, alpha, beta, c, ldc, lane_max);
   }
-}
-
-using TileFn = void (*)(int64_t, const LeftOperand&, const uint32_t*, int64_t, float, float, float*, int64_t,
-                        int64_t, float*);
-
-template <int R>
-TileFn tile_for_vectors(int nv) {
-  switch (nv) {
-    case 1: return tile<R, 1>;
-    case 2: return tile<R, 2>;
-    case 3: return tile<R, 3>;
-    default: return tile<R, 4>;
-  }
-}
-
-TileFn tile_for(int rows, int nv) {
-  switch (rows) {
-    case 1: return tile_for_vectors<1>(nv);
-    case 2: return tile_for_vectors<2>(nv);
-    case 3: return tile_for_vectors<3>(nv);
-    case 4: return tile_for_vectors<4>(nv);
-    case 5: return tile_for_vectors<5>(nv);
-    default: return tile_for_vectors<6>(nv);
-  }
-}
+};
 
 inline uint32_t bits(c10::BFloat16 x) { return x.x; }
 
@@ -232,23 +175,7 @@ void bf16_dot_rows(int rows, const c10::BFloat16* x, int64_t in, const c10::BFlo
 void bf16_gemm(int64_t m, int64_t n, int64_t pairs, float alpha, LeftOperand a, PairsOperand b, float beta,
                float* c, int64_t ldc, float* lane_max) {
   TORCH_INTERNAL_ASSERT(beta == 0.0f || beta == 1.0f, "bf16_gemm: beta must be 0 or 1, got ", beta);
-  if (m == 0 || n == 0) return;
-  for (int64_t j0 = 0; j0 < n; j0 += kPanel) {
-    const int64_t cols = std::min(kPanel, n - j0);
-    const int nv = static_cast<int>((cols + kPairLanes - 1) / kPairLanes);
-    const TileFn full = tile_for(kRows, nv);
-    int64_t i0 = 0;
-    for (; i0 + kRows <= m; i0 += kRows) {
-      const LeftOperand rows{a.data + i0 * a.si, a.si, a.sp};
-      full(pairs, rows, b.data + j0, b.ld, alpha, beta, c + i0 * ldc + j0, ldc, cols,
-           lane_max ? lane_max + i0 * kPairLanes : nullptr);
-    }
-    if (i0 < m) {
-      const LeftOperand rows{a.data + i0 * a.si, a.si, a.sp};
-      tile_for(static_cast<int>(m - i0), nv)(pairs, rows, b.data + j0, b.ld, alpha, beta, c + i0 * ldc + j0, ldc,
-                                             cols, lane_max ? lane_max + i0 * kPairLanes : nullptr);
-    }
-  }
+  register_tile::multiply<PairsTile>(m, n, pairs, alpha, a, b.data, b.ld, beta, c, ldc, lane_max);
 }
 
 namespace {

@@ -217,18 +217,22 @@ void flash_forward(const FlashForward<float>& args) { dispatch_forward(args); }
 void flash_forward(const FlashForward<double>& args) { dispatch_forward(args); }
 void flash_backward(const FlashBackward<float>& args) { dispatch_backward(args); }
 void flash_backward(const FlashBackward<double>& args) { dispatch_backward(args); }
-void flash_forward(const FlashForward<float, c10::BFloat16>& args) {
+namespace {
+void require_bf16_route() {
   TORCH_CHECK(hardware_capability_limit() == Capability::Avx512Bf16,
               "attn: the bfloat16 route needs AVX512-BF16, and this CPU or build has ",
               capability_name(hardware_capability_limit()));
+}
+}  // namespace
+
+void flash_forward(const FlashForward<float, c10::BFloat16>& args) {
+  require_bf16_route();
 #ifdef ATTN_HAVE_AVX512_KERNELS
   kernel_avx512::flash_forward(args);
 #endif
 }
 void flash_backward(const FlashBackward<float, c10::BFloat16>& args) {
-  TORCH_CHECK(hardware_capability_limit() == Capability::Avx512Bf16,
-              "attn: the bfloat16 route needs AVX512-BF16, and this CPU or build has ",
-              capability_name(hardware_capability_limit()));
+  require_bf16_route();
 #ifdef ATTN_HAVE_AVX512_KERNELS
   kernel_avx512::flash_backward(args);
 #endif

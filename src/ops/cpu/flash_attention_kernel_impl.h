@@ -334,28 +334,37 @@ inline float lanes_max(const float* lanes) {
 }
 
 #ifdef ATTN_FLOAT_TILES
+/// Whether a pass with inputs of type In multiplies on the float tiles: float inputs, float_products() Tiles.
+template <typename In>
+bool float_tiles_on() {
+  if constexpr (std::is_same_v<In, float>) return float_products() == FloatProducts::Tiles;
+  return false;
+}
+
 /// The float tiles' Kᵀ (or Vᵀ) of every (batch row, kv head), [width, ld] each, packed once per call and read
-/// by every tile of its head's query heads.
+/// by every tile of its head's query heads. Empty unless In is float.
 struct FloatTransposed {
   std::vector<float> data;
   int64_t ld = 0, width = 0, heads = 0;
   const float* of(int64_t b, int64_t h) const { return data.data() + (b * heads + h) * width * ld; }
 };
 
-inline FloatTransposed float_transposed(const View4<const float>& x, int64_t batch, int64_t heads, int64_t rows,
-                                        int64_t width) {
+template <typename In>
+FloatTransposed float_transposed(const View4<const In>& x, int64_t batch, int64_t heads, int64_t rows, int64_t width) {
   FloatTransposed t;
-  t.ld = std::max<int64_t>(rows, 1);
-  t.width = width;
-  t.heads = heads;
-  t.data.resize(batch * heads * width * t.ld);
-  if (rows == 0 || width == 0) return t;
-  at::parallel_for(0, batch * heads, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      float_tiles::pack_transposed(x.row(i / heads, i % heads, 0), x.si, rows, width, t.data.data() + i * width * t.ld,
-                                   t.ld);
-    }
-  });
+  if constexpr (std::is_same_v<In, float>) {
+    t.ld = std::max<int64_t>(rows, 1);
+    t.width = width;
+    t.heads = heads;
+    t.data.resize(batch * heads * width * t.ld);
+    if (rows == 0 || width == 0) return t;
+    at::parallel_for(0, batch * heads, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        float_tiles::pack_transposed(x.row(i / heads, i % heads, 0), x.si, rows, width,
+                                     t.data.data() + i * width * t.ld, t.ld);
+      }
+    });
+  }
   return t;
 }
 #endif
@@ -444,11 +453,8 @@ void forward(const FlashForward<T, In>& args) {
 #endif
 #ifdef ATTN_FLOAT_TILES
   constexpr bool kFloatInputs = std::is_same_v<In, float>;
-  const bool tiles = kFloatInputs && float_products() == FloatProducts::Tiles;
-  FloatTransposed float_keys;
-  if constexpr (kFloatInputs) {
-    if (tiles) float_keys = float_transposed(p.k, p.batch, p.kv_heads, p.tk, p.dk);
-  }
+  const bool tiles = float_tiles_on<In>();
+  const FloatTransposed float_keys = tiles ? float_transposed(p.k, p.batch, p.kv_heads, p.tk, p.dk) : FloatTransposed{};
 #else
   constexpr bool tiles = false;
 #endif
@@ -641,14 +647,9 @@ void backward(const FlashBackward<T, In>& args) {
 #ifdef ATTN_FLOAT_TILES
   // The float tiles (float_products()): Kᵀ and Vᵀ packed once; the other operands are read where they lie.
   constexpr bool kFloatInputs = std::is_same_v<In, float>;
-  const bool tiles = kFloatInputs && float_products() == FloatProducts::Tiles;
-  FloatTransposed keys_ft, values_ft;
-  if constexpr (kFloatInputs) {
-    if (tiles) {
-      keys_ft = float_transposed(p.k, p.batch, p.kv_heads, p.tk, p.dk);
-      values_ft = float_transposed(p.v, p.batch, p.kv_heads, p.tk, p.dv);
-    }
-  }
+  const bool tiles = float_tiles_on<In>();
+  const FloatTransposed keys_ft = tiles ? float_transposed(p.k, p.batch, p.kv_heads, p.tk, p.dk) : FloatTransposed{};
+  const FloatTransposed values_ft = tiles ? float_transposed(p.v, p.batch, p.kv_heads, p.tk, p.dv) : FloatTransposed{};
 #else
   constexpr bool tiles = false;
 #endif
@@ -676,7 +677,8 @@ void backward(const FlashBackward<T, In>& args) {
   }
   std::stable_sort(key_tasks.begin(), key_tasks.end(),
                    [](const KeyTask& a, const KeyTask& b) { return a.cost > b.cost; });
-  run_tasks<BackwardState<T>>(static_cast<int64_t>(key_tasks.size()) * p.kv_heads, [&](int64_t t, BackwardState<T>& st) {
+  const int64_t task_count = static_cast<int64_t>(key_tasks.size()) * p.kv_heads;
+  run_tasks<BackwardState<T>>(task_count, [&](int64_t t, BackwardState<T>& st) {
     const KeyTask& task = key_tasks[t / p.kv_heads];
     const Sequence& sq = seqs[task.sequence];
     const int64_t split = task.split, hk = t % p.kv_heads, b = sq.b;

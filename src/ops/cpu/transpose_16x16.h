@@ -24,7 +24,8 @@ inline void transpose_16x16(__m512i r[16]) {
     r[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
   }
   for (int c = 0; c < 4; ++c) {
-    const __m512i low01 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x44), high01 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xEE);
+    const __m512i low01 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x44);
+    const __m512i high01 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xEE);
     const __m512i low23 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x44);
     const __m512i high23 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xEE);
     t[c] = _mm512_shuffle_i32x4(low01, low23, 0x88);
