@@ -47,9 +47,9 @@ void pack_transposed_in_pairs(const c10::BFloat16* src, int64_t ld_src, int64_t 
                               int64_t ld);
 
 /// C[m, n] = alpha · A · B + beta · C over `pairs` pairs of k, row-major C. beta is 0 (C is only written, so
-/// NaN in it is harmless) or 1. With lane_max ([m, kPairLanes]), also lane_max[i, l] = max(lane_max[i, l],
-/// C[i, j]) over the columns j ≡ l (mod kPairLanes) written: the row maxima, reduced over 16 lanes by the
-/// caller. A NaN in C may or may not reach lane_max (vmaxps keeps one operand).
+/// NaN in it is harmless) or 1. With lane_max ([m, kPairLanes]), also lane_max[i, l] = the maximum of C[i, j]
+/// over the columns j ≡ l (mod kPairLanes), -inf where there is none: the row maxima, reduced over 16 lanes by
+/// the caller. A NaN in C may or may not reach lane_max (vmaxps keeps one operand).
 void bf16_gemm(int64_t m, int64_t n, int64_t pairs, float alpha, LeftOperand a, PairsOperand b, float beta,
                float* c, int64_t ldc, float* lane_max = nullptr);
 

@@ -30,7 +30,7 @@ inline __m512i broadcast_pair(const c10::BFloat16* p) {
 template <int R, int NV>
 struct PairsTile {
   static void run(int64_t pairs, const LeftOperand& a, const uint32_t* b, int64_t ldb, float alpha, float beta,
-                  float* c, int64_t ldc, int64_t cols, float* lane_max) {
+                  float* c, int64_t ldc, int64_t cols, float* lane_max, bool first_panel) {
     __m512 acc[R][NV];
     ATTN_UNROLL
     for (int r = 0; r < R; ++r) {
@@ -48,7 +48,7 @@ struct PairsTile {
         for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, (__m512bh)bv[v]);
       }
     }
-    register_tile::store<R, NV>(acc, cols, alpha, beta, c, ldc, lane_max);
+    register_tile::store<R, NV>(acc, cols, alpha, beta, c, ldc, lane_max, first_panel);
   }
 };
 

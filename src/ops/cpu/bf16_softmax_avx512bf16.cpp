@@ -17,10 +17,10 @@ constexpr float kLog2e = 1.44269504088896341f;
 /// exp(d) for d = s - shift <= 0 (or NaN); 0 below kExpFlushBelow.
 inline __m512 exp_shifted(__m512 d) {
   const __m512 flush = _mm512_set1_ps(kExpFlushBelow);
-  // d >= flush, or NaN (unordered): those lanes keep their value; the rest, -inf included, become 0.
+  // d >= flush, or NaN (unordered): those lanes keep their value; the rest, -inf included, become 0 in the
+  // zero-masked vscalefps at the end, whatever the polynomial made of them (NaN for -inf).
   const __mmask16 keep = _mm512_cmp_ps_mask(d, flush, _CMP_NLT_UQ);
-  // max(flush, d) keeps the polynomial in range for -inf; vmaxps returns its second operand, d, for a NaN.
-  const __m512 t = _mm512_mul_ps(_mm512_max_ps(flush, d), _mm512_set1_ps(kLog2e));
+  const __m512 t = _mm512_mul_ps(d, _mm512_set1_ps(kLog2e));
   const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(t, n);
   __m512 y = _mm512_set1_ps(kC5);

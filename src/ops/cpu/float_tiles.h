@@ -32,7 +32,7 @@ struct Left {
 template <int R, int NV>
 struct FloatTile {
   static void run(int64_t k, const Left& a, const float* b, int64_t ldb, float alpha, float beta, float* c,
-                  int64_t ldc, int64_t cols, float* lane_max) {
+                  int64_t ldc, int64_t cols, float* lane_max, bool first_panel) {
     __m512 acc[R][NV];
     ATTN_UNROLL
     for (int r = 0; r < R; ++r) {
@@ -53,12 +53,12 @@ struct FloatTile {
         for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
       }
     }
-    register_tile::store<R, NV>(acc, cols, alpha, beta, c, ldc, lane_max);
+    register_tile::store<R, NV>(acc, cols, alpha, beta, c, ldc, lane_max, first_panel);
   }
 };
 
 /// C[m, n] = alpha · A[m, k] · B[k, n] + beta · C, B and C row-major; beta is 0 (C only written) or 1. With
-/// lane_max ([m, 16]), also lane_max[i, l] = max(itself, C[i, j]) over the written columns j ≡ l (mod 16).
+/// lane_max ([m, 16]), also lane_max[i, l] = the maximum of C[i, j] over the columns j ≡ l (mod 16).
 inline void gemm(int64_t m, int64_t n, int64_t k, float alpha, const Left& a, const float* b, int64_t ldb,
                  float beta, float* c, int64_t ldc, float* lane_max) {
   register_tile::multiply<FloatTile>(m, n, k, alpha, a, b, ldb, beta, c, ldc, lane_max);

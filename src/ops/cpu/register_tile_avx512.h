@@ -36,12 +36,13 @@ inline __mmask16 lanes(int64_t cols, int v) {
 }
 
 /// C[R, cols] = alpha · acc + beta · C (beta 0: C is only written; 1: accumulated), masked to the panel's
-/// real columns. With lane_max ([R, 16]), also lane_max[r, l] = max(itself, the written C[r, j] of the
-/// columns j ≡ l mod 16): while the results are in registers, the softmax's row maximum costs a vmaxps each
-/// instead of a pass over the tile later. A NaN may or may not reach lane_max (vmaxps keeps one operand).
+/// real columns. With lane_max ([R, 16]), also the maximum of the written C[r, j] over the columns j ≡ l
+/// mod 16 into lane_max[r, l]: replacing it in the first panel, and the maximum of both after. While the
+/// results are in registers, the softmax's row maximum costs a vmaxps each instead of a pass over the tile
+/// later. A NaN may or may not reach lane_max (vmaxps keeps one operand).
 template <int R, int NV>
 inline void store(__m512 (&acc)[R][NV], int64_t cols, float alpha, float beta, float* c, int64_t ldc,
-                  float* lane_max) {
+                  float* lane_max, bool first_panel) {
   const __m512 valpha = _mm512_set1_ps(alpha);
   ATTN_UNROLL
   for (int r = 0; r < R; ++r) {
@@ -57,7 +58,7 @@ inline void store(__m512 (&acc)[R][NV], int64_t cols, float alpha, float beta, f
     }
     if (lane_max) {
       float* lm = lane_max + r * kLanes;
-      _mm512_storeu_ps(lm, _mm512_max_ps(_mm512_loadu_ps(lm), row_max));
+      _mm512_storeu_ps(lm, first_panel ? row_max : _mm512_max_ps(_mm512_loadu_ps(lm), row_max));
     }
   }
 }
@@ -86,8 +87,10 @@ auto choose(int rows, int nv) {
 }
 
 /// C[m, n] = alpha · A · B + beta · C (C row-major, ldc) through Tile, in panels of 64 columns, each in tiles
-/// of 6 rows (fewer at the bottom). A is a left operand with from_row(i) (its rows from row i on); column j of
-/// B starts at b + j, its rows ldb apart; k counts B's rows.
+/// of 6 rows (fewer at the bottom: 7 or 8 rows left go as 4 and 3 or 4, since a tile of 1 or 2 rows loads
+/// as many vectors of B for a third of the products). A is a left operand with from_row(i) (its rows from row
+/// i on); column j of B starts at b + j, its rows ldb apart; k counts B's rows. With lane_max ([m, 16]),
+/// lane_max[i, l] = the maximum of C[i, j] over the columns j ≡ l (mod 16).
 template <template <int, int> class Tile, typename Left, typename Right>
 void multiply(int64_t m, int64_t n, int64_t k, float alpha, const Left& a, const Right* b, int64_t ldb, float beta,
               float* c, int64_t ldc, float* lane_max) {
@@ -96,11 +99,13 @@ void multiply(int64_t m, int64_t n, int64_t k, float alpha, const Left& a, const
     const int64_t cols = std::min(kPanel, n - j0);
     const int nv = static_cast<int>((cols + kLanes - 1) / kLanes);
     const auto full = choose<Tile>(kRows, nv);
-    for (int64_t i0 = 0; i0 < m; i0 += kRows) {
-      const int rows = static_cast<int>(std::min<int64_t>(kRows, m - i0));
+    for (int64_t i0 = 0; i0 < m;) {
+      const int64_t left = m - i0;
+      const int rows = static_cast<int>(left == 7 || left == 8 ? 4 : std::min<int64_t>(kRows, left));
       const auto tile = rows == kRows ? full : choose<Tile>(rows, nv);
       tile(k, a.from_row(i0), b + j0, ldb, alpha, beta, c + i0 * ldc + j0, ldc, cols,
-           lane_max ? lane_max + i0 * kLanes : nullptr);
+           lane_max ? lane_max + i0 * kLanes : nullptr, j0 == 0);
+      i0 += rows;
     }
   }
 }
