@@ -10,6 +10,7 @@
 #endif
 
 #include <attn/attn.h>
+#include <attn/ops/flash_attention.h>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -408,6 +409,27 @@ TEST(Bf16Route, NonFiniteValuesAtMaskedKeysStayOut) {
   EXPECT_TRUE(torch::isfinite(out).all().item<bool>());
   out.sum().backward();
   for (const torch::Tensor& g : {ql.grad(), kl.grad(), vl.grad()}) EXPECT_TRUE(torch::isfinite(g).all().item<bool>());
+}
+
+// The backward op called directly with a float32 dO for bfloat16 inputs: dO cannot be read as pairs, so it
+// widens, and the gradients agree with those of the same dO rounded to bfloat16 on the route.
+TEST(Bf16Route, BackwardOpWithAFloatGradOutputWidens) {
+  if (skip_without_bf16_route()) return;
+  torch::manual_seed(8);
+  const auto bf = [](at::IntArrayRef shape) { return torch::randn(shape).to(torch::kBFloat16); };
+  const torch::Tensor q = bf({1, 2, 40, 16}), k = bf({1, 2, 60, 16}), v = bf({1, 2, 60, 16});
+  CapabilityScope scope(Capability::Avx512Bf16);
+  const auto [out, lse] = ops::flash_attention(q, k, v);
+  const torch::Tensor grad_float = torch::randn({1, 2, 40, 16});
+  const auto widened = ops::flash_attention_backward(grad_float, q, k, v, out, lse, {}, {}, {}, false, 0, {});
+  const auto paired =
+      ops::flash_attention_backward(grad_float.to(torch::kBFloat16), q, k, v, out, lse, {}, {}, {}, false, 0, {});
+  for (const auto& [a, b] : {std::pair{std::get<0>(widened), std::get<0>(paired)},
+                             {std::get<1>(widened), std::get<1>(paired)}, {std::get<2>(widened), std::get<2>(paired)}}) {
+    EXPECT_EQ(a.scalar_type(), torch::kBFloat16);
+    const torch::Tensor x = a.to(torch::kFloat64), y = b.to(torch::kFloat64);
+    EXPECT_LE((x - y).abs().mean().item<double>(), 1e-2 * y.abs().mean().item<double>());
+  }
 }
 
 // An odd d_v cannot be read in pairs along dO·Vᵀ: the backward pass widens, whatever the forward pass did.

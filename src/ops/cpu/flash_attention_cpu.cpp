@@ -176,9 +176,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> flash_attention_backw
                                             cu_seqlens_q, cu_seqlens_k);
   const at::ScalarType compute = compute_type(query);
   const double sc = resolved_scale(scale, s.dk);
-  // The bfloat16 route reads the inputs as bfloat16 pairs; d_v is the length of dO·Vᵀ's pairs, so it must be
-  // even as well.
-  const bool pairs = bfloat16_route(query, s) && s.dv % 2 == 0;
+  // The bfloat16 route reads the inputs as bfloat16 pairs, dO included (a dO of another dtype widens); d_v is
+  // the length of dO·Vᵀ's pairs, so it must be even as well.
+  const bool pairs = bfloat16_route(query, s) && s.dv % 2 == 0 && grad_output.scalar_type() == at::kBFloat16;
   const auto layout = [&](const at::Tensor& t) { return pairs ? row_major_layout(t) : kernel_layout(t, compute); };
   const at::Tensor q = layout(query), k = layout(key), v = layout(value), dout = layout(grad_output);
   const at::Tensor lse = logsumexp.contiguous();

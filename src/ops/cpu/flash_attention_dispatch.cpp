@@ -227,12 +227,18 @@ void require_bf16_route() {
 
 void flash_forward(const FlashForward<float, c10::BFloat16>& args) {
   require_bf16_route();
+  // Q's rows are read in pairs along d_k.
+  TORCH_INTERNAL_ASSERT(args.problem.dk % 2 == 0, "the bfloat16 route needs an even d_k, got ", args.problem.dk);
 #ifdef ATTN_HAVE_AVX512_KERNELS
   kernel_avx512::flash_forward(args);
 #endif
 }
 void flash_backward(const FlashBackward<float, c10::BFloat16>& args) {
   require_bf16_route();
+  // Q's and dO's rows are read in pairs along d_k and d_v.
+  TORCH_INTERNAL_ASSERT(args.problem.dk % 2 == 0 && args.problem.dv % 2 == 0,
+                        "the bfloat16 route's backward needs an even d_k and d_v, got ", args.problem.dk, " and ",
+                        args.problem.dv);
 #ifdef ATTN_HAVE_AVX512_KERNELS
   kernel_avx512::flash_backward(args);
 #endif

@@ -500,11 +500,9 @@ void forward(const FlashForward<T, In>& args) {
     T* s = st.scores.data();
     T* acc = st.acc.data();
 #ifdef ATTN_BF16_ROUTE
-    if constexpr (kPairs) {
-      st.probs.resize(kQueryBlock * ld_probs);
-    }
-    if (kPairs || tiles) st.lane_max.resize(kQueryBlock * 16);
+    if constexpr (kPairs) st.probs.resize(kQueryBlock * ld_probs);
 #endif
+    if (kPairs || tiles) st.lane_max.resize(kQueryBlock * 16);
 
     // Keys outside the band of every row of the block are skipped entirely.
     const auto [key_begin, key_end] = key_range(p, sq, i0, rows);

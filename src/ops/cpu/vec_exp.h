@@ -21,6 +21,9 @@ constexpr float kLn2Lo = -2.12194440e-4f;
 // Below this, 2^n underflows: n = -127 gives an all-zero exponent field, i.e. exactly 0.
 constexpr float kMin = -88.02969193f;
 constexpr float kMax = 88.3762626647949f;
+// Above 88.73, e^x overflows float. The AVX-512 variant clamps x here instead of at kMax: 2^n · e^r, n = 144,
+// is still +inf, as it should be for every x past 88.73.
+constexpr float kOverflowClamp = 100.0f;
 // Below this, e^x (< 9e-27) is returned as exactly 0. Next to a softmax row sum >= 1 such a weight changes
 // nothing a float sum can hold, but its products in the P·V GEMM underflow to subnormals, each ~100x slower
 // (ALiBi's far keys land there by the thousand: +35% time before this, +4% after).
@@ -34,9 +37,10 @@ constexpr float kP0 = 1.9875691500e-4f, kP1 = 1.3981999507e-3f, kP2 = 8.33345190
 inline at::vec::Vectorized<float> fast_exp(const at::vec::Vectorized<float>& vx) {
   using namespace exp_constants;
   const __m512 x = vx;
-  // vmaxps returns its second operand when either is NaN: x goes second, so NaN passes through every step
-  // below (and vscalefps keeps it), NaN in, NaN out. No upper clamp: vscalefps overflows to +inf itself.
-  const __m512 xc = _mm512_max_ps(_mm512_set1_ps(kMin), x);
+  // vmaxps/vminps return their second operand when either is NaN: x goes second, so NaN passes through every
+  // step below (and vscalefps keeps it), NaN in, NaN out. From above, x is clamped to kOverflowClamp, past
+  // float's range, so that the reduced argument stays small and vscalefps overflows to +inf (+inf included).
+  const __m512 xc = _mm512_min_ps(_mm512_set1_ps(kOverflowClamp), _mm512_max_ps(_mm512_set1_ps(kMin), x));
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(kLog2e)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), xc);
