@@ -326,22 +326,17 @@ struct ForwardState {
   std::vector<T> scores, acc, row_max, row_sum;
   std::vector<c10::BFloat16> probs;  // the bfloat16 route: P rounded for P·V
   std::vector<uint32_t> value_pairs;  // the bfloat16 route: the key block's V in pairs layout
-  std::vector<float> lane_max;        // row maxima of the tile from its product, 16 lanes a row
+  std::vector<float> lane_max;        // row maxima of the tile from its product, kMaxLanes a row
 };
 
-/// The maximum of one row's 16 lanes of maxima (the tiles' lane_max); -inf if none is a number.
+/// Lanes per row of the row maxima a tile product gives on the side (lane_max): one AVX-512 vector.
+inline constexpr int64_t kMaxLanes = 16;
+
+/// The maximum of one row's lanes of maxima (the tiles' lane_max); -inf if none is a number.
 inline float lanes_max(const float* lanes) {
   float m = kNegInf<float>;
-  for (int64_t l = 0; l < 16; ++l) m = lanes[l] > m ? lanes[l] : m;
+  for (int64_t l = 0; l < kMaxLanes; ++l) m = lanes[l] > m ? lanes[l] : m;
   return m;
-}
-
-#ifdef ATTN_FLOAT_TILES
-/// Whether a pass with inputs of type In multiplies on the float tiles: float inputs, float_products() Tiles.
-template <typename In>
-bool float_tiles_on() {
-  if constexpr (std::is_same_v<In, float>) return float_products() == FloatProducts::Tiles;
-  return false;
 }
 
 /// A buffer of n elements left uninitialised: the packers below write every element that is read, and a
@@ -353,6 +348,16 @@ struct Uninitialised {
   T* data() { return storage.get(); }
   const T* data() const { return storage.get(); }
 };
+
+#ifdef ATTN_FLOAT_TILES
+static_assert(kMaxLanes == float_tiles::kLanes, "lane_max holds one vector of the float tiles a row");
+
+/// Whether a pass with inputs of type In multiplies on the float tiles: float inputs, float_products() Tiles.
+template <typename In>
+bool float_tiles_on() {
+  if constexpr (std::is_same_v<In, float>) return float_products() == FloatProducts::Tiles;
+  return false;
+}
 
 /// The float tiles' Kᵀ (or Vᵀ) of every (batch row, kv head), [width, ld] each, packed once per call and read
 /// by every tile of its head's query heads. Empty unless In is float.
@@ -383,6 +388,8 @@ FloatTransposed float_transposed(const View4<const In>& x, int64_t batch, int64_
 #endif
 
 #ifdef ATTN_BF16_ROUTE
+static_assert(kMaxLanes == kPairLanes, "lane_max holds one vector of the pairs micro-kernel a row");
+
 /// The bfloat16 route's right operands, packed once per call and read by every tile: for each of `count` heads
 /// (h = b · heads + head of a View4), either the transpose of its [rows, width] matrix in pairs layout (Kᵀ for
 /// Q·Kᵀ, Vᵀ for dO·Vᵀ: pairs along width, a column per row) or the matrix itself in pairs of rows (V for P·V,
@@ -502,7 +509,7 @@ void forward(const FlashForward<T, In>& args) {
 #ifdef ATTN_BF16_ROUTE
     if constexpr (kPairs) st.probs.resize(kQueryBlock * ld_probs);
 #endif
-    if (kPairs || tiles) st.lane_max.resize(kQueryBlock * 16);
+    if (kPairs || tiles) st.lane_max.resize(kQueryBlock * kMaxLanes);
 
     // Keys outside the band of every row of the block are skipped entirely.
     const auto [key_begin, key_end] = key_range(p, sq, i0, rows);
@@ -542,7 +549,7 @@ void forward(const FlashForward<T, In>& args) {
           if (mask) mask_tile(p, sq, h, i0 + r, chunk, j0, cols, row, kKeyBlock);
         }
         // -inf from the lanes means no number there (all NaN or -inf): the pass decides.
-        T tile_max = lane_max ? static_cast<T>(lanes_max(lane_max + r * 16)) : kNegInf<T>;
+        T tile_max = lane_max ? static_cast<T>(lanes_max(lane_max + r * kMaxLanes)) : kNegInf<T>;
         if (tile_max == kNegInf<T>) tile_max = row_max(row, cols);
         const T old_max = st.row_max[r];
         const T new_max = (std::isnan(tile_max) || tile_max > old_max) ? tile_max : old_max;
