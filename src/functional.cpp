@@ -63,7 +63,36 @@ torch::Tensor alibi_slopes(int64_t num_heads) {
 
 Backend resolved_backend(const torch::Tensor& query, const SdpaOptions& options, bool need_weights) {
   TORCH_CHECK(query.defined(), "attn::resolved_backend: query is undefined");
-  return backends::resolve(need_weights ? kSdpaWithWeights : kSdpa, query, options, need_weights);
+  return backends::resolve(need_weights ? kSdpaWithWeights : kSdpa, query, query, query, options, need_weights);
+}
+
+Backend resolved_backend(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
+                         const SdpaOptions& options, bool need_weights) {
+  const char* fn = need_weights ? kSdpaWithWeights : kSdpa;
+  backends::check_sdpa_inputs(fn, query, key, value, options);
+  return backends::resolve(fn, query, key, value, options, need_weights);
+}
+
+std::string describe_route(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
+                           const SdpaOptions& options, bool need_weights) {
+  const char* fn = need_weights ? kSdpaWithWeights : kSdpa;
+  backends::check_sdpa_inputs(fn, query, key, value, options);
+  return backends::route(fn, query, key, value, options, need_weights);
+}
+
+std::string describe_varlen_route(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
+                                  const torch::Tensor& cu_seqlens_q, const torch::Tensor& cu_seqlens_k,
+                                  int64_t max_seqlen_q, int64_t max_seqlen_k, const SdpaOptions& options) {
+  backends::check_varlen_inputs(kVarlen, query, key, value, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                options);
+  return backends::varlen_route(kVarlen, query, key, value, cu_seqlens_q, cu_seqlens_k, options);
+}
+
+std::string describe_route_with_kv_cache(const torch::Tensor& query, const torch::Tensor& key_cache,
+                                         const torch::Tensor& value_cache, const torch::Tensor& query_starts,
+                                         const torch::Tensor& key_lengths, const SdpaOptions& options) {
+  backends::check_cache_inputs(kWithCache, query, key_cache, value_cache, query_starts, key_lengths, options);
+  return backends::cache_route(kWithCache, query, key_cache, value_cache, query_starts, key_lengths, options);
 }
 
 }  // namespace attn

@@ -6,6 +6,7 @@
 
 #include <torch/types.h>
 
+#include <string>
 #include <tuple>
 
 namespace attn {
@@ -78,6 +79,29 @@ torch::Tensor alibi_slopes(int64_t num_heads);
 /// The backend that scaled_dot_product_attention (or `_with_weights`, when `need_weights`) would run for
 /// this query and these options: options.backend(), or what Backend::Auto picks. Throws, as the call would,
 /// when the requested backend cannot serve the request (e.g. Backend::Fused with weights or dropout).
+/// Key and value are taken to be shaped like the query (self-attention); the overload below takes them.
 Backend resolved_backend(const torch::Tensor& query, const SdpaOptions& options = {}, bool need_weights = false);
+Backend resolved_backend(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
+                         const SdpaOptions& options = {}, bool need_weights = false);
+
+/// What computes scaled_dot_product_attention (or `_with_weights`) for these inputs, in one line: the backend
+/// and the kernel behind it. "fused (cpu)" is attn's CPU kernel; "fused (cuda:flash-attention-2)" the variants
+/// on LibTorch's FlashAttention-2 and "fused (cuda:attn)" on attn's own CUDA kernel
+/// (ops::flash_attention_support); "torch (flash)", "torch (efficient)", "torch (cudnn)" and "torch (math)"
+/// LibTorch's SDPA and the kernel it picks (LibTorch >= 2.5 says which); "math" attn's math backend. Validates
+/// the inputs as the call does.
+std::string describe_route(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
+                           const SdpaOptions& options = {}, bool need_weights = false);
+
+/// The same for varlen_attention: the op over the packed rows, or "per sequence: " and one sequence's route.
+std::string describe_varlen_route(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
+                                  const torch::Tensor& cu_seqlens_q, const torch::Tensor& cu_seqlens_k,
+                                  int64_t max_seqlen_q, int64_t max_seqlen_k, const SdpaOptions& options = {});
+
+/// The same for attention_with_kv_cache: "decode (cpu)" or "decode (cuda)" for attn's decode kernel, else the
+/// route of the general backends on the cache's used prefix.
+std::string describe_route_with_kv_cache(const torch::Tensor& query, const torch::Tensor& key_cache,
+                                         const torch::Tensor& value_cache, const torch::Tensor& query_starts,
+                                         const torch::Tensor& key_lengths, const SdpaOptions& options = {});
 
 }  // namespace attn

@@ -12,6 +12,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 namespace attn::backends {
@@ -65,45 +66,71 @@ bool uses_decode_kernel(const torch::Tensor& query, const torch::Tensor& key_cac
   const bool needs_grad = at::GradMode::is_enabled() && (query.requires_grad() || key_cache.requires_grad() ||
                                                          value_cache.requires_grad() || sinks_need_grad);
   const bool backend_ok = options.backend() == Backend::Auto || options.backend() == Backend::Fused;
-  return backend_ok && query.is_cpu() && common::is_fused_kernel_dtype(query.scalar_type()) &&
-         options.dropout() == 0.0 && query.size(2) <= kDecodeMaxQueries && !needs_grad;
+  return backend_ok && options.dropout() == 0.0 && query.size(2) <= kDecodeMaxQueries && !needs_grad &&
+         ops::decode_attention_support(query, key_cache, value_cache).supported;
 }
+
+namespace {
+
+/// The general backends' form of a cache call: the used prefix of the caches (views) and the options with the
+/// cache rule as a mask, or as plain bottom-right causality when every row has the same length and its queries
+/// are the newest positions.
+struct GeneralCall {
+  torch::Tensor key, value;
+  SdpaOptions options;
+};
+
+GeneralCall general_call(const torch::Tensor& query, const torch::Tensor& key_cache, const torch::Tensor& value_cache,
+                         const torch::Tensor& query_starts, const torch::Tensor& key_lengths,
+                         const SdpaOptions& options) {
+  const std::vector<int64_t> starts = host_values(query_starts), lengths = host_values(key_lengths);
+  const int64_t tq = query.size(2);
+  const int64_t used = *std::max_element(lengths.begin(), lengths.end());
+  GeneralCall call{key_cache.narrow(2, 0, used), value_cache.narrow(2, 0, used), options};
+  const bool uniform = std::all_of(lengths.begin(), lengths.end(), [&](int64_t l) { return l == used; }) &&
+                       std::all_of(starts.begin(), starts.end(), [&](int64_t s) { return s + tq == used; });
+  if (uniform) {
+    call.options.causal_alignment(CausalAlignment::BottomRight);
+    return call;
+  }
+  const auto on_device = [&](const torch::Tensor& t) { return t.to(query.device(), torch::kLong); };
+  const torch::Tensor blocked =
+      cache_blocked(on_device(query_starts), on_device(key_lengths), tq, used, options.attention());
+  AttentionMasks masks = AttentionMasks().attend_mask(blocked.logical_not());
+  if (options.alibi_slopes().defined()) {
+    masks.additive_mask(cache_alibi_bias(options.alibi_slopes(), on_device(query_starts), tq, used, query.scalar_type()));
+    call.options.alibi_slopes({});
+  }
+  call.options.causal(false).window(-1, -1).masks(masks);
+  return call;
+}
+
+}  // namespace
 
 torch::Tensor cache_attention(const char* fn, const torch::Tensor& query, const torch::Tensor& key_cache,
                               const torch::Tensor& value_cache, const torch::Tensor& query_starts,
                               const torch::Tensor& key_lengths, const SdpaOptions& options) {
   if (uses_decode_kernel(query, key_cache, value_cache, options)) {
-    // The op reads the positions as int64 on the CPU; tensors already so pass through without a copy.
+    // The op reads the positions as int64 on the CPU (the CUDA kernel too, to size its grid); tensors already
+    // so pass through without a copy.
     const auto host = [](const torch::Tensor& t) { return t.to(torch::kCPU, torch::kLong); };
     return ops::decode_attention(query, key_cache, value_cache, host(query_starts), host(key_lengths),
                                  options.causal(), optional_scale(options), options.window_left(),
                                  options.window_right(), options.softcap(), optional_tensor(options.alibi_slopes()),
                                  optional_tensor(options.sinks()));
   }
-  // The general backends read the used prefix of the caches (a view) with the cache rule as a mask, or as
-  // plain bottom-right causality when every row has the same length and its queries are the newest positions.
-  const std::vector<int64_t> starts = host_values(query_starts), lengths = host_values(key_lengths);
-  const int64_t tq = query.size(2);
-  const int64_t used = *std::max_element(lengths.begin(), lengths.end());
-  const torch::Tensor k = key_cache.narrow(2, 0, used), v = value_cache.narrow(2, 0, used);
-  const bool uniform = std::all_of(lengths.begin(), lengths.end(), [&](int64_t l) { return l == used; }) &&
-                       std::all_of(starts.begin(), starts.end(), [&](int64_t s) { return s + tq == used; });
-  SdpaOptions general = options;
-  if (uniform) {
-    general.causal_alignment(CausalAlignment::BottomRight);
-  } else {
-    const auto on_device = [&](const torch::Tensor& t) { return t.to(query.device(), torch::kLong); };
-    const torch::Tensor blocked =
-        cache_blocked(on_device(query_starts), on_device(key_lengths), tq, used, options.attention());
-    AttentionMasks masks = AttentionMasks().attend_mask(blocked.logical_not());
-    if (options.alibi_slopes().defined()) {
-      masks.additive_mask(
-          cache_alibi_bias(options.alibi_slopes(), on_device(query_starts), tq, used, query.scalar_type()));
-      general.alibi_slopes({});
-    }
-    general.causal(false).window(-1, -1).masks(masks);
+  const GeneralCall call = general_call(query, key_cache, value_cache, query_starts, key_lengths, options);
+  return std::get<0>(attention(fn, query, call.key, call.value, call.options, /*need_weights=*/false));
+}
+
+std::string cache_route(const char* fn, const torch::Tensor& query, const torch::Tensor& key_cache,
+                        const torch::Tensor& value_cache, const torch::Tensor& query_starts,
+                        const torch::Tensor& key_lengths, const SdpaOptions& options) {
+  if (uses_decode_kernel(query, key_cache, value_cache, options)) {
+    return std::string("decode (") + (query.is_cpu() ? "cpu" : "cuda") + ")";
   }
-  return std::get<0>(attention(fn, query, k, v, general, /*need_weights=*/false));
+  const GeneralCall call = general_call(query, key_cache, value_cache, query_starts, key_lengths, options);
+  return route(fn, query, call.key, call.value, call.options, /*need_weights=*/false);
 }
 
 }  // namespace attn::backends

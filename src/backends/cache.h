@@ -6,6 +6,8 @@
 
 #include <torch/types.h>
 
+#include <string>
+
 namespace attn::backends {
 
 /// Queries per row up to which Backend::Auto and Backend::Fused use the decode kernel (split-KV): beyond it
@@ -23,6 +25,11 @@ void check_cache_inputs(const char* fn, const torch::Tensor& query, const torch:
 torch::Tensor cache_attention(const char* fn, const torch::Tensor& query, const torch::Tensor& key_cache,
                               const torch::Tensor& value_cache, const torch::Tensor& query_starts,
                               const torch::Tensor& key_lengths, const SdpaOptions& options);
+
+/// What cache_attention runs for these inputs, as dispatch.h's route() names it, or "decode (cpu|cuda)".
+std::string cache_route(const char* fn, const torch::Tensor& query, const torch::Tensor& key_cache,
+                        const torch::Tensor& value_cache, const torch::Tensor& query_starts,
+                        const torch::Tensor& key_lengths, const SdpaOptions& options);
 
 /// Whether cache_attention would run the decode kernel for this query and these options.
 bool uses_decode_kernel(const torch::Tensor& query, const torch::Tensor& key_cache, const torch::Tensor& value_cache,

@@ -6,6 +6,7 @@
 
 #include <torch/types.h>
 
+#include <string>
 #include <tuple>
 
 namespace attn::backends {
@@ -24,6 +25,10 @@ torch::Tensor fused_varlen_attention(const torch::Tensor& query, const torch::Te
                                      const SdpaOptions& options);
 /// Backend::Torch: LibTorch's scaled_dot_product_attention.
 torch::Tensor torch_attention(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
+                              const SdpaOptions& options);
+/// Which of its kernels LibTorch's SDPA runs for torch_attention's call: "flash", "efficient", "cudnn", "math"
+/// (LibTorch >= 2.5 says; older ones do not).
+std::string torch_sdpa_kernel(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
                               const SdpaOptions& options);
 
 }  // namespace attn::backends

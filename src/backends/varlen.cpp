@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 namespace attn::backends {
@@ -72,7 +73,8 @@ void check_varlen_inputs(const char* fn, const torch::Tensor& query, const torch
 torch::Tensor varlen_attention(const char* fn, const torch::Tensor& query, const torch::Tensor& key,
                                const torch::Tensor& value, const torch::Tensor& cu_seqlens_q,
                                const torch::Tensor& cu_seqlens_k, const SdpaOptions& options) {
-  if (resolve(fn, packed_heads_first(query), options, /*need_weights=*/false) == Backend::Fused) {
+  if (resolve(fn, packed_heads_first(query), packed_heads_first(key), packed_heads_first(value), options,
+              /*need_weights=*/false, /*packed=*/true) == Backend::Fused) {
     return fused_varlen_attention(query, key, value, cu_seqlens_q, cu_seqlens_k, options);
   }
   // The general backends: one sequence at a time, as [H, len, d], each with its own diagonal.
@@ -92,6 +94,23 @@ torch::Tensor varlen_attention(const char* fn, const torch::Tensor& query, const
   }
   if (outputs.empty()) return query.new_empty({0, query.size(1), value.size(2)});
   return at::cat(outputs, 0);
+}
+
+std::string varlen_route(const char* fn, const torch::Tensor& query, const torch::Tensor& key,
+                         const torch::Tensor& value, const torch::Tensor& cu_seqlens_q,
+                         const torch::Tensor& cu_seqlens_k, const SdpaOptions& options) {
+  const torch::Tensor pq = packed_heads_first(query), pk = packed_heads_first(key), pv = packed_heads_first(value);
+  if (resolve(fn, pq, pk, pv, options, /*need_weights=*/false, /*packed=*/true) == Backend::Fused) {
+    return route(fn, pq, pk, pv, options, /*need_weights=*/false, /*packed=*/true);
+  }
+  // One sequence at a time, as varlen_attention runs them: the first sequence's route stands for all.
+  const std::vector<int64_t> cq = host_values(cu_seqlens_q), ck = host_values(cu_seqlens_k);
+  SdpaOptions one = options;
+  if (options.alibi_slopes().defined() && options.alibi_slopes().dim() == 2) one.alibi_slopes(options.alibi_slopes()[0]);
+  const auto first = [](const torch::Tensor& x, const std::vector<int64_t>& cu) {
+    return x.narrow(0, cu[0], cu.size() > 1 ? cu[1] - cu[0] : 0).transpose(0, 1);
+  };
+  return "per sequence: " + route(fn, first(query, cq), first(key, ck), first(value, ck), one, /*need_weights=*/false);
 }
 
 }  // namespace attn::backends

@@ -6,6 +6,8 @@
 
 #include <torch/types.h>
 
+#include <string>
+
 namespace attn::backends {
 
 /// Validates packed q [total_q, H, d_k], k, v [total_k, H_kv, d], the cu_seqlens, the max lengths and the
@@ -19,5 +21,11 @@ void check_varlen_inputs(const char* fn, const torch::Tensor& query, const torch
 torch::Tensor varlen_attention(const char* fn, const torch::Tensor& query, const torch::Tensor& key,
                                const torch::Tensor& value, const torch::Tensor& cu_seqlens_q,
                                const torch::Tensor& cu_seqlens_k, const SdpaOptions& options);
+
+/// What varlen_attention runs for these inputs, as dispatch.h's route() names it: the op over the packed rows, or
+/// "per sequence: " and the route of the general backends on one sequence.
+std::string varlen_route(const char* fn, const torch::Tensor& query, const torch::Tensor& key,
+                         const torch::Tensor& value, const torch::Tensor& cu_seqlens_q,
+                         const torch::Tensor& cu_seqlens_k, const SdpaOptions& options);
 
 }  // namespace attn::backends

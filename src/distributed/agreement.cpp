@@ -109,17 +109,23 @@ std::string check_own_inputs(const std::vector<int64_t>& d, int64_t r) {
          "H: each rank's q, k and v hold the same positions)";
     return e.str();
   }
-  const int64_t t = d[kQType];
-  if (d[kKType] != t || d[kVType] != t ||
-      (t != int64_t(torch::kFloat) && t != int64_t(torch::kDouble) && t != int64_t(torch::kBFloat16))) {
-    e << who << "q, k, v must share one dtype of float32, float64 or bfloat16; got " << type_string(d[kQType])
-      << ", " << type_string(d[kKType]) << ", " << type_string(d[kVType]);
+  const int64_t cpu = int64_t(c10::DeviceType::CPU), cuda = int64_t(c10::DeviceType::CUDA);
+  if (d[kQDevice] != d[kKDevice] || d[kQDevice] != d[kVDevice] || (d[kQDevice] != cpu && d[kQDevice] != cuda)) {
+    e << who << "q, k, v must all be CPU tensors (attn's fused CPU kernel runs the blocks) or all CUDA tensors "
+               "(its CUDA kernels, over a group whose backend moves CUDA tensors, such as make_nccl_group's)";
     return e.str();
   }
-  const int64_t cpu = int64_t(c10::DeviceType::CPU);
-  if (d[kQDevice] != cpu || d[kKDevice] != cpu || d[kVDevice] != cpu) {
-    e << who << "q, k, v must be CPU tensors: the blocks run on attn's fused CPU kernel (CUDA tensors are not "
-               "supported by ring_attention yet)";
+  const int64_t t = d[kQType];
+  const bool on_cuda = d[kQDevice] == cuda;
+  const bool dtype_ok = on_cuda ? t == int64_t(torch::kHalf) || t == int64_t(torch::kBFloat16)
+                                : t == int64_t(torch::kFloat) || t == int64_t(torch::kDouble) || t == int64_t(torch::kBFloat16);
+  if (d[kKType] != t || d[kVType] != t || !dtype_ok) {
+    e << who << "q, k, v must share one dtype of " << (on_cuda ? "float16 or bfloat16 on CUDA" : "float32, float64 or bfloat16 on the CPU")
+      << "; got " << type_string(d[kQType]) << ", " << type_string(d[kKType]) << ", " << type_string(d[kVType]);
+    return e.str();
+  }
+  if (d[kMaskDim] >= 0 && on_cuda) {
+    e << who << "key_padding_mask is not supported with CUDA tensors (attn's CUDA kernels take no masks)";
     return e.str();
   }
   if (d[kMaskDim] >= 0 &&
@@ -140,9 +146,11 @@ RingPlan agree_on_plan(const torch::Tensor& q, const torch::Tensor& k, const tor
   const int rank = group.getRank();
   const std::vector<int64_t> own = describe(q, k, v, options, group, differentiable);
 
-  std::vector<torch::Tensor> input{torch::tensor(own, torch::kLong)};
+  // The descriptors travel where the inputs are: a group over NCCL moves CUDA tensors only.
+  const auto descriptor = torch::TensorOptions().dtype(torch::kLong).device(q.defined() ? q.device() : torch::kCPU);
+  std::vector<torch::Tensor> input{torch::tensor(own, torch::kLong).to(descriptor.device())};
   std::vector<std::vector<torch::Tensor>> output(1);
-  for (int r = 0; r < world; ++r) output[0].push_back(torch::empty({kFieldCount}, torch::kLong));
+  for (int r = 0; r < world; ++r) output[0].push_back(torch::empty({kFieldCount}, descriptor));
   if (world > 1) {
     try {
       // A rank with a bad timeout still joins the all-gather (with the default), so that every rank reports it.
@@ -158,7 +166,8 @@ RingPlan agree_on_plan(const torch::Tensor& q, const torch::Tensor& k, const tor
     output[0][0].copy_(input[0]);
   }
   std::vector<std::vector<int64_t>> all;
-  for (const auto& t : output[0]) {
+  for (const auto& on_device : output[0]) {
+    const torch::Tensor t = on_device.to(torch::kCPU);
     const int64_t* p = t.data_ptr<int64_t>();
     all.emplace_back(p, p + kFieldCount);
   }
@@ -235,6 +244,7 @@ RingPlan agree_on_plan(const torch::Tensor& q, const torch::Tensor& k, const tor
   plan.head_dim_qk = first[kQ3];
   plan.head_dim_v = first[kV3];
   plan.dtype = static_cast<torch::ScalarType>(first[kQType]);
+  plan.device = q.device();
   plan.is_causal = first[kCausal];
   plan.has_padding = first[kMaskDim] >= 0;
   plan.strategy = static_cast<ContextParallelStrategy>(first[kStrategy]);

@@ -54,7 +54,7 @@ KeysValues pack_keys_values(const RingPlan& plan, const torch::Tensor& k, const 
 
 KeysValues empty_keys_values(const RingPlan& plan, int source) {
   const int64_t length = plan.lengths[source];
-  return view_keys_values(plan, torch::empty({kv_numel(plan, length)}, torch::TensorOptions().dtype(plan.dtype)),
+  return view_keys_values(plan, torch::empty({kv_numel(plan, length)}, torch::TensorOptions().dtype(plan.dtype).device(plan.device)),
                           length);
 }
 
@@ -90,7 +90,7 @@ std::tuple<torch::Tensor, torch::Tensor> forward_ring(c10d::ProcessGroup& group,
                                                       RingAttentionStats& stats) {
   const auto begin = Clock::now();
   RingExchange exchange(group, plan, stats);
-  const auto acc_options = torch::TensorOptions().dtype(plan.accumulate_dtype());
+  const auto acc_options = plan.accumulate_options();
   const int64_t tq = q.size(2);
   torch::Tensor acc = torch::zeros({plan.batch, plan.heads, tq, plan.head_dim_v}, acc_options);
   torch::Tensor acc_lse = torch::full({plan.batch, plan.heads, tq}, -std::numeric_limits<double>::infinity(),
@@ -130,7 +130,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward_ring(
     const torch::Tensor& grad_out, RingAttentionStats& stats) {
   const auto begin = Clock::now();
   RingExchange exchange(group, plan, stats);
-  const auto acc_options = torch::TensorOptions().dtype(plan.accumulate_dtype());
+  const auto acc_options = plan.accumulate_options();
   const int64_t tq = q.size(2);
   const auto gradient_numel = [&](int source) {
     return plan.batch * plan.kv_heads * plan.lengths[source] * (plan.head_dim_qk + plan.head_dim_v);

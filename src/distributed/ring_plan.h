@@ -20,6 +20,7 @@ struct RingPlan {
   std::vector<std::vector<SequenceSegment>> segments;  ///< each rank's segments
   int64_t batch = 0, heads = 0, kv_heads = 0, head_dim_qk = 0, head_dim_v = 0;
   torch::ScalarType dtype = torch::kFloat;
+  torch::Device device = torch::kCPU;  ///< where q, k, v live; the accumulators and K/V buffers go there too
   bool is_causal = false;
   bool has_padding = false;
   ContextParallelStrategy strategy = ContextParallelStrategy::Ring;
@@ -33,6 +34,10 @@ struct RingPlan {
   int source(int step) const { return (rank - step % world + world) % world; }
   /// float64 for float64 inputs, else float32: the accumulators' and the log-sum-exp's dtype.
   torch::ScalarType accumulate_dtype() const { return dtype == torch::kDouble ? torch::kDouble : torch::kFloat; }
+  /// The accumulators' options: accumulate_dtype() on the inputs' device.
+  torch::TensorOptions accumulate_options() const {
+    return torch::TensorOptions().dtype(accumulate_dtype()).device(device);
+  }
 };
 
 /// Checks, on every rank alike, that the ranks agree on shapes, dtypes and options, and returns the plan.

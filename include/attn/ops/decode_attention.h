@@ -6,13 +6,17 @@
 
 #include <torch/types.h>
 
+#include <string>
+
 namespace attn::ops {
 
 /// Attention of query [B, H, Tq, d_k] over the caches key_cache [B, H_kv, capacity, d_k] and value_cache
 /// [B, H_kv, capacity, d_v] (H_kv divides H; query head h reads cache head h / (H / H_kv)), read in place.
 /// Query t of row b sits at position query_starts[b] + t and may attend key j iff j < key_lengths[b] and,
-/// when is_causal, j <= query_starts[b] + t. query_starts and key_lengths are [B] int64 on the CPU.
-/// float32, float64 or bfloat16 (the caches and the query alike), CPU; bfloat16 is computed in float32.
+/// when is_causal, j <= query_starts[b] + t. query_starts and key_lengths are [B] int64 (on the CPU, or on the
+/// caches' GPU for the CUDA kernel, which reads them to size its grid).
+/// float32, float64 or bfloat16 (the caches and the query alike) on the CPU, where bfloat16 is computed in
+/// float32; float32, float16 or bfloat16 on CUDA (decode_attention_support below), computed in float32.
 /// The variants of attn::flash_attention apply around each query's position p: window_left/right (key j
 /// allowed iff p - left <= j <= p + right, -1 unbounded, is_causal bounds right at 0), softcap, alibi_slopes
 /// ([H] or [B, H]: bias -slope · |p - j|) and sinks ([H]).
@@ -24,5 +28,21 @@ torch::Tensor decode_attention(const torch::Tensor& query, const torch::Tensor& 
                                int64_t window_right = -1, double softcap = 0.0,
                                const c10::optional<torch::Tensor>& alibi_slopes = c10::nullopt,
                                const c10::optional<torch::Tensor>& sinks = c10::nullopt);
+
+}  // namespace attn::ops
+
+namespace attn::ops {
+
+/// Whether decode_attention has a kernel for these tensors on their device, and if not, why. The CPU kernel
+/// takes float32, float64 and bfloat16. The CUDA kernel, where attn was built with its CUDA kernels (a CUDA
+/// LibTorch and nvcc), takes float32, float16 and bfloat16 on a GPU of compute capability 8.0 or newer, with
+/// d_k = d_v <= 256 a multiple of 16 bytes and cache rows that start on 16-byte boundaries (any contiguous
+/// cache). attn::attention_with_kv_cache asks this and takes the general backends where it says no.
+struct DecodeKernelSupport {
+  bool supported = false;
+  std::string reason;  ///< empty when supported
+};
+DecodeKernelSupport decode_attention_support(const torch::Tensor& query, const torch::Tensor& key_cache,
+                                             const torch::Tensor& value_cache);
 
 }  // namespace attn::ops

@@ -1,12 +1,14 @@
 #pragma once
-// The fused CPU attention operator, `attn::flash_attention`, called through the PyTorch dispatcher. From
-// Python or TorchScript: torch.ops.load_library("libattn.so"); torch.ops.attn.flash_attention(...).
+// The fused attention operator, `attn::flash_attention`, called through the PyTorch dispatcher: attn's CPU
+// kernel, and on CUDA the attention variants (flash_attention_support below says which calls). From Python or
+// TorchScript: torch.ops.load_library("libattn.so"); torch.ops.attn.flash_attention(...).
 //
-// Most code wants attn::scaled_dot_product_attention (which picks this op on the CPU); call the op directly
-// to control every argument or to get the log-sum-exp.
+// Most code wants attn::scaled_dot_product_attention (which picks this op where it applies); call the op
+// directly to control every argument or to get the log-sum-exp.
 
 #include <torch/types.h>
 
+#include <string>
 #include <tuple>
 
 namespace attn::ops {
@@ -15,7 +17,8 @@ namespace attn::ops {
 /// [Tq, Tk] scores never exist in memory. Differentiable with respect to q, k and v (the backward pass
 /// recomputes the tiles from the log-sum-exp).
 ///
-///   query [B, H, Tq, d_k], key [B, H, Tk, d_k], value [B, H, Tk, d_v]: float32, float64 or bfloat16, CPU.
+///   query [B, H, Tq, d_k], key [B, H, Tk, d_k], value [B, H, Tk, d_v]: float32, float64 or bfloat16 on the
+///   CPU; float16 or bfloat16 on CUDA, for the calls flash_attention_support takes.
 ///   key_padding_mask  bool, broadcastable to [B, H, Tk]; true = padding (no query attends to that key)
 ///   attend_mask       bool, broadcastable to [B, H, Tq, Tk]; true = may attend
 ///   additive_mask     floating, broadcastable to [B, H, Tq, Tk]; added to the scaled scores, -inf blocks
@@ -58,5 +61,31 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor> flash_att
     const c10::optional<torch::Tensor>& sinks = c10::nullopt,
     const c10::optional<torch::Tensor>& cu_seqlens_q = c10::nullopt,
     const c10::optional<torch::Tensor>& cu_seqlens_k = c10::nullopt);
+
+/// The settings of a flash_attention call that decide whether a kernel takes it (flash_attention_support).
+struct FlashCall {
+  bool masks = false;  ///< any of key_padding_mask, attend_mask and additive_mask is given
+  bool is_causal = false;
+  int64_t causal_offset = 0;
+  int64_t window_left = -1, window_right = -1;
+  double softcap = 0.0;
+  bool alibi = false, sinks = false, packed = false;  ///< alibi_slopes, sinks, cu_seqlens given
+};
+
+/// Whether flash_attention has a kernel for a call on these tensors' device, forward and backward, and which.
+/// On the CPU: float32, float64 and bfloat16, everything, both ways. On CUDA, where attn was built with its CUDA
+/// kernels and the GPU has compute capability 8.0 or newer, float16 and bfloat16 without masks, d_k = d_v a
+/// multiple of 8 up to 256: LibTorch's FlashAttention-2 for windows, ALiBi, sinks and packed sequences with the
+/// diagonal aligned bottom-right (backward too, except with ALiBi), and attn's own kernel for soft-capping or
+/// another alignment (d = 64 or 128, forward only). attn::scaled_dot_product_attention asks this and takes the
+/// general backends where it says no.
+struct FlashKernelSupport {
+  bool forward = false;
+  bool backward = false;
+  std::string route;   ///< "cpu", "cuda:flash-attention-2" (LibTorch's) or "cuda:attn"; empty without a kernel
+  std::string reason;  ///< what is missing, where forward or backward is false
+};
+FlashKernelSupport flash_attention_support(const torch::Tensor& query, const torch::Tensor& key,
+                                           const torch::Tensor& value, const FlashCall& call);
 
 }  // namespace attn::ops
