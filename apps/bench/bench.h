@@ -1,9 +1,11 @@
 #pragma once
-// attn-bench's pieces, shared by its source files. Only run_one.cpp includes <torch/torch.h>; the rest (suite table,
-// child processes, report) is plain C++, so the app builds quickly.
+// attn-bench's pieces, shared by its source files. Only run_one.cpp and routes.cpp include <torch/torch.h>; the
+// rest (suite table, child processes, report) is plain C++, so the app builds quickly.
 //
 //   configs.cpp  the suites: every configuration in one table, its FLOPs, and when it is skipped
-//   run_one.cpp  the child's side: build the inputs, warm up, time the reps, read the peak RSS
+//   run_one.cpp  one configuration: build the inputs, warm up, time the reps, read the peak RSS (and on a GPU
+//                the peak of its memory)
+//   routes.cpp   --routes: which backend and kernel attn runs for each kind of call on a device
 //   child.cpp    the parent's side: fork + exec one child per configuration, read its result line
 //   report.cpp   the table, the ratio lines and the JSON file
 //   main.cpp     arguments and orchestration
@@ -48,6 +50,10 @@ struct Config {
   std::vector<int64_t> lengths;
   // Caps on the suite's warm-up runs and reps, for the configurations that take many seconds (-1: none).
   int max_warmup = -1, max_reps = -1;
+  // A configuration of the GPU suite: attention runs blockwise there whatever the implementation, so no row is
+  // skipped for the size of its scores; the bandwidth ceiling reads this many GiB.
+  bool gpu = false;
+  int64_t bandwidth_gib = 1;
 };
 
 struct Suite {
@@ -90,6 +96,7 @@ struct RunSettings {
 
 struct Measurement {
   double ms_median = 0;
+  double peak_device_mib = std::numeric_limits<double>::quiet_NaN();  // on a GPU: its allocator's peak in the reps
   double peak_rss_mib = 0;  // VmHWM at the end: the process's peak, libtorch included
   double base_rss_mib = 0;  // VmHWM before any input exists: what loading libtorch costs
   int threads = 0;          // at::get_num_threads() in the child
@@ -99,6 +106,16 @@ struct Measurement {
 Measurement run_config(const Config& config, const RunSettings& settings);
 /// Checks that `spec` names a usable device; returns its canonical name ("cpu", "cuda:0"). Throws if not.
 std::string check_device(const std::string& spec);
+/// The GPU's name ("NVIDIA H100 80GB HBM3"), or "" for the CPU.
+std::string device_name(const std::string& device);
+
+// ---------------------------------------------------------------------------------------------------------
+// --routes (routes.cpp).
+
+/// Prints, for each kind of call (dtypes, masks, GQA, the variants, packed sequences, the KV cache) on `device`,
+/// the route attn takes for inference and for training (attn::describe_route), and writes them as JSON to
+/// `json_path` unless it is empty.
+void print_routes(const std::string& device, const std::string& json_path);
 
 // ---------------------------------------------------------------------------------------------------------
 // Child processes (child.cpp).

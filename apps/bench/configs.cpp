@@ -207,8 +207,101 @@ Suite build_variants_suite() {
   return suite;
 }
 
+// The GPU suite (issue 35's tables, FlashAttention's benchmark shapes): bfloat16, 16k tokens per batch
+// (B = 16384 / T) and 2048 channels (H = 2048 / d). The attention core by attn (Backend::Auto) against
+// LibTorch's SDPA; MultiHeadAttention against the same composition of at::linear and SDPA and against
+// torch::nn::MultiheadAttention; decode steps of 32 query heads over 8 K/V heads of 128 against the bandwidth
+// of a 4 GiB read; and the variants at T = 16k and 32k against plain causal attention, time and GPU memory.
+// Every row runs in the bench's own process (a GPU's memory is measured by its allocator, not by RSS).
+constexpr int64_t kGpuTokens = 16384, kGpuChannels = 2048, kGpuGemmN = 8192;
+
+Suite build_gpu_suite() {
+  Suite suite{"gpu", 2, 10, {}};
+  auto& out = suite.configs;
+  Config gemm;
+  gemm.name = fmt::format("gemm/{}/bfloat16", kGpuGemmN);
+  gemm.kind = Kind::Gemm;
+  gemm.impl = "gemm";
+  gemm.Tq = gemm.Tk = gemm.d = kGpuGemmN;
+  gemm.dtype = "bfloat16";
+  gemm.gpu = true;
+  out.push_back(gemm);
+  Config ceiling;
+  ceiling.name = "bandwidth/sum-4GiB";
+  ceiling.kind = Kind::Bandwidth;
+  ceiling.impl = "sum";
+  ceiling.gpu = true;
+  ceiling.bandwidth_gib = 4;
+  out.push_back(ceiling);
+  const auto shaped = [](Kind kind, const std::string& name, const std::string& impl, int64_t d, int64_t T) {
+    Config c;
+    c.name = name;
+    c.kind = kind;
+    c.impl = impl;
+    c.B = kGpuTokens / T, c.H = kGpuChannels / d, c.Tq = c.Tk = T, c.d = d;
+    c.dtype = "bfloat16";
+    c.gpu = true;
+    return c;
+  };
+  for (int64_t d : {64, 128})
+    for (int64_t T : {1024, 2048, 4096, 8192, 16384})
+      for (bool causal : {false, true})
+        for (const std::string impl : {"auto", "torch_sdpa"}) {
+          Config c = shaped(Kind::Core,
+                            fmt::format("gpu-core/{}/d={}/T={}/{}", impl, d, T, causal ? "causal" : "noncausal"), impl,
+                            d, T);
+          c.causal = causal;
+          out.push_back(c);
+        }
+  for (int64_t T : {1024, 4096, 16384})
+    for (const std::string impl : {"attn_mha", "sdpa_linear", "torch_mha"}) {
+      if (impl == "torch_mha" && T > 4096) continue;  // its C++ forward materialises [B·H, T, T] weights
+      out.push_back(shaped(Kind::Module, fmt::format("gpu-mha/{}/T={}", impl, T), impl, 128, T));
+    }
+  for (const auto& [B, L] : std::vector<std::pair<int64_t, int64_t>>{{1, 32768}, {8, 8192}, {8, 32768}, {32, 8192}, {32, 32768}})
+    for (const std::string impl : {"decode", "torch_sdpa"}) {
+      Config c;
+      c.name = fmt::format("gpu-decode/{}/B={}/L={}", impl, B, L);
+      c.kind = Kind::Decode;
+      c.impl = impl;
+      c.B = B, c.H = kDecodeHeads, c.Hkv = 8, c.Tq = 1, c.Tk = L, c.d = kDecodeDim;
+      c.causal = true;
+      c.dtype = "bfloat16";
+      c.gpu = true;
+      out.push_back(c);
+    }
+  for (int64_t T : {16384, 32768}) {
+    for (const std::string term : {"", "window", "softcap", "alibi", "sinks"}) {
+      Config c = shaped(Kind::Variant, fmt::format("gpu-variants/auto/T={}/causal{}", T, term.empty() ? "" : "/" + term),
+                        "auto", 128, T);
+      c.B = 1, c.H = 16;
+      c.causal = true;
+      if (term == "window") c.window = 4096;
+      else c.term = term;
+      out.push_back(c);
+    }
+    // The variants suite's ragged batch of 8 sequences, scaled to about T tokens in all, packed against padded
+    // to the longest.
+    int64_t total = 0;
+    for (int64_t length : kRaggedLengths) total += length;
+    std::vector<int64_t> lengths;
+    for (int64_t length : kRaggedLengths) lengths.push_back(length * T / total);
+    for (const std::string impl : {"packed", "padded"}) {
+      Config c = shaped(Kind::Variant, fmt::format("gpu-varlen/{}/T={}/causal", impl, T), impl, 128, T);
+      c.H = 16;
+      c.causal = true;
+      c.lengths = lengths;
+      c.B = static_cast<int64_t>(lengths.size());
+      c.Tq = c.Tk = *std::max_element(lengths.begin(), lengths.end());
+      out.push_back(c);
+    }
+  }
+  return suite;
+}
+
 // Implementations that hold the whole [B, H, Tq, Tk] score matrix in memory.
 bool materialises_scores(const Config& c) {
+  if (c.gpu) return c.impl == "torch_mha";
   return c.kind != Kind::Gemm && c.kind != Kind::Variant && c.kind != Kind::Linear && c.impl != "fused" &&
          c.impl != "attn_mha";
 }
@@ -220,6 +313,7 @@ std::optional<Suite> make_suite(const std::string& name) {
     if (name == spec.name) return build(spec);
   if (name == "decode") return build_decode_suite();
   if (name == "variants") return build_variants_suite();
+  if (name == "gpu") return build_gpu_suite();
   return std::nullopt;
 }
 
@@ -228,6 +322,7 @@ std::vector<std::string> suite_names() {
   for (const auto& spec : kSuites) names.emplace_back(spec.name);
   names.emplace_back("decode");
   names.emplace_back("variants");
+  names.emplace_back("gpu");
   return names;
 }
 
@@ -255,7 +350,7 @@ double attended_pairs(const Config& c) {
 
 double bytes_read(const Config& c) {
   const double element = c.dtype == "float32" ? 4.0 : 2.0;
-  if (c.kind == Kind::Bandwidth) return kBandwidthBytes;
+  if (c.kind == Kind::Bandwidth) return kBandwidthBytes * static_cast<double>(c.bandwidth_gib);
   if (c.kind == Kind::Decode) return element * c.B * kv_heads(c) * c.Tk * 2.0 * c.d;  // K and V, read once
   if (c.kind == Kind::Linear) return element * c.Tk * c.d;  // the weight, read once
   return 0;

@@ -44,6 +44,7 @@ struct BenchOptions {
   // implementation in a run gets the same count either way.
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   bool list = false;
+  bool routes = false;
   std::string run_one;  // hidden: measure this one configuration and print its result line (the child)
 };
 
@@ -76,11 +77,20 @@ Options:
   --threads N       at::set_num_threads(N) in every configuration (default: every core)
   --device DEV      cpu | cuda | cuda:N (default: cpu)
   --json FILE       also write the records to FILE as a JSON list (written to a temporary file, then renamed)
+  --routes          time nothing: print which backend and kernel attn runs for each kind of call (dtypes,
+                    masks, GQA, window, softcap, ALiBi, sinks, packed sequences, the KV cache) on --device,
+                    for inference and for training; --json writes them
   -h, --help        show this help and exit
 
 Values may also be given as --option=VALUE. Long-context configurations run without warm-up and with at
 most 1 (quick) or 2 (full) reps. Implementations that hold the [B,H,Tq,Tk] scores are skipped where those
 would exceed {:.0f} GiB.
+
+On a GPU (--device cuda) every configuration runs in this process, one after the other; a rep is as many calls
+as fill 5 ms, and "peak MiB" is the GPU allocator's peak during the reps (inputs included) instead of RSS. The
+gpu suite is made for it: bfloat16 attention at FlashAttention's benchmark shapes against LibTorch's SDPA,
+MultiHeadAttention against at::linear + SDPA and torch::nn::MultiheadAttention, decode steps against a 4 GiB
+read, and the variants against plain causal attention.
 
 Names: gemm/2048, core/IMPL/T=N/causal, core/IMPL/T=N/noncausal, mha/IMPL/T=N, train/IMPL/T=N (full and
 peer: train/IMPL/T=N/causal and /noncausal), long/fused/T=N; decode: bandwidth/sum-1GiB,
@@ -95,6 +105,8 @@ scaled_dot_product_attention (on LibTorch 2.x its fused CPU flash kernel). Examp
   attn-bench --suite decode --filter linear/  # a decoding step's products: attn::linear against at::linear
   attn-bench --suite variants              # sliding window, softcap, ALiBi, sinks, packed vs padded batches
   attn-bench --filter /causal              # only the causal configurations
+  attn-bench --suite gpu --device cuda     # the GPU tables
+  attn-bench --routes --device cuda        # what runs where
 
 Exit status: 0 when the run completed (a configuration that failed is a row with an error, not a failed
 run), 1 when it could not run or write --json, 2 for bad usage.
@@ -128,6 +140,7 @@ BenchOptions parse_args(int argc, char** argv) {
   });
   command_line.add_file_option("--json", options.json_path);
   command_line.add_flag("--list", [&] { options.list = true; });
+  command_line.add_flag("--routes", [&] { options.routes = true; });
   command_line.add_option("--run-one", [&](const std::string& value) { options.run_one = value; });
   command_line.parse(argc, argv);
   return options;
@@ -155,6 +168,8 @@ std::string progress_result(const bench::Record& r, double ceiling) {
   std::string text = fmt::format("{:.1f} ms  {:.1f} GFLOP/s", r.measurement->ms_median, r.gflops());
   if (r.config.kind != bench::Kind::Gemm && std::isfinite(r.pct_of(ceiling)))
     text += fmt::format(" ({:.1f}% of GEMM)", r.pct_of(ceiling));
+  if (std::isfinite(r.measurement->peak_device_mib))
+    return text + fmt::format("  GPU peak {:.0f} MiB", r.measurement->peak_device_mib);
   return text + fmt::format("  peak {:.0f} MiB", r.measurement->peak_rss_mib);
 }
 
@@ -188,6 +203,9 @@ int run_suite(const BenchOptions& options, const char* argv0) {
   if (!blas.warning.empty()) fmt::print(stderr, "attn-bench: warning: {}\n", blas.warning);
   if (device == "cpu") fmt::print(stderr, "attn-bench: CPU kernel: {}\n", attn::cpu_kernel_info().summary);
 
+  const bool in_process = device != "cpu";
+  if (in_process) fmt::print(stderr, "attn-bench: GPU: {}; every configuration runs in this process\n", bench::device_name(device));
+
   const auto start = std::chrono::steady_clock::now();
   std::vector<bench::Record> records;
   bench::Ceilings ceilings;
@@ -197,6 +215,17 @@ int run_suite(const BenchOptions& options, const char* argv0) {
     fmt::print(stderr, "[{}/{}] {} ... ", i + 1, selected.size(), c.name);
     if (const auto reason = bench::skip_reason(c)) {
       record.skipped = *reason;
+    } else if (in_process) {
+      bench::RunSettings settings;
+      settings.warmup = capped(warmup, c.max_warmup);
+      settings.reps = std::max(capped(reps, c.max_reps), 1);
+      settings.threads = options.threads;
+      settings.device = device;
+      try {
+        record.measurement = bench::run_config(c, settings);
+      } catch (const std::exception& error) {
+        record.error = error.what();
+      }
     } else {
       std::vector<std::string> args{"--run-one", c.name, "--warmup", std::to_string(capped(warmup, c.max_warmup)),
                                     "--reps", std::to_string(capped(reps, c.max_reps)), "--device", device};
@@ -231,6 +260,10 @@ int run_suite(const BenchOptions& options, const char* argv0) {
 int main(int argc, char** argv) {
   return attn_apps::run_main("attn-bench", usage(), [&] {
     const auto options = parse_args(argc, argv);
+    if (options.routes) {
+      bench::print_routes(bench::check_device(options.device), options.json_path);
+      return 0;
+    }
     return options.run_one.empty() ? run_suite(options, argv[0]) : run_one(options);
   });
 }

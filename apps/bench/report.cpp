@@ -76,6 +76,47 @@ std::string json_string(const std::string& text) {
   return out + "\"";
 }
 
+// The GPU suite's comparisons: the core against LibTorch's SDPA and the bfloat16 ceiling, MultiHeadAttention
+// against the same composition of at::linear and SDPA, each variant's time and GPU memory against plain causal
+// attention at its T, and a ragged batch packed against padded.
+void print_gpu_ratios(const std::vector<Record>& records, const Ceilings& ceilings) {
+  const auto by_name = [&](const std::string& name) -> const Record* {
+    for (const Record& r : records)
+      if (r.config.name == name && r.measurement) return &r;
+    return nullptr;
+  };
+  const auto memory = [](const Record* r) { return r ? r->measurement->peak_device_mib : kNaN; };
+  for (const Record& r : records) {
+    const Config& c = r.config;
+    if (!c.gpu || !r.measurement) continue;
+    if (c.kind == Kind::Core && c.impl == "auto") {
+      const Record* sdpa = find_peer(records, c, "torch_sdpa");
+      fmt::print("  gpu core d={} T={} {}: attn {:.3f} ms, {:.0f}% of the bfloat16 GEMM ceiling; vs torch_sdpa {}\n",
+                 c.d, c.Tq, c.causal ? "causal" : "noncausal", r.measurement->ms_median, r.pct_of(ceilings.bfloat16),
+                 speedup(&r, sdpa));
+    } else if (c.kind == Kind::Module && c.impl == "attn_mha") {
+      const Record* composed = find_peer(records, c, "sdpa_linear");
+      const Record* torch_mha = find_peer(records, c, "torch_mha");
+      fmt::print("  gpu mha T={}: attn_mha {:.3f} ms, {} over at::linear + SDPA (target <= +5%); vs torch_mha {}\n",
+                 c.Tq, r.measurement->ms_median,
+                 composed ? fmt::format("{:+.1f}%", (r.measurement->ms_median / composed->measurement->ms_median - 1) * 100)
+                          : "n/a",
+                 speedup(&r, torch_mha));
+    } else if (c.kind == Kind::Variant && c.impl == "auto" && (c.window > 0 || !c.term.empty())) {
+      const Record* plain = by_name(fmt::format("gpu-variants/auto/T={}/causal", c.Tq));
+      if (!plain) continue;
+      fmt::print("  gpu variants T={} causal {}: {:.2f}x the time of plain causal (target <= 1.5x), {:.2f}x its GPU "
+                 "memory (target <= 1.2x)\n",
+                 c.Tq, c.window > 0 ? fmt::format("window={}", c.window) : c.term,
+                 r.measurement->ms_median / plain->measurement->ms_median, memory(&r) / memory(plain));
+    } else if (c.kind == Kind::Variant && c.impl == "packed") {
+      const Record* padded = find_peer(records, c, "padded");
+      fmt::print("  gpu varlen {} sequences causal: packed vs padded {}, GPU memory {:.0f} vs {:.0f} MiB\n",
+                 c.lengths.size(), speedup(&r, padded), memory(&r), memory(padded));
+    }
+  }
+}
+
 }  // namespace
 
 double Record::gflops() const {
@@ -116,7 +157,10 @@ void print_table(const std::vector<Record>& records, const Ceilings& ceilings) {
     std::string note = !r.error.empty() ? "error: " + r.error : !r.skipped.empty() ? "skipped: " + r.skipped : "";
     if (note.size() > kNoteWidth) note = note.substr(0, kNoteWidth - 3) + "...";
     const double ms = r.measurement ? r.measurement->ms_median : kNaN;
-    const double rss = r.measurement ? r.measurement->peak_rss_mib : kNaN;
+    // On a GPU the allocator's peak during the reps; on the CPU the process's peak RSS.
+    const double rss = !r.measurement                                  ? kNaN
+                       : std::isfinite(r.measurement->peak_device_mib) ? r.measurement->peak_device_mib
+                                                                       : r.measurement->peak_rss_mib;
     const Kind kind = r.config.kind;
     const bool compute = bytes_read(r.config) <= 0 || kind == Kind::Decode || kind == Kind::Linear;
     fmt::print("{:<{}}  {:>10}  {:>8}  {:>7}  {:>9}", r.config.name, width, number_or_dash(ms, "{:.2f}"),
@@ -133,12 +177,15 @@ void print_table(const std::vector<Record>& records, const Ceilings& ceilings) {
 
 void print_ratios(const std::vector<Record>& records, const Ceilings& ceilings) {
   fmt::print("\nIn this run (speedup = peer ms / ours ms; > 1 means ours is faster):\n");
-  if (std::isfinite(ceilings.float32))
-    fmt::print("  GEMM ceiling (2048³ fp32 torch::mm): {:.1f} GFLOP/s\n", ceilings.float32);
-  if (std::isfinite(ceilings.bfloat16)) {
-    fmt::print("  GEMM ceiling (2048³ bfloat16 torch::mm): {:.1f} GFLOP/s, {:.2f}x the fp32 one; bfloat16 rows' "
-               "% GEMM is of this one\n",
-               ceilings.bfloat16, ceilings.bfloat16 / ceilings.float32);
+  for (const Record& r : records) {
+    const Config& c = r.config;
+    if (c.kind != Kind::Gemm || !r.measurement) continue;
+    fmt::print("  GEMM ceiling ({}³ {} torch::mm): {:.1f} GFLOP/s", c.Tq, c.dtype == "float32" ? "fp32" : c.dtype,
+               r.gflops());
+    if (c.dtype == "bfloat16" && std::isfinite(ceilings.float32)) {
+      fmt::print(", {:.2f}x the fp32 one", ceilings.bfloat16 / ceilings.float32);
+    }
+    fmt::print("{}\n", c.dtype == "bfloat16" ? "; bfloat16 rows' % GEMM is of this one" : "");
   }
 
   for (const Record& r : records) {
@@ -185,10 +232,12 @@ void print_ratios(const std::vector<Record>& records, const Ceilings& ceilings) 
                rss(fused), rss(math), rss(sdpa));
   }
   const double bandwidth = bandwidth_gbps(records);
-  if (std::isfinite(bandwidth)) {
-    fmt::print("  bandwidth ceiling (sum over {:.0f} MiB of float32): {:.1f} GB/s\n", kBandwidthBytes / (1 << 20),
+  for (const Record& r : records) {
+    if (r.config.kind != Kind::Bandwidth || !std::isfinite(bandwidth)) continue;
+    fmt::print("  bandwidth ceiling (sum over {:.0f} MiB of float32): {:.1f} GB/s\n", bytes_read(r.config) / (1 << 20),
                bandwidth);
   }
+  print_gpu_ratios(records, ceilings);
   // One decode step: ours vs the math path and LibTorch's SDPA on the same cache, and our share of the ceiling.
   for (const Record& r : records) {
     const Config& c = r.config;
@@ -278,6 +327,8 @@ std::string to_json(const std::vector<Record>& records, const Ceilings& ceilings
         json_string(c.dtype), json_string(device), json_number(r.measurement ? r.measurement->ms_median : kNaN),
         json_number(r.gflops()), json_number(r.pct_of(ceilings.of(c.dtype))),
         json_number(r.measurement ? r.measurement->peak_rss_mib : kNaN));
+    o += fmt::format(", \"peak_device_mib\": {}, \"gbps\": {}",
+                     json_number(r.measurement ? r.measurement->peak_device_mib : kNaN), json_number(r.gbps()));
     if (!r.error.empty()) o += ", \"error\": " + json_string(r.error);
     objects.push_back(o + "}");
   }

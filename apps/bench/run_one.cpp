@@ -6,9 +6,15 @@
 
 #include <torch/torch.h>
 #include <torch/version.h>
+#ifdef ATTN_BENCH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <fstream>
 #include <functional>
 #include <stdexcept>
@@ -48,6 +54,7 @@ torch::ScalarType scalar_type(const std::string& dtype) {
 attn::Backend backend_of(const std::string& impl) {
   if (impl == "fused") return attn::Backend::Fused;
   if (impl == "math") return attn::Backend::Math;
+  if (impl == "auto") return attn::Backend::Auto;
   throw std::invalid_argument("no attn backend for impl '" + impl + "'");
 }
 
@@ -60,7 +67,8 @@ std::function<torch::Tensor()> core_call(const Config& c, torch::Tensor q, torch
 
 // A variant configuration: the fused core with a window or a score term, or a ragged batch packed or padded.
 std::function<void()> variant_workload(const Config& c, const torch::TensorOptions& opts) {
-  auto options = attn::SdpaOptions().backend(attn::Backend::Fused).causal(c.causal);
+  // The GPU suite's rows take what Backend::Auto picks there; the CPU's variants suite times the fused kernel.
+  auto options = attn::SdpaOptions().backend(c.gpu ? attn::Backend::Auto : attn::Backend::Fused).causal(c.causal);
   if (c.window > 0) options.window(c.window - 1, 0);
   if (c.term == "softcap") options.softcap(30.0);
   else if (c.term == "alibi") options.alibi_slopes(attn::alibi_slopes(c.H).to(opts.device()));
@@ -90,6 +98,22 @@ std::function<void()> variant_workload(const Config& c, const torch::TensorOptio
   return [=] { attn::scaled_dot_product_attention(q, k, v, options); };
 }
 
+// The multi-head attention that attn::MultiHeadAttention computes, written directly with ATen: four at::linear
+// and LibTorch's SDPA, the heads split and merged by views. The floor of what a module can add.
+std::function<void()> sdpa_linear_module(const Config& c, const torch::TensorOptions& opts) {
+  const int64_t E = c.H * c.d;
+  const auto weight = [&] { return torch::randn({E, E}, opts) * (1.0 / std::sqrt(static_cast<double>(E))); };
+  const torch::Tensor wq = weight(), wk = weight(), wv = weight(), wo = weight();
+  const torch::Tensor bq = torch::zeros({E}, opts), bk = bq.clone(), bv = bq.clone(), bo = bq.clone();
+  const torch::Tensor x = torch::randn({c.B, c.Tq, E}, opts);
+  return [=] {
+    const auto heads = [&](const torch::Tensor& y) { return y.view({c.B, c.Tq, c.H, c.d}).transpose(1, 2); };
+    const torch::Tensor o = torch_sdpa(heads(at::linear(x, wq, bq)), heads(at::linear(x, wk, bk)),
+                                       heads(at::linear(x, wv, bv)), /*causal=*/false);
+    at::linear(o.transpose(1, 2).reshape({c.B, c.Tq, E}), wo, bo);
+  };
+}
+
 // What one timed call does. The returned callable owns its inputs (and module), built here, untimed.
 std::function<void()> make_workload(const Config& c, const torch::Device& device) {
   torch::manual_seed(0);
@@ -109,7 +133,8 @@ std::function<void()> make_workload(const Config& c, const torch::Device& device
     case Kind::Variant:
       return variant_workload(c, opts);
     case Kind::Bandwidth: {
-      const torch::Tensor x = torch::ones({static_cast<int64_t>(kBandwidthBytes / 4)}, opts.dtype(torch::kFloat32));
+      const auto floats = static_cast<int64_t>(kBandwidthBytes / 4) * c.bandwidth_gib;
+      const torch::Tensor x = torch::ones({floats}, opts.dtype(torch::kFloat32));
       return [=] { x.sum(); };
     }
     case Kind::Decode: {
@@ -160,6 +185,7 @@ std::function<void()> make_workload(const Config& c, const torch::Device& device
         const torch::Tensor x = torch::randn({c.Tq, c.B, E}, opts);  // sequence-first, as 1.13's C++ module wants
         return [=]() mutable { mha->forward(x, x, x, /*key_padding_mask=*/{}, /*need_weights=*/false); };
       }
+      if (c.impl == "sdpa_linear") return sdpa_linear_module(c, opts);
       auto options = attn::MultiHeadAttentionOptions(E, c.H);
       if (c.impl == "attn_mha_math") options.backend(attn::Backend::Math);
       else if (c.impl != "attn_mha") throw std::invalid_argument("unknown module impl '" + c.impl + "'");
@@ -173,6 +199,31 @@ std::function<void()> make_workload(const Config& c, const torch::Device& device
   throw std::logic_error("unhandled configuration kind");
 }
 
+constexpr double kGpuRepMs = 5.0;
+
+// The GPU allocator's peak of allocated memory since the last reset, in MiB (NaN on the CPU, or where attn-bench
+// was built without CUDA).
+void reset_device_peak(const torch::Device& device) {
+#ifdef ATTN_BENCH_CUDA
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+#else
+  (void)device;
+#endif
+}
+
+double device_peak_mib(const torch::Device& device) {
+#ifdef ATTN_BENCH_CUDA
+  if (device.is_cuda()) {
+    // allocated_bytes[0]: the aggregate over both pools (StatType::AGGREGATE).
+    return static_cast<double>(c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).allocated_bytes[0].peak) /
+           (1 << 20);
+  }
+#else
+  (void)device;
+#endif
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const size_t n = values.size();
@@ -182,6 +233,16 @@ double median(std::vector<double> values) {
 }  // namespace
 
 std::string check_device(const std::string& spec) { return attn::resolve_device(spec).str(); }
+
+std::string device_name(const std::string& spec) {
+#ifdef ATTN_BENCH_CUDA
+  const torch::Device device = attn::resolve_device(spec);
+  if (device.is_cuda()) return at::cuda::getDeviceProperties(device.index())->name;
+#else
+  (void)spec;
+#endif
+  return "";
+}
 
 Measurement run_config(const Config& config, const RunSettings& settings) {
   try {
@@ -201,16 +262,30 @@ Measurement run_config(const Config& config, const RunSettings& settings) {
     const std::function<void()> workload = make_workload(config, device);
 
     for (int i = 0; i < settings.warmup; ++i) workload();
-    std::vector<double> times_ms;
-    for (int i = 0; i < settings.reps; ++i) {
+    // On a GPU a call can be shorter than the launch and synchronisation around it: a rep is as many calls as
+    // fill kGpuRepMs, timed together, and the time per call is reported.
+    int calls = 1;
+    if (device.is_cuda()) {
       sync();
       const auto start = std::chrono::steady_clock::now();
       workload();
       sync();
-      times_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+      const double once = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      calls = static_cast<int>(std::clamp(kGpuRepMs / std::max(once, 1e-3), 1.0, 10000.0));
+    }
+    reset_device_peak(device);
+    std::vector<double> times_ms;
+    for (int i = 0; i < settings.reps; ++i) {
+      sync();
+      const auto start = std::chrono::steady_clock::now();
+      for (int j = 0; j < calls; ++j) workload();
+      sync();
+      times_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() /
+                         calls);
     }
     m.ms_median = median(times_ms);
     m.peak_rss_mib = proc_status_mib("VmHWM");
+    m.peak_device_mib = device_peak_mib(device);
     return m;
   } catch (const c10::Error& error) {
     // c10::Error's what() carries a C++ backtrace; the report wants the message.
