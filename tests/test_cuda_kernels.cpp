@@ -150,11 +150,25 @@ TEST_P(CudaDecodeKernel, MatchesFloat64DefinitionWithEveryVariant) {
         std::get<0>(float64_reference(q.to(dtype), kc.to(dtype), vc.to(dtype), allowed, positions,
                                       1.0 / std::sqrt(static_cast<double>(c.d)), terms));
     const torch::Tensor qd = q.to(cuda), kd = kc.to(cuda), vd = vc.to(cuda);
-    EXPECT_EQ(describe_route_with_kv_cache(qd, kd, vd, longs(starts), longs(c.lengths), options), "decode (cuda)");
-    const torch::Tensor out = attention_with_kv_cache(qd, kd, vd, longs(starts), longs(c.lengths), options);
-    ASSERT_TRUE(out.is_cuda());
-    ASSERT_EQ(out.scalar_type(), dtype);
-    EXPECT_CLOSE(out, expected, tolerance(dtype));
+    // Backend::Fused always runs the decode kernel; Auto runs it for ragged rows and gives rows of one length
+    // whose queries are the newest positions to LibTorch's kernels.
+    bool uniform = true;
+    for (int64_t b = 0; b < B; ++b) uniform = uniform && c.lengths[b] == c.lengths[0] && starts[b] + c.tq == c.lengths[b];
+    for (const Backend backend : {Backend::Fused, Backend::Auto}) {
+      SCOPED_TRACE(to_string(backend));
+      SdpaOptions with = options;
+      with.backend(backend);
+      const std::string route = describe_route_with_kv_cache(qd, kd, vd, longs(starts), longs(c.lengths), with);
+      if (backend == Backend::Fused || !uniform) {
+        EXPECT_EQ(route, "decode (cuda)");
+      } else {
+        EXPECT_NE(route, "decode (cuda)");
+      }
+      const torch::Tensor out = attention_with_kv_cache(qd, kd, vd, longs(starts), longs(c.lengths), with);
+      ASSERT_TRUE(out.is_cuda());
+      ASSERT_EQ(out.scalar_type(), dtype);
+      EXPECT_CLOSE(out, expected, tolerance(dtype));
+    }
   }
 }
 
@@ -208,12 +222,14 @@ struct VariantCase {
 };
 
 const std::vector<VariantCase> kVariantCases = {
-    {8, 2, 300, 300, 64, true, CausalAlignment::BottomRight, 100, -1, 0.0, false, false, "fused (cuda:flash-attention-2)"},
-    {4, 4, 257, 257, 128, true, CausalAlignment::BottomRight, -1, -1, 0.0, true, false, "fused (cuda:flash-attention-2)"},
-    {4, 1, 200, 200, 64, true, CausalAlignment::BottomRight, -1, -1, 0.0, false, true, "fused (cuda:flash-attention-2)"},
-    // ALiBi on FlashAttention's causal path shifts its log-sum-exp, which the sinks then read.
-    {4, 2, 96, 257, 64, true, CausalAlignment::BottomRight, -1, -1, 0.0, true, true, "fused (cuda:flash-attention-2)"},
-    {4, 4, 150, 150, 64, false, CausalAlignment::BottomRight, 20, 7, 0.0, false, false, "fused (cuda:flash-attention-2)"},
+    {8, 2, 300, 300, 64, true, CausalAlignment::BottomRight, 100, -1, 0.0, false, false, "fused (cuda:libtorch)"},
+    {4, 4, 257, 257, 128, true, CausalAlignment::BottomRight, -1, -1, 0.0, true, false, "fused (cuda:attn)"},
+    {4, 1, 200, 200, 64, true, CausalAlignment::BottomRight, -1, -1, 0.0, false, true, "fused (cuda:libtorch)"},
+    {4, 2, 96, 257, 64, true, CausalAlignment::BottomRight, -1, -1, 0.0, true, true, "fused (cuda:attn)"},
+    {4, 2, 96, 257, 64, true, CausalAlignment::BottomRight, -1, -1, 0.0, false, true, "fused (cuda:libtorch)"},
+    {4, 4, 150, 150, 64, false, CausalAlignment::BottomRight, 20, 7, 0.0, false, false, "fused (cuda:libtorch)"},
+    // Sinks alone, as many K/V heads as query heads: the SDPA kernel that gives the log-sum-exp (cuDNN's).
+    {4, 4, 384, 384, 128, true, CausalAlignment::BottomRight, -1, -1, 0.0, false, true, "fused (cuda:libtorch)"},
     {4, 2, 333, 333, 128, true, CausalAlignment::BottomRight, -1, -1, 30.0, false, false, "fused (cuda:attn)"},
     {6, 3, 100, 260, 64, true, CausalAlignment::BottomRight, 64, -1, 20.0, true, true, "fused (cuda:attn)"},
     {4, 4, 90, 200, 128, true, CausalAlignment::TopLeft, 50, -1, 0.0, false, false, "fused (cuda:attn)"},
@@ -276,11 +292,11 @@ TEST_P(CudaVariants, MatchFloat64DefinitionBlockwise) {
   }
 }
 
-// The routes on LibTorch's FlashAttention-2 are differentiable: windows, sinks (their gradient too), GQA.
+// The routes on LibTorch's kernels are differentiable: windows, sinks (their gradient too), GQA.
 TEST_P(CudaVariants, GradientsOnFlashAttentionMatchFloat64Definition) {
   const torch::Dtype dtype = GetParam();
   const auto cuda = torch::TensorOptions().device(torch::kCUDA).dtype(dtype);
-  for (const VariantCase& c : {kVariantCases[0], kVariantCases[2], kVariantCases[4]}) {
+  for (const VariantCase& c : {kVariantCases[0], kVariantCases[2], kVariantCases[4], kVariantCases[5], kVariantCases[6]}) {
     SCOPED_TRACE(::testing::Message() << "H=" << c.heads << "/" << c.kv_heads << " T=" << c.tq << " window=" << c.left
                                       << "," << c.right << " sinks=" << c.sinks);
     torch::manual_seed(31);

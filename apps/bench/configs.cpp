@@ -246,7 +246,7 @@ Suite build_gpu_suite() {
   for (int64_t d : {64, 128})
     for (int64_t T : {1024, 2048, 4096, 8192, 16384})
       for (bool causal : {false, true})
-        for (const std::string impl : {"auto", "torch_sdpa"}) {
+        for (const std::string impl : {"torch_sdpa", "auto"}) {  // the peer first: run order favours neither
           Config c = shaped(Kind::Core,
                             fmt::format("gpu-core/{}/d={}/T={}/{}", impl, d, T, causal ? "causal" : "noncausal"), impl,
                             d, T);
@@ -258,16 +258,26 @@ Suite build_gpu_suite() {
       if (impl == "torch_mha" && T > 4096) continue;  // its C++ forward materialises [B·H, T, T] weights
       out.push_back(shaped(Kind::Module, fmt::format("gpu-mha/{}/T={}", impl, T), impl, 128, T));
     }
+  // Decode steps: rows of one length (Backend::Auto gives them to LibTorch's kernels; decode_kernel forces
+  // attn's), and a ragged batch, rows of L/8 to L keys (attn's decode kernel, against SDPA with a mask).
+  const auto decode = [&](const std::string& name, const std::string& impl, int64_t B, int64_t L) {
+    Config c;
+    c.name = name;
+    c.kind = Kind::Decode;
+    c.impl = impl;
+    c.B = B, c.H = kDecodeHeads, c.Hkv = 8, c.Tq = 1, c.Tk = L, c.d = kDecodeDim;
+    c.causal = true;
+    c.dtype = "bfloat16";
+    c.gpu = true;
+    return c;
+  };
   for (const auto& [B, L] : std::vector<std::pair<int64_t, int64_t>>{{1, 32768}, {8, 8192}, {8, 32768}, {32, 8192}, {32, 32768}})
-    for (const std::string impl : {"decode", "torch_sdpa"}) {
-      Config c;
-      c.name = fmt::format("gpu-decode/{}/B={}/L={}", impl, B, L);
-      c.kind = Kind::Decode;
-      c.impl = impl;
-      c.B = B, c.H = kDecodeHeads, c.Hkv = 8, c.Tq = 1, c.Tk = L, c.d = kDecodeDim;
-      c.causal = true;
-      c.dtype = "bfloat16";
-      c.gpu = true;
+    for (const std::string impl : {"torch_sdpa", "decode", "decode_kernel"})
+      out.push_back(decode(fmt::format("gpu-decode/{}/B={}/L={}", impl, B, L), impl, B, L));
+  for (const int64_t L : {8192, 32768})
+    for (const std::string impl : {"torch_sdpa_masked", "decode"}) {
+      Config c = decode(fmt::format("gpu-decode-ragged/{}/B=8/L={}", impl, L), impl, 8, L);
+      for (int64_t b = 1; b <= 8; ++b) c.lengths.push_back(L * b / 8);
       out.push_back(c);
     }
   for (int64_t T : {16384, 32768}) {
@@ -351,7 +361,14 @@ double attended_pairs(const Config& c) {
 double bytes_read(const Config& c) {
   const double element = c.dtype == "float32" ? 4.0 : 2.0;
   if (c.kind == Kind::Bandwidth) return kBandwidthBytes * static_cast<double>(c.bandwidth_gib);
-  if (c.kind == Kind::Decode) return element * c.B * kv_heads(c) * c.Tk * 2.0 * c.d;  // K and V, read once
+  if (c.kind == Kind::Decode) {  // K and V, read once: every row's written keys
+    double keys = static_cast<double>(c.B) * c.Tk;
+    if (!c.lengths.empty()) {
+      keys = 0;
+      for (int64_t length : c.lengths) keys += static_cast<double>(length);
+    }
+    return element * kv_heads(c) * keys * 2.0 * c.d;
+  }
   if (c.kind == Kind::Linear) return element * c.Tk * c.d;  // the weight, read once
   return 0;
 }
@@ -380,6 +397,7 @@ double flops(const Config& c) {
 
 std::optional<std::string> skip_reason(const Config& c) {
   if (c.kind == Kind::Decode) {
+    if (c.gpu) return std::nullopt;  // LibTorch >= 2.5 reads the shared heads itself; the caches fit the GPU
     const double cache = bytes_read(c);
     const double repeated = c.impl == "torch_sdpa" && kv_heads(c) < c.H ? cache * c.H / kv_heads(c) : 0;
     if (cache + repeated > kMaxCacheBytes)

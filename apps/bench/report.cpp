@@ -36,7 +36,7 @@ const Record* find_peer(const std::vector<Record>& records, const Config& c, con
   for (const Record& r : records) {
     const Config& p = r.config;
     if (p.kind == c.kind && p.impl == impl && p.B == c.B && p.H == c.H && p.Hkv == c.Hkv && p.Tq == c.Tq &&
-        p.Tk == c.Tk && p.d == c.d && p.causal == c.causal && p.dtype == c.dtype)
+        p.Tk == c.Tk && p.d == c.d && p.causal == c.causal && p.dtype == c.dtype && p.lengths == c.lengths)
       return r.measurement ? &r : nullptr;
   }
   return nullptr;
@@ -242,11 +242,17 @@ void print_ratios(const std::vector<Record>& records, const Ceilings& ceilings) 
   for (const Record& r : records) {
     const Config& c = r.config;
     if (c.kind != Kind::Decode || c.impl != "decode" || !r.measurement) continue;
-    fmt::print("  decode B={} H={} Hkv={} L={}{}: {:.3f} ms/token, {:.1f} GB/s ({} of the ceiling); vs math {}, "
-               "vs torch_sdpa {}\n",
-               c.B, c.H, kv_heads(c), c.Tk, dtype_suffix(c), r.measurement->ms_median, r.gbps(),
-               number_or_dash(r.gbps() / bandwidth * 100, "{:.0f}%"), speedup(&r, find_peer(records, c, "math")),
-               speedup(&r, find_peer(records, c, "torch_sdpa")));
+    const Record* kernel = find_peer(records, c, "decode_kernel");
+    fmt::print("  decode B={} H={} Hkv={} L={}{}{}: {:.3f} ms/token, {:.1f} GB/s ({} of the ceiling); vs math {}, "
+               "vs torch_sdpa {}{}{}\n",
+               c.B, c.H, kv_heads(c), c.Tk, c.lengths.empty() ? "" : " ragged", dtype_suffix(c),
+               r.measurement->ms_median, r.gbps(), number_or_dash(r.gbps() / bandwidth * 100, "{:.0f}%"),
+               speedup(&r, find_peer(records, c, "math")),
+               speedup(&r, find_peer(records, c, c.lengths.empty() ? "torch_sdpa" : "torch_sdpa_masked")),
+               kernel ? fmt::format("; attn's decode kernel alone {:.1f} GB/s ({})", kernel->gbps(),
+                                    number_or_dash(kernel->gbps() / bandwidth * 100, "{:.0f}%"))
+                      : "",
+               kernel ? fmt::format(", {} vs torch_sdpa", speedup(kernel, find_peer(records, c, "torch_sdpa"))) : "");
   }
   // A decoding step's product: attn::linear against at::linear on the same weight, and its share of the ceiling.
   for (const Record& r : records) {

@@ -142,7 +142,22 @@ std::function<void()> make_workload(const Config& c, const torch::Device& device
       const torch::Tensor q = torch::randn({c.B, c.H, 1, c.d}, opts);
       const torch::Tensor k = torch::empty({c.B, kv_heads(c), c.Tk, c.d}, opts).uniform_(-1, 1);
       const torch::Tensor v = torch::empty({c.B, kv_heads(c), c.Tk, c.d}, opts).uniform_(-1, 1);
-      const torch::Tensor lengths = torch::full({c.B}, c.Tk, torch::kLong), starts = lengths - 1;
+      // A ragged batch (c.lengths) fills row b's cache up to lengths[b].
+      const torch::Tensor lengths =
+          c.lengths.empty() ? torch::full({c.B}, c.Tk, torch::kLong) : torch::tensor(c.lengths, torch::kLong);
+      const torch::Tensor starts = lengths - 1;
+      if (c.impl == "torch_sdpa_masked") {
+        // What LibTorch offers a ragged batch: its SDPA with each row's written keys as a mask.
+        const torch::Tensor mask = (torch::arange(c.Tk).unsqueeze(0) < lengths.unsqueeze(1)).view({c.B, 1, 1, c.Tk});
+        const torch::Tensor on_device = mask.to(opts.device());
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+        return [=] {
+          at::scaled_dot_product_attention(q, k, v, on_device, 0.0, false, c10::nullopt, kv_heads(c) != c.H);
+        };
+#else
+        throw std::invalid_argument("torch_sdpa_masked needs LibTorch 2.5 or newer (enable_gqa)");
+#endif
+      }
       if (c.impl == "torch_sdpa") {
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
         return [=] { torch_sdpa(q, k, v, /*causal=*/false); };  // one query at the end sees every key
@@ -154,9 +169,13 @@ std::function<void()> make_workload(const Config& c, const torch::Device& device
         };
 #endif
       }
-      const auto options =
-          attn::SdpaOptions().causal(true).backend(c.impl == "math" ? attn::Backend::Math : attn::Backend::Auto);
-      if (c.impl != "decode" && c.impl != "math") throw std::invalid_argument("unknown decode impl '" + c.impl + "'");
+      // decode: Backend::Auto's choice; decode_kernel: attn's decode kernel itself (Backend::Fused).
+      const attn::Backend backend = c.impl == "math"            ? attn::Backend::Math
+                                    : c.impl == "decode_kernel" ? attn::Backend::Fused
+                                                                : attn::Backend::Auto;
+      const auto options = attn::SdpaOptions().causal(true).backend(backend);
+      if (c.impl != "decode" && c.impl != "decode_kernel" && c.impl != "math")
+        throw std::invalid_argument("unknown decode impl '" + c.impl + "'");
       return [=] { attn::attention_with_kv_cache(q, k, v, starts, lengths, options); };
     }
     case Kind::Linear: {

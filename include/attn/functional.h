@@ -85,11 +85,10 @@ Backend resolved_backend(const torch::Tensor& query, const torch::Tensor& key, c
                          const SdpaOptions& options = {}, bool need_weights = false);
 
 /// What computes scaled_dot_product_attention (or `_with_weights`) for these inputs, in one line: the backend
-/// and the kernel behind it. "fused (cpu)" is attn's CPU kernel; "fused (cuda:flash-attention-2)" the variants
-/// on LibTorch's FlashAttention-2 and "fused (cuda:attn)" on attn's own CUDA kernel
-/// (ops::flash_attention_support); "torch (flash)", "torch (efficient)", "torch (cudnn)" and "torch (math)"
-/// LibTorch's SDPA and the kernel it picks (LibTorch >= 2.5 says which); "math" attn's math backend. Validates
-/// the inputs as the call does.
+/// and the kernel behind it. "fused (cpu)" is attn's CPU kernel; "fused (cuda:libtorch)" the variants on
+/// LibTorch's kernels and "fused (cuda:attn)" on attn's own CUDA kernel (ops::flash_attention_support); "torch
+/// (flash)", "torch (efficient)", "torch (cudnn)" and "torch (math)" LibTorch's SDPA and the kernel it picks
+/// (LibTorch >= 2.5 says which); "math" attn's math backend. Validates the inputs as the call does.
 std::string describe_route(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
                            const SdpaOptions& options = {}, bool need_weights = false);
 

@@ -60,14 +60,37 @@ void check_cache_inputs(const char* fn, const torch::Tensor& query, const torch:
               options.dropout());
 }
 
+namespace {
+
+/// Whether every row holds as many keys and its queries are the newest positions: the cache rule is then plain
+/// bottom-right causality on the used prefix.
+bool uniform_rows(const std::vector<int64_t>& starts, const std::vector<int64_t>& lengths, int64_t tq) {
+  const int64_t used = *std::max_element(lengths.begin(), lengths.end());
+  return std::all_of(lengths.begin(), lengths.end(), [&](int64_t l) { return l == used; }) &&
+         std::all_of(starts.begin(), starts.end(), [&](int64_t s) { return s + tq == used; });
+}
+
+}  // namespace
+
 bool uses_decode_kernel(const torch::Tensor& query, const torch::Tensor& key_cache, const torch::Tensor& value_cache,
+                        const torch::Tensor& query_starts, const torch::Tensor& key_lengths,
                         const SdpaOptions& options) {
   const bool sinks_need_grad = options.sinks().defined() && options.sinks().requires_grad();
   const bool needs_grad = at::GradMode::is_enabled() && (query.requires_grad() || key_cache.requires_grad() ||
                                                          value_cache.requires_grad() || sinks_need_grad);
   const bool backend_ok = options.backend() == Backend::Auto || options.backend() == Backend::Fused;
-  return backend_ok && options.dropout() == 0.0 && query.size(2) <= kDecodeMaxQueries && !needs_grad &&
-         ops::decode_attention_support(query, key_cache, value_cache).supported;
+  if (!backend_ok || options.dropout() != 0.0 || query.size(2) > kDecodeMaxQueries || needs_grad ||
+      !ops::decode_attention_support(query, key_cache, value_cache).supported) {
+    return false;
+  }
+  // On a GPU, rows of one length whose queries are the newest positions are plain causal attention on the
+  // cache's prefix, which LibTorch's split-KV kernels stream faster than attn's decode kernel (bench/RESULTS.md,
+  // issue 36): Backend::Auto takes them there, and the decode kernel for ragged rows, whose rule would otherwise
+  // be a materialised mask. Backend::Fused always takes the decode kernel.
+  if (query.is_cuda() && options.backend() == Backend::Auto) {
+    return !uniform_rows(host_values(query_starts), host_values(key_lengths), query.size(2));
+  }
+  return true;
 }
 
 namespace {
@@ -87,10 +110,11 @@ GeneralCall general_call(const torch::Tensor& query, const torch::Tensor& key_ca
   const int64_t tq = query.size(2);
   const int64_t used = *std::max_element(lengths.begin(), lengths.end());
   GeneralCall call{key_cache.narrow(2, 0, used), value_cache.narrow(2, 0, used), options};
-  const bool uniform = std::all_of(lengths.begin(), lengths.end(), [&](int64_t l) { return l == used; }) &&
-                       std::all_of(starts.begin(), starts.end(), [&](int64_t s) { return s + tq == used; });
-  if (uniform) {
+  if (uniform_rows(starts, lengths, tq)) {
     call.options.causal_alignment(CausalAlignment::BottomRight);
+    // One query at the newest position sees every key: causality is no mask at all, which keeps LibTorch on
+    // its fastest (split-KV) kernels.
+    if (tq == 1 && !options.attention().has_window()) call.options.causal(false);
     return call;
   }
   const auto on_device = [&](const torch::Tensor& t) { return t.to(query.device(), torch::kLong); };
@@ -110,7 +134,7 @@ GeneralCall general_call(const torch::Tensor& query, const torch::Tensor& key_ca
 torch::Tensor cache_attention(const char* fn, const torch::Tensor& query, const torch::Tensor& key_cache,
                               const torch::Tensor& value_cache, const torch::Tensor& query_starts,
                               const torch::Tensor& key_lengths, const SdpaOptions& options) {
-  if (uses_decode_kernel(query, key_cache, value_cache, options)) {
+  if (uses_decode_kernel(query, key_cache, value_cache, query_starts, key_lengths, options)) {
     // The op reads the positions as int64 on the CPU (the CUDA kernel too, to size its grid); tensors already
     // so pass through without a copy.
     const auto host = [](const torch::Tensor& t) { return t.to(torch::kCPU, torch::kLong); };
@@ -126,7 +150,7 @@ torch::Tensor cache_attention(const char* fn, const torch::Tensor& query, const 
 std::string cache_route(const char* fn, const torch::Tensor& query, const torch::Tensor& key_cache,
                         const torch::Tensor& value_cache, const torch::Tensor& query_starts,
                         const torch::Tensor& key_lengths, const SdpaOptions& options) {
-  if (uses_decode_kernel(query, key_cache, value_cache, options)) {
+  if (uses_decode_kernel(query, key_cache, value_cache, query_starts, key_lengths, options)) {
     return std::string("decode (") + (query.is_cpu() ? "cpu" : "cuda") + ")";
   }
   const GeneralCall call = general_call(query, key_cache, value_cache, query_starts, key_lengths, options);

@@ -22,7 +22,7 @@ Backend resolve(const char* fn, const torch::Tensor& query, const torch::Tensor&
 ops::FlashCall flash_call(const torch::Tensor& query, const torch::Tensor& key, const SdpaOptions& options,
                           bool packed);
 
-/// What resolve() picks, with the kernel behind it: "math", "fused (cpu)", "fused (cuda:flash-attention-2)",
+/// What resolve() picks, with the kernel behind it: "math", "fused (cpu)", "fused (cuda:libtorch)",
 /// "fused (cuda:attn)", or "torch (KERNEL)" with the kernel LibTorch's SDPA picks (flash, efficient, cudnn, math).
 std::string route(const char* fn, const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
                   const SdpaOptions& options, bool need_weights, bool packed = false);

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 namespace attn::backends {
 namespace {
@@ -41,6 +42,21 @@ SdpaCall prepare(const torch::Tensor& query, const torch::Tensor& key_in, const 
 #endif
   const int64_t tq = query.size(-2), tk = call.key.size(-2);
   const AttentionMasks& masks = options.masks();
+  // A key that is padding for every query contributes nothing, even a NaN or Inf in it (attn's contract), but
+  // LibTorch's kernels multiply its zero weight with its value: its rows of K and V become zeros first. A
+  // padding mask per query head marks a shared K/V row (grouped heads) only where every head of its group does.
+  if (masks.key_padding_mask().defined()) {
+    torch::Tensor padded = masks.key_padding_mask();
+    const int64_t kv_heads = call.key.dim() >= 3 ? call.key.size(-3) : 1;
+    if (padded.dim() >= 2 && padded.size(-2) != 1 && padded.size(-2) != kv_heads) {
+      std::vector<int64_t> grouped(padded.sizes().begin(), padded.sizes().end() - 2);
+      grouped.insert(grouped.end(), {kv_heads, padded.size(-2) / kv_heads, padded.size(-1)});
+      padded = padded.reshape(grouped).all(-2);
+    }
+    padded = padded.unsqueeze(-1);
+    call.key = call.key.masked_fill(padded, 0.0);
+    call.value = call.value.masked_fill(padded, 0.0);
+  }
   // LibTorch's is_causal is top-left and excludes a mask: otherwise causality goes into the mask.
   call.causal = options.causal() && masks.empty() && !options.attention().has_window() &&
                 !options.alibi_slopes().defined() &&

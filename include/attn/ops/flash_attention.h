@@ -75,14 +75,14 @@ struct FlashCall {
 /// Whether flash_attention has a kernel for a call on these tensors' device, forward and backward, and which.
 /// On the CPU: float32, float64 and bfloat16, everything, both ways. On CUDA, where attn was built with its CUDA
 /// kernels and the GPU has compute capability 8.0 or newer, float16 and bfloat16 without masks, d_k = d_v a
-/// multiple of 8 up to 256: LibTorch's FlashAttention-2 for windows, ALiBi, sinks and packed sequences with the
-/// diagonal aligned bottom-right (backward too, except with ALiBi), and attn's own kernel for soft-capping or
-/// another alignment (d = 64 or 128, forward only). attn::scaled_dot_product_attention asks this and takes the
-/// general backends where it says no.
+/// multiple of 8 up to 256: LibTorch's kernels for windows, sinks and packed sequences with the diagonal aligned
+/// bottom-right (FlashAttention-2; for sinks alone, the SDPA kernel that returns the log-sum-exp), forward and
+/// backward; attn's own kernel for soft-capping, ALiBi or another alignment (d = 64 or 128, forward only).
+/// attn::scaled_dot_product_attention asks this and takes the general backends where it says no.
 struct FlashKernelSupport {
   bool forward = false;
   bool backward = false;
-  std::string route;   ///< "cpu", "cuda:flash-attention-2" (LibTorch's) or "cuda:attn"; empty without a kernel
+  std::string route;   ///< "cpu", "cuda:libtorch" (LibTorch's kernels) or "cuda:attn"; empty without a kernel
   std::string reason;  ///< what is missing, where forward or backward is false
 };
 FlashKernelSupport flash_attention_support(const torch::Tensor& query, const torch::Tensor& key,

@@ -3,12 +3,13 @@
 // general backends would build.
 //
 // Two routes, chosen once per call by variant_route():
-//  - LibTorch's FlashAttention-2 (at::_flash_attention_forward and _backward), which computes sliding windows,
-//    ALiBi and packed sequences itself, aligned bottom-right as attn's ops are. Sinks are one more logit in each
+//  - LibTorch's FlashAttention-2 (at::_flash_attention_forward and _backward), which computes sliding windows and
+//    packed sequences itself, aligned bottom-right as attn's ops are. Sinks are one more logit in each
 //    row's softmax with no value: the output is FlashAttention's scaled by e^(lse - lse'), lse' = logaddexp(lse,
 //    sink), and the backward is FlashAttention's with (out', lse'), since a sink is a key whose value is zero.
 //  - attn's own tensor-core kernel (variant_forward_kernel below) for what FlashAttention-2 in LibTorch does not
-//    take: soft-capping, and the diagonal aligned other than bottom-right. Forward only.
+//    take: soft-capping, ALiBi (LibTorch builds it without), and the diagonal aligned other than bottom-right.
+//    Forward only.
 
 #include "common/band.h"
 #include "common/checks.h"
@@ -323,75 +324,47 @@ at::Tensor lse_for_library(const at::Tensor& lse, bool with_sinks) {
   return at::where(lse == kNegInf, at::full({}, std::numeric_limits<float>::infinity(), lse.options()), lse);
 }
 
-/// Whether FlashAttention takes its causal path for this call: its mha_fwd drops a window side of at least the
-/// key count, sets the right side to 0 when causal, and is causal when the left side is unbounded and the right 0.
-bool library_runs_causal(const FlashCall& call, int64_t tq, int64_t tk, const Packing& pk) {
-  const int64_t keys = call.packed ? pk.max_k : tk;
-  (void)tq;
-  const int64_t left = call.window_left >= keys ? -1 : call.window_left;
-  const int64_t right = call.is_causal ? 0 : (call.window_right >= keys ? -1 : call.window_right);
-  return left < 0 && right == 0;
-}
+enum class SdpaWithLse { None, Cudnn, Flash };
 
-/// Each query row's diagonal position, i + Tk - Tq (packed: within its sequence, i + len_k - len_q), as a
-/// [Tq] (packed: [total_q]) float tensor on the query's device.
-at::Tensor diagonal_positions(const at::Tensor& query, const at::Tensor& key, const Packing& pk,
-                              const c10::optional<at::Tensor>& cu_seqlens_q,
-                              const c10::optional<at::Tensor>& cu_seqlens_k) {
-  const auto options = query.options().dtype(at::kFloat);
-  if (!pk.cu_q) return at::arange(query.size(2), options) + static_cast<double>(key.size(2) - query.size(2));
-  const at::Tensor cq = cu_seqlens_q->to(at::kCPU, at::kLong).contiguous(), ck = cu_seqlens_k->to(at::kCPU, at::kLong).contiguous();
-  const int64_t* q = cq.data_ptr<int64_t>();
-  const int64_t* k = ck.data_ptr<int64_t>();
-  std::vector<float> positions(static_cast<size_t>(query.size(2)));
-  for (int64_t s = 0; s + 1 < cq.numel(); ++s) {
-    for (int64_t i = q[s]; i < q[s + 1]; ++i) {
-      positions[static_cast<size_t>(i)] = static_cast<float>(i - q[s] + (k[s + 1] - k[s]) - (q[s + 1] - q[s]));
-    }
+/// For sinks on a dense call with no window: the kernel of LibTorch's SDPA that gives the log-sum-exp too, where
+/// SDPA would pick cuDNN's or FlashAttention's for the same call (its causality is top-left: Tq = Tk only).
+SdpaWithLse sdpa_with_lse(const at::Tensor& query, const at::Tensor& key, const FlashCall& call, double scale) {
+  if (!call.sinks || call.packed || call.window_left >= 0 || call.window_right >= 0 || call.alibi ||
+      query.size(1) != key.size(1) || (call.is_causal && query.size(2) != key.size(2))) {
+    return SdpaWithLse::None;
   }
-  return at::tensor(positions, at::TensorOptions().dtype(at::kFloat)).to(query.device());
-}
-
-/// Each row's ALiBi slope, broadcastable to the lse [B, H, Tq]: slopes [H] or [B, H] as they are; packed, [N, H]
-/// (a slope per sequence) gathered to each row of its sequence, [1, H, total_q].
-at::Tensor row_slopes(const at::Tensor& slopes, const at::Tensor& query, bool packed,
-                      const c10::optional<at::Tensor>& cu_seqlens_q) {
-  if (slopes.dim() == 1) return slopes.view({1, -1, 1});
-  if (!packed) return slopes.unsqueeze(-1);
-  const at::Tensor cq = cu_seqlens_q->to(at::kCPU, at::kLong).contiguous();
-  const int64_t* q = cq.data_ptr<int64_t>();
-  std::vector<int64_t> sequence(static_cast<size_t>(query.size(2)));
-  for (int64_t s = 0; s + 1 < cq.numel(); ++s) {
-    for (int64_t i = q[s]; i < q[s + 1]; ++i) sequence[static_cast<size_t>(i)] = s;
-  }
-  const at::Tensor index = at::tensor(sequence, at::TensorOptions().dtype(at::kLong)).to(slopes.device());
-  return slopes.index_select(0, index).transpose(0, 1).unsqueeze(0);  // [1, H, total_q]
+  const int64_t choice = at::_fused_sdp_choice(query, key, key, c10::nullopt, 0.0, call.is_causal, scale);
+  return choice == 3 ? SdpaWithLse::Cudnn : choice == 1 ? SdpaWithLse::Flash : SdpaWithLse::None;
 }
 
 std::tuple<at::Tensor, at::Tensor> library_forward(const at::Tensor& query, const at::Tensor& key,
                                                    const at::Tensor& value, const FlashCall& call, double scale,
-                                                   const c10::optional<at::Tensor>& alibi_slopes,
                                                    const c10::optional<at::Tensor>& sinks,
                                                    const c10::optional<at::Tensor>& cu_seqlens_q,
                                                    const c10::optional<at::Tensor>& cu_seqlens_k) {
   const bool packed = given(cu_seqlens_q);
   const Packing pk = packing_of(query, key, cu_seqlens_q, cu_seqlens_k);
   const auto window = [](int64_t w) { return w >= 0 ? c10::optional<int64_t>(w) : c10::nullopt; };
-  // FlashAttention takes slopes [H] or [B, H] (packed: [N, H]); attn also takes [1, H] for every row.
-  at::Tensor slope_values;
-  if (given(alibi_slopes)) {
-    slope_values = alibi_slopes->to(at::kFloat);
-    if (slope_values.dim() == 2 && slope_values.size(0) == 1) slope_values = slope_values[0];
-    slope_values = slope_values.contiguous();
-  }
-  const c10::optional<at::Tensor> slopes = slope_values.defined() ? c10::optional<at::Tensor>(slope_values) : c10::nullopt;
   const at::Tensor q = rows_of_16_bytes(query), k = rows_of_16_bytes(key), v = rows_of_16_bytes(value);
-  auto result = at::_flash_attention_forward(
-      sequence_first(q, packed), sequence_first(k, packed), sequence_first(v, packed), pk.cu_q, pk.cu_k,
-      pk.max_q, pk.max_k, /*dropout_p=*/0.0, call.is_causal, /*return_debug_mask=*/false, scale,
-      window(call.window_left), window(call.window_right), /*seqused_k=*/c10::nullopt, slopes);
-  at::Tensor out = heads_first(std::get<0>(result), packed);
-  at::Tensor lse = std::get<1>(result);
+  at::Tensor out, lse;
+  const SdpaWithLse sdpa = sdpa_with_lse(query, key, call, scale);
+  if (sdpa != SdpaWithLse::None) {
+    // Sinks alone need only the plain softmax's output and log-sum-exp: from the kernel LibTorch's SDPA picks
+    // (cuDNN's or FlashAttention's), the faster ones on Hopper, in the SDPA layout [B, H, T, d].
+    auto result = sdpa == SdpaWithLse::Cudnn
+                      ? at::_scaled_dot_product_cudnn_attention(q, k, v, c10::nullopt, /*compute_log_sumexp=*/true,
+                                                                0.0, call.is_causal, false, scale)
+                      : at::_scaled_dot_product_flash_attention(q, k, v, 0.0, call.is_causal, false, scale);
+    out = std::get<0>(result);
+    lse = std::get<1>(result).reshape({query.size(0), query.size(1), query.size(2)}).to(at::kFloat);
+  } else {
+    auto result = at::_flash_attention_forward(
+        sequence_first(q, packed), sequence_first(k, packed), sequence_first(v, packed), pk.cu_q, pk.cu_k,
+        pk.max_q, pk.max_k, /*dropout_p=*/0.0, call.is_causal, /*return_debug_mask=*/false, scale,
+        window(call.window_left), window(call.window_right));
+    out = heads_first(std::get<0>(result), packed);
+    lse = std::get<1>(result);
+  }
   // Packed: [H, total_q] (FlashAttention 2.5 and later, which LibTorch 2.x carries).
   if (packed) {
     TORCH_CHECK(lse.dim() == 2 && lse.size(1) == query.size(2), kOp,
@@ -400,18 +373,15 @@ std::tuple<at::Tensor, at::Tensor> library_forward(const at::Tensor& query, cons
     lse = lse.unsqueeze(0);
   }
   lse = lse_from_library(lse);
-  if (slope_values.defined() && library_runs_causal(call, query.size(2), key.size(2), pk)) {
-    // On its causal path FlashAttention adds +slope·j rather than -slope·(p - j): the same softmax, but its
-    // lse is slope·p too high, p = the row's diagonal position.
-    lse = lse - row_slopes(slope_values, query, packed, cu_seqlens_q) *
-                    diagonal_positions(query, key, pk, cu_seqlens_q, cu_seqlens_k).view({1, 1, -1});
-  }
   if (given(sinks)) {
     const at::Tensor sink = sinks->to(at::kFloat).view({1, -1, 1});
     const at::Tensor with_sink = at::logaddexp(lse, sink.expand_as(lse));
     // A row without keys and a sink of -inf: nothing at all, a zero row.
     const at::Tensor share = at::where(with_sink == kNegInf, at::zeros_like(lse), (lse - with_sink).exp());
-    out = (out.to(at::kFloat) * share.unsqueeze(-1)).to(query.scalar_type());
+    // The op's output layout, [B, Tq, H, d] in memory, whatever the kernel's.
+    at::Tensor scaled = heads_first(at::empty_like(sequence_first(query, packed), at::MemoryFormat::Contiguous), packed);
+    scaled.copy_(out.to(at::kFloat) * share.unsqueeze(-1));
+    out = scaled;
     lse = with_sink;
   }
   return {out, lse.contiguous()};
@@ -506,7 +476,7 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_cuda(
               "; attn::scaled_dot_product_attention takes the general backends for them");
   const c10::cuda::CUDAGuard guard(query.device());
   if (support.forward == VariantRoute::Library) {
-    return library_forward(query, key, value, call, sc, alibi_slopes, sinks, cu_seqlens_q, cu_seqlens_k);
+    return library_forward(query, key, value, call, sc, sinks, cu_seqlens_q, cu_seqlens_k);
   }
   return own_forward(query, key, value, call, sc, alibi_slopes, sinks);
 }
@@ -587,22 +557,23 @@ VariantSupport variant_support(const at::Tensor& query, const at::Tensor& key, c
   // row's diagonal plus it reaches the last key.
   const int64_t tq = query.size(2), tk = key.size(2);
   const bool right_ok = call.is_causal || call.window_right < tk || call.window_right >= tq - 1;
-  if (call.softcap == 0.0 && bottom_right && (right_ok || call.packed)) {
+  // LibTorch builds its FlashAttention without ALiBi ("This flash attention build does not support alibi", seen
+  // on torch 2.11): ALiBi goes to attn's own kernel.
+  if (call.softcap == 0.0 && !call.alibi && bottom_right && (right_ok || call.packed)) {
     s.forward = VariantRoute::Library;
-    s.backward = !call.alibi;  // LibTorch's FlashAttention backward takes no ALiBi slopes
-    if (!s.backward) s.reason = "LibTorch's FlashAttention has no backward with ALiBi";
+    s.backward = true;
     return s;
   }
-  if (call.packed) return no("attn's own CUDA kernel takes no packed sequences with soft-capping");
-  if (dk != 64 && dk != 128) return no("attn's own CUDA kernel (soft-capping) takes d = 64 or 128");
+  if (call.packed) return no("attn's own CUDA kernel takes no packed sequences (here with soft-capping or ALiBi)");
+  if (dk != 64 && dk != 128) return no("attn's own CUDA kernel (soft-capping, ALiBi) takes d = 64 or 128");
   s.forward = VariantRoute::Own;
-  s.reason = "attn's own CUDA kernel (soft-capping) has no backward";
+  s.reason = "attn's own CUDA kernel (soft-capping, ALiBi) has no backward";
   return s;
 }
 
 const char* route_name(VariantRoute route) {
   switch (route) {
-    case VariantRoute::Library: return "cuda:flash-attention-2";
+    case VariantRoute::Library: return "cuda:libtorch";
     case VariantRoute::Own: return "cuda:attn";
     default: return "none";
   }

@@ -12,7 +12,8 @@ namespace attn::ops::cuda {
 
 enum class VariantRoute {
   None,
-  Library,  ///< LibTorch's FlashAttention-2 (at::_flash_attention_forward / _backward)
+  Library,  ///< LibTorch's kernels: FlashAttention-2 (at::_flash_attention_forward / _backward), and for sinks
+            ///< alone the SDPA kernel that gives the log-sum-exp (cuDNN's or FlashAttention's)
   Own,      ///< attn's own tensor-core kernel (forward only)
 };
 
