@@ -3,6 +3,7 @@
 // The files are made from real ones that PyTorch wrote (tests/reference/make_weights.py) by truncating,
 // patching and randomising them.
 
+#include "remove_tree.h"
 #include "support.h"
 
 #include <cstring>
@@ -29,7 +30,7 @@ class HostileFiles : public ::testing::Test {
     module_ = MultiHeadAttention(MultiHeadAttentionOptions(16, 4));
     for (const auto& p : module_->parameters()) before_.push_back(p.detach().clone());
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { remove_tree(dir_.string()); }
 
   /// Loads `bytes` as a weight file into the module and expects a clean error and an unchanged module.
   void expect_rejected(const std::string& bytes, const std::string& what, const std::string& needle = "attn::io") {

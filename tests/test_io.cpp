@@ -2,6 +2,7 @@
 // and safetensors formats, under torch.nn.MultiheadAttention's and the notebooks' names, loaded into our
 // modules and run against PyTorch's own outputs; all-or-nothing errors; and files for Python to read back.
 
+#include "remove_tree.h"
 #include "support.h"
 
 #include <unistd.h>
@@ -200,7 +201,7 @@ TEST(WeightFiles, DecoderNamesLoadIntoGroupedQueryAttention) {
 
 TEST(WeightFiles, AtomicWriteReplacesTheFileOrLeavesItUntouched) {
   const fs::path dir = fs::temp_directory_path() / "attn_io_atomic";
-  fs::remove_all(dir);
+  remove_tree(dir.string());
   fs::create_directories(dir);
   const std::string path = (dir / "out.txt").string();
   const auto contents = [&] {

@@ -20,7 +20,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
+#include <ftw.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <fstream>
 #include <thread>
 #include <vector>
@@ -297,7 +299,9 @@ int run(int argc, char** argv) {
   char pattern[] = "/tmp/attn-ring-XXXXXX";
   TORCH_CHECK(mkdtemp(pattern) != nullptr, "attn-ring: could not make a temporary directory");
   dir = pattern;
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  char self_buffer[4096];
+  const ssize_t self_length = ::readlink("/proc/self/exe", self_buffer, sizeof self_buffer - 1);
+  const std::string self = self_length > 0 ? std::string(self_buffer, static_cast<size_t>(self_length)) : "/proc/self/exe";
   const auto args_for = [&](int rank) {
     std::vector<std::string> a{self, "--worker", std::to_string(rank), "--dir", dir};
     for (const auto& s : config_args(c)) a.push_back(s);
@@ -346,7 +350,10 @@ int run(int argc, char** argv) {
     all_wait = std::max(all_wait, rep[5]);
     fixed = std::max(fixed, rep[6]);
   }
-  std::filesystem::remove_all(dir);
+  // nftw, not std::filesystem::remove_all: a LibTorch wheel (2.11) exports a copy of it that crashes when code
+  // built with a newer GCC calls it.
+  ::nftw(dir.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); }, 16,
+         FTW_DEPTH | FTW_PHYS);
   // Ulysses's all-to-alls are not overlapped: all of their time is exposed.
   const double hidden = c.strategy == dist::ContextParallelStrategy::Ulysses ? 0.0
                         : comm > 0 ? std::clamp(1.0 - wait / comm, 0.0, 1.0) : 1.0;

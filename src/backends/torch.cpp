@@ -48,14 +48,19 @@ SdpaCall prepare(const torch::Tensor& query, const torch::Tensor& key_in, const 
   if (masks.key_padding_mask().defined()) {
     torch::Tensor padded = masks.key_padding_mask();
     const int64_t kv_heads = call.key.dim() >= 3 ? call.key.size(-3) : 1;
-    if (padded.dim() >= 2 && padded.size(-2) != 1 && padded.size(-2) != kv_heads) {
+    const bool per_query_head = padded.dim() >= 2 && padded.size(-2) != 1 && padded.size(-2) != kv_heads;
+    if (per_query_head && (kv_heads == 0 || padded.size(-2) % kv_heads != 0)) {
+      padded = torch::Tensor();  // no heads, or a layout that does not group: nothing to zero
+    } else if (per_query_head) {
       std::vector<int64_t> grouped(padded.sizes().begin(), padded.sizes().end() - 2);
       grouped.insert(grouped.end(), {kv_heads, padded.size(-2) / kv_heads, padded.size(-1)});
       padded = padded.reshape(grouped).all(-2);
     }
-    padded = padded.unsqueeze(-1);
-    call.key = call.key.masked_fill(padded, 0.0);
-    call.value = call.value.masked_fill(padded, 0.0);
+    if (padded.defined()) {
+      padded = padded.unsqueeze(-1);
+      call.key = call.key.masked_fill(padded, 0.0);
+      call.value = call.value.masked_fill(padded, 0.0);
+    }
   }
   // LibTorch's is_causal is top-left and excludes a mask: otherwise causality goes into the mask.
   call.causal = options.causal() && masks.empty() && !options.attention().has_window() &&

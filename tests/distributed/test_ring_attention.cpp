@@ -3,6 +3,7 @@
 // them with a deadline, kills any that remain, and removes the directory.
 
 #include "ring_worker.h"
+#include "../remove_tree.h"
 
 #include <attn/distributed/gloo.h>
 #include <attn/distributed/ring_attention.h>
@@ -16,7 +17,6 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -28,10 +28,14 @@ extern char** environ;
 namespace attn::test::ring {
 namespace {
 
-namespace fs = std::filesystem;
 namespace dist = attn::distributed;
 
-std::string self_path() { return fs::read_symlink("/proc/self/exe").string(); }
+// readlink(2), not std::filesystem: see remove_tree.h.
+std::string self_path() {
+  char buffer[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buffer, sizeof buffer - 1);
+  return n > 0 ? std::string(buffer, static_cast<size_t>(n)) : std::string("/proc/self/exe");
+}
 
 struct RankResult {
   int exit_code = -1;  ///< -1: killed by a signal or by the deadline
@@ -95,7 +99,7 @@ std::vector<RankResult> run_ranks(const std::string& name, int world, const std:
     s << in.rdbuf();
     results[i].output += s.str();
   }
-  fs::remove_all(dir);
+  attn::test::remove_tree(dir);
   return results;
 }
 
