@@ -100,6 +100,21 @@ TEST(Backends, TorchBackendMatchesMath) {
   }
 }
 
+// LibTorch's SDPA as the backend of an empty batch of 3-D inputs, where no dimension holds heads (CUDA's
+// Backend::Auto takes it there): an empty result, not a division of zero heads by zero.
+TEST(Backends, TorchBackendTakesAnEmptyBatch) {
+  const auto torch_sdpa = SdpaOptions().backend(Backend::Torch);
+  EXPECT_EQ(scaled_dot_product_attention(torch::randn({0, 3, 4}), torch::randn({0, 3, 4}), torch::randn({0, 3, 5}),
+                                         torch_sdpa)
+                .sizes(),
+            (std::vector<int64_t>{0, 3, 5}));
+  torch::Tensor padding = torch::zeros({0, 3}, torch::kBool);
+  EXPECT_EQ(scaled_dot_product_attention(torch::randn({0, 2, 4}), torch::randn({0, 3, 4}), torch::randn({0, 3, 5}),
+                                         SdpaOptions(torch_sdpa).masks(AttentionMasks().key_padding_mask(padding)))
+                .sizes(),
+            (std::vector<int64_t>{0, 2, 5}));
+}
+
 // LibTorch 1.13's CPU matrix products in bfloat16 accumulate in bfloat16 unless oneDNN has AVX-512 kernels
 // for them (on an AVX2 CPU a 2048-term product is several percent off), so Backend::Math widens reduced
 // precision to float32 on the CPU. Against float64 from the same rounded inputs, the output and the

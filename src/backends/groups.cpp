@@ -7,7 +7,8 @@
 namespace attn::backends {
 
 int64_t kv_group_size(const torch::Tensor& query, const torch::Tensor& key) {
-  return query.dim() >= 3 ? query.size(-3) / key.size(-3) : 1;
+  // No heads (an empty batch of 3-D inputs): nothing to group, and no division by zero.
+  return query.dim() >= 3 && key.size(-3) > 0 ? query.size(-3) / key.size(-3) : 1;
 }
 
 torch::Tensor grouped_matmul(const torch::Tensor& x, const torch::Tensor& y) {

@@ -442,7 +442,7 @@ at::Tensor decode_attention_cuda(const at::Tensor& query, const at::Tensor& key_
               "; attn::attention_with_kv_cache takes the general backends for them");
   const int64_t B = query.size(0), H = query.size(1), tq = query.size(2), d = query.size(3);
   const int64_t H_kv = key_cache.size(1), capacity = key_cache.size(2);
-  TORCH_CHECK(key_cache.size(0) == B && H % H_kv == 0 && key_cache.size(3) == d, kOp,
+  TORCH_CHECK(key_cache.size(0) == B && H_kv > 0 && H % H_kv == 0 && key_cache.size(3) == d, kOp,
               ": key_cache must be [B, H_kv, capacity, d_k] = [", B, ", H_kv, capacity, ", d,
               "] with H_kv dividing the query's ", H, " heads, got key_cache ", key_cache.sizes(), " for query ",
               query.sizes());
