@@ -73,7 +73,6 @@ bool uniform_rows(const std::vector<int64_t>& starts, const std::vector<int64_t>
 }  // namespace
 
 bool uses_decode_kernel(const torch::Tensor& query, const torch::Tensor& key_cache, const torch::Tensor& value_cache,
-                        const torch::Tensor& query_starts, const torch::Tensor& key_lengths,
                         const SdpaOptions& options) {
   const bool sinks_need_grad = options.sinks().defined() && options.sinks().requires_grad();
   const bool needs_grad = at::GradMode::is_enabled() && (query.requires_grad() || key_cache.requires_grad() ||
@@ -83,14 +82,10 @@ bool uses_decode_kernel(const torch::Tensor& query, const torch::Tensor& key_cac
       !ops::decode_attention_support(query, key_cache, value_cache).supported) {
     return false;
   }
-  // On a GPU, rows of one length whose queries are the newest positions are plain causal attention on the
-  // cache's prefix, which LibTorch's split-KV kernels stream faster than attn's decode kernel (bench/RESULTS.md,
-  // issue 36): Backend::Auto takes them there, and the decode kernel for ragged rows, whose rule would otherwise
-  // be a materialised mask. Backend::Fused always takes the decode kernel.
-  if (query.is_cuda() && options.backend() == Backend::Auto) {
-    return !uniform_rows(host_values(query_starts), host_values(key_lengths), query.size(2));
-  }
-  return true;
+  // On a GPU, LibTorch's kernels read the cache faster than attn's decode kernel, rows of one length (2.3x, at
+  // 77-104% of a 4 GiB read against 34-44%) and ragged rows with their mask (2x) alike (bench/RESULTS.md, issue
+  // 36): Backend::Auto takes the general backends there, and Backend::Fused the decode kernel.
+  return !(query.is_cuda() && options.backend() == Backend::Auto);
 }
 
 namespace {
@@ -134,7 +129,7 @@ GeneralCall general_call(const torch::Tensor& query, const torch::Tensor& key_ca
 torch::Tensor cache_attention(const char* fn, const torch::Tensor& query, const torch::Tensor& key_cache,
                               const torch::Tensor& value_cache, const torch::Tensor& query_starts,
                               const torch::Tensor& key_lengths, const SdpaOptions& options) {
-  if (uses_decode_kernel(query, key_cache, value_cache, query_starts, key_lengths, options)) {
+  if (uses_decode_kernel(query, key_cache, value_cache, options)) {
     // The op reads the positions as int64 on the CPU (the CUDA kernel too, to size its grid); tensors already
     // so pass through without a copy.
     const auto host = [](const torch::Tensor& t) { return t.to(torch::kCPU, torch::kLong); };
@@ -150,7 +145,7 @@ torch::Tensor cache_attention(const char* fn, const torch::Tensor& query, const 
 std::string cache_route(const char* fn, const torch::Tensor& query, const torch::Tensor& key_cache,
                         const torch::Tensor& value_cache, const torch::Tensor& query_starts,
                         const torch::Tensor& key_lengths, const SdpaOptions& options) {
-  if (uses_decode_kernel(query, key_cache, value_cache, query_starts, key_lengths, options)) {
+  if (uses_decode_kernel(query, key_cache, value_cache, options)) {
     return std::string("decode (") + (query.is_cpu() ? "cpu" : "cuda") + ")";
   }
   const GeneralCall call = general_call(query, key_cache, value_cache, query_starts, key_lengths, options);

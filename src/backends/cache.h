@@ -33,7 +33,6 @@ std::string cache_route(const char* fn, const torch::Tensor& query, const torch:
 
 /// Whether cache_attention would run the decode kernel for this query and these options.
 bool uses_decode_kernel(const torch::Tensor& query, const torch::Tensor& key_cache, const torch::Tensor& value_cache,
-                        const torch::Tensor& query_starts, const torch::Tensor& key_lengths,
                         const SdpaOptions& options);
 
 }  // namespace attn::backends
