@@ -378,10 +378,13 @@ std::tuple<at::Tensor, at::Tensor> library_forward(const at::Tensor& query, cons
     const at::Tensor with_sink = at::logaddexp(lse, sink.expand_as(lse));
     // A row without keys and a sink of -inf: nothing at all, a zero row.
     const at::Tensor share = at::where(with_sink == kNegInf, at::zeros_like(lse), (lse - with_sink).exp());
-    // The op's output layout, [B, Tq, H, d] in memory, whatever the kernel's.
-    at::Tensor scaled = heads_first(at::empty_like(sequence_first(query, packed), at::MemoryFormat::Contiguous), packed);
-    scaled.copy_(out.to(at::kFloat) * share.unsqueeze(-1));
-    out = scaled;
+    // In place, computed in float per element (no float copy of the output: GPU memory stays within the plain
+    // call's), in the op's output layout, [B, Tq, H, d] in memory, whatever the kernel's.
+    if (!sequence_first(out, packed).is_contiguous()) {
+      at::Tensor laid_out = heads_first(at::empty_like(sequence_first(query, packed), at::MemoryFormat::Contiguous), packed);
+      out = laid_out.copy_(out);
+    }
+    out.mul_(share.unsqueeze(-1));
     lse = with_sink;
   }
   return {out, lse.contiguous()};
