@@ -1,6 +1,6 @@
 # The include rule of docs/architecture.md, checked on every build:
 #
-#   apps -> public headers -> modules -> backends -> ops -> kernels (ops/cpu), with common/ at the bottom;
+#   apps -> public headers -> modules -> backends -> ops -> kernels (ops/cpu, ops/cuda), with common/ at the bottom;
 #   nothing includes from a layer above it. io/, jit/ and distributed/ sit beside the modules (they read module
 #   types).
 #
@@ -17,7 +17,8 @@ set(above_public    "^\"")  # public headers include only public headers
 if(NOT ROOT)
   message(FATAL_ERROR "check_layers.cmake: pass -DROOT=<source dir>")
 endif()
-file(GLOB_RECURSE files RELATIVE "${ROOT}" "${ROOT}/src/*.h" "${ROOT}/src/*.cpp" "${ROOT}/include/*.h")
+file(GLOB_RECURSE files RELATIVE "${ROOT}" "${ROOT}/src/*.h" "${ROOT}/src/*.cpp" "${ROOT}/src/*.cu" "${ROOT}/src/*.cuh"
+     "${ROOT}/include/*.h")
 set(violations "")
 foreach(file IN LISTS files)
   if(file MATCHES "^src/common/")

@@ -22,13 +22,20 @@ def parse(log_text):
     for line in log_text.splitlines():
         m = re.match(r'^\d+/\d+ Test: (.+)$', line)
         if m:
-            current = tests.setdefault(m.group(1).strip(), {"OK": [], "SKIPPED": [], "FAILED": []})
+            current = tests.setdefault(m.group(1).strip(), {"OK": [], "SKIPPED": [], "FAILED": [], "ctest": ""})
             continue
         if current is None:
             continue
         m = CASE.match(line)
         if m:
             current[m.group(1)].append(m.group(2))
+            continue
+        # CTest's verdict on the whole process: a crash leaves no case line behind ("Test Failed." follows a
+        # signal as much as a failed case).
+        if line.startswith("Test Passed."):
+            current["ctest"] = "passed"
+        elif line.startswith("Test Failed") or line.startswith("Test Not Run") or line.startswith("Test Skipped"):
+            current["ctest"] = line.strip().rstrip(".")
     return tests
 
 
@@ -56,6 +63,9 @@ def main():
         "cuda_suites": len(cuda),
         "cuda_cases": {n: tests[n] for n in cuda},
     }
+    # CUDA tests whose process CTest failed although no case line says so: a crash (signal) or an exit code.
+    crashed = sorted(n for n in cuda if tests[n]["ctest"] not in ("passed", "") and not tests[n]["FAILED"])
+    counts["cuda_processes_failed"] = crashed
     c, o = counts["cuda"], counts["other"]
     lines = [
         f"GoogleTest cases, CUDA: {c['OK']} passed, {c['FAILED']} failed, {c['SKIPPED']} skipped "
@@ -66,6 +76,8 @@ def main():
     for n in cuda:
         for case in tests[n]["FAILED"]:
             lines.append(f"  CUDA case FAILED: {case}")
+    for n in crashed:
+        lines.append(f"  CUDA test {n}: {tests[n]['ctest']} with no failed case reported (a crash?)")
     print("\n".join(lines))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
@@ -76,7 +88,7 @@ def main():
         if c["OK"] == 0:
             print("gpu-check-count: a GPU is present but no CUDA case passed", file=sys.stderr)
             return 1
-        if c["SKIPPED"] or c["FAILED"]:
+        if c["SKIPPED"] or c["FAILED"] or crashed:
             print("gpu-check-count: on a GPU every CUDA case must run and pass", file=sys.stderr)
             return 1
     return 0
