@@ -26,17 +26,22 @@ enum class CausalAlignment {
 /// rounding, masks and edge cases included; the backends differ in speed, memory and what they support.
 enum class Backend {
   /// The fastest correct choice: the fused kernel on the CPU unless the weights are asked for, dropout is on,
-  /// or the additive mask needs a gradient; LibTorch's own SDPA on CUDA with LibTorch >= 2; else Math.
+  /// or the additive mask needs a gradient. On CUDA (LibTorch >= 2): LibTorch's SDPA for plain attention and
+  /// masks, and the `attn::flash_attention` op for the variants it takes there (window, soft-capping, ALiBi,
+  /// sinks, packed sequences; ops::flash_attention_support), else Math. describe_route() says which.
   Auto,
   /// Materialises the [Tq, Tk] scores. Supports everything, including returning the weights.
   Math,
-  /// attn's fused CPU kernel (the `attn::flash_attention` op): tiles with an online softmax, O(T) memory,
-  /// forward and backward. CPU only; no weights, no dropout, and no gradient for the additive mask.
+  /// attn's fused kernels (the `attn::flash_attention` op): tiles with an online softmax, O(T) memory. On the
+  /// CPU, forward and backward, every mask and variant; no weights, no dropout, and no gradient for the additive
+  /// mask. On CUDA, the variants ops::flash_attention_support takes (no masks, float16 or bfloat16; some forward
+  /// only); for a KV cache, attn's decode kernel.
   Fused,
   /// LibTorch's scaled_dot_product_attention (at::_scaled_dot_product_attention on 1.13). attn's masks are
-  /// combined into its one mask and fully masked rows are zeroed afterwards; otherwise LibTorch's semantics
-  /// hold (a NaN or Inf at a masked key may reach the output, fully masked rows may get NaN gradients).
-  /// No weights.
+  /// combined into its one mask, keys that are padding for every query are zeroed first (a NaN or Inf there
+  /// stays out), and fully masked rows are zeroed afterwards; otherwise LibTorch's semantics hold (a NaN or Inf
+  /// at a key masked for some queries only, causally or by attend_mask or additive_mask, may reach them, and
+  /// fully masked rows may get NaN gradients). No weights.
   Torch,
 };
 
