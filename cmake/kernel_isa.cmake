@@ -3,8 +3,8 @@
 # exp(), so they need sleef.h (Debian: libsleef-dev); without it only the portable variant is built.
 function(attn_add_kernel_variants target)
   set(dir ${PROJECT_SOURCE_DIR}/src/ops/cpu)
-  target_sources(${target} PRIVATE ${dir}/flash_attention_kernel_default.cpp)
-  set_source_files_properties(${dir}/flash_attention_kernel_default.cpp PROPERTIES
+  target_sources(${target} PRIVATE ${dir}/isa/variant_default.cpp)
+  set_source_files_properties(${dir}/isa/variant_default.cpp PROPERTIES
     COMPILE_DEFINITIONS "CPU_CAPABILITY=DEFAULT;CPU_CAPABILITY_DEFAULT"
     SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUSION ON)
   find_path(ATTN_SLEEF_INCLUDE_DIR sleef.h)
@@ -13,23 +13,24 @@ function(attn_add_kernel_variants target)
     message(STATUS "attn: fused CPU kernels for default only (x86-64 with sleef.h enables AVX2/AVX-512)")
     return()
   endif()
-  target_sources(${target} PRIVATE ${dir}/flash_attention_kernel_avx2.cpp ${dir}/flash_attention_kernel_avx512.cpp)
-  set_source_files_properties(${dir}/flash_attention_kernel_avx2.cpp PROPERTIES
+  target_sources(${target} PRIVATE ${dir}/isa/variant_avx2.cpp ${dir}/isa/variant_avx512.cpp)
+  set_source_files_properties(${dir}/isa/variant_avx2.cpp PROPERTIES
     COMPILE_DEFINITIONS "CPU_CAPABILITY=AVX2;CPU_CAPABILITY_AVX2"
     COMPILE_OPTIONS "-mavx2;-mfma;-mf16c" SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUSION ON)
   # (GCC 12 warns falsely inside its own avx512fintrin.h as at::vec uses it, bfloat16 conversions included;
   # clang has no such warning.)
-  set_source_files_properties(${dir}/flash_attention_kernel_avx512.cpp PROPERTIES
+  set_source_files_properties(${dir}/isa/variant_avx512.cpp PROPERTIES
     COMPILE_DEFINITIONS "CPU_CAPABILITY=AVX512;CPU_CAPABILITY_AVX512"
     COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mfma;$<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>;$<$<CXX_COMPILER_ID:GNU>:-Wno-uninitialized>"
     SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUSION ON)
-  # The bfloat16 route's micro-kernel (ops/cpu/bf16_gemm.h) and softmax step (ops/cpu/bf16_softmax.h): files
-  # of their own, so that no other code is compiled for AVX512-BF16, which CPUs with AVX-512 may lack.
+  # The bfloat16 pairs route's micro-kernel and softmax step (src/ops/cpu/products/*_avx512bf16.cpp): files of
+  # their own, so that no other code is compiled for AVX512-BF16, which CPUs with AVX-512 may lack.
   include(CheckCXXCompilerFlag)
   check_cxx_compiler_flag(-mavx512bf16 ATTN_COMPILER_HAS_AVX512BF16)
   if(ATTN_COMPILER_HAS_AVX512BF16)
-    target_sources(${target} PRIVATE ${dir}/bf16_gemm_avx512bf16.cpp ${dir}/bf16_softmax_avx512bf16.cpp)
-    set_source_files_properties(${dir}/bf16_gemm_avx512bf16.cpp ${dir}/bf16_softmax_avx512bf16.cpp PROPERTIES
+    file(GLOB bf16_sources CONFIGURE_DEPENDS ${dir}/products/*_avx512bf16.cpp)
+    target_sources(${target} PRIVATE ${bf16_sources})
+    set_source_files_properties(${bf16_sources} PROPERTIES
       COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512bf16;-mfma;$<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>;$<$<CXX_COMPILER_ID:GNU>:-Wno-uninitialized>"
       SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUSION ON)
     target_compile_definitions(${target} PRIVATE ATTN_HAVE_BF16_DOT)

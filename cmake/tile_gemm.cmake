@@ -1,4 +1,4 @@
-# The fused kernels' tile GEMM (src/ops/cpu/blas.cpp): LibTorch's own BLAS wrapper where it is exported,
+# The fused kernels' tile GEMM (src/ops/cpu/products/blas.cpp): LibTorch's own BLAS wrapper where it is exported,
 # else the Fortran BLAS that LibTorch links (1.13 on Debian: libblas.so.3, i.e. OpenBLAS), else at::addmm_.
 # ATTN_TILE_GEMM=aten forces the last (to test it); auto picks the first that works.
 set(ATTN_TILE_GEMM auto CACHE STRING "GEMM route of the fused kernels' tiles: auto or aten")

@@ -4,8 +4,9 @@
 # For ROUNDS rounds (default 3), runs old then new with `--suite quick --filter F` for each FILTER (default: the
 # fused core and training rows at T=2048, fused T=4096, attn's and LibTorch's MultiHeadAttention at T=1024),
 # then prints per configuration the median of each build's runs and new/old. Progress goes to stderr.
+# SUITE=peer (or decode, full, ...) runs the filters against that suite instead of quick.
 set -euo pipefail
-if [ $# -lt 2 ]; then sed -n '2,6p' "$0" >&2; exit 2; fi
+if [ $# -lt 2 ]; then sed -n '2,7p' "$0" >&2; exit 2; fi
 old=$1 new=$2 rounds=${3:-3}
 shift $(( $# >= 3 ? 3 : 2 ))
 filters=("$@")
@@ -16,7 +17,7 @@ for round in $(seq "$rounds"); do
   for which in old new; do
     echo "bench-ab: round $round/$rounds, $which" >&2
     for f in "${filters[@]}"; do
-      "${!which}" --suite quick --filter "$f" 2>/dev/null |
+      "${!which}" --suite "${SUITE:-quick}" --filter "$f" 2>/dev/null |
         awk -v w="$which" '$1 ~ /\// && $2 ~ /^[0-9.]+$/ {print w, $1, $2}' >>"$results"
     done
   done

@@ -1,6 +1,6 @@
 #include <attn/device.h>
 
-#include "ops/cpu/flash_attention_kernel.h"
+#include "ops/cpu/kernels.h"
 
 #include <torch/cuda.h>
 

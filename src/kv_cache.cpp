@@ -32,7 +32,7 @@ KVCache::KVCache(const KVCacheOptions& options) : options_(options) {
     values_.push_back(
         at::zeros({options.batch(), options.num_kv_heads(), options.capacity(), value_dim}, tensor_options));
   }
-  lengths_.assign(options.num_layers(), std::vector<int64_t>(options.batch(), 0));
+  for (int64_t l = 0; l < options.num_layers(); ++l) lengths_.push_back(at::zeros({options.batch()}, at::kLong));
 }
 
 void KVCache::check_layer(const char* fn, int64_t layer) const {
@@ -50,7 +50,7 @@ const torch::Tensor& KVCache::values(int64_t layer) const {
   return values_[layer];
 }
 
-const std::vector<int64_t>& KVCache::lengths(int64_t layer) const {
+const torch::Tensor& KVCache::lengths(int64_t layer) const {
   check_layer("lengths", layer);
   return lengths_[layer];
 }
@@ -79,7 +79,7 @@ void KVCache::append(int64_t layer, const torch::Tensor& key, const torch::Tenso
   std::vector<int64_t> n = counts.empty() ? std::vector<int64_t>(B, T) : counts;
   TORCH_CHECK(static_cast<int64_t>(n.size()) == B, kCache, "::append: counts must have one entry per batch row (",
               B, "), got ", n.size());
-  std::vector<int64_t>& len = lengths_[layer];
+  int64_t* len = lengths_[layer].data_ptr<int64_t>();
   // Every check before any write: an overflow leaves the cache as it was.
   for (int64_t b = 0; b < B; ++b) {
     TORCH_CHECK(n[b] >= 0 && n[b] <= T, kCache, "::append: counts[", b, "] must be in [0, T = ", T, "], got ", n[b]);
@@ -89,7 +89,7 @@ void KVCache::append(int64_t layer, const torch::Tensor& key, const torch::Tenso
   }
   torch::NoGradGuard no_grad;  // the cache holds values, not a graph
   const bool uniform = std::all_of(n.begin(), n.end(), [&](int64_t c) { return c == n[0]; }) &&
-                       std::all_of(len.begin(), len.end(), [&](int64_t l) { return l == len[0]; });
+                       std::all_of(len, len + B, [&](int64_t l) { return l == len[0]; });
   if (uniform) {
     if (n[0] > 0) {
       kbuf.narrow(2, len[0], n[0]).copy_(key.narrow(2, 0, n[0]));
@@ -120,7 +120,8 @@ void KVCache::reorder(const torch::Tensor& indices) {
   torch::NoGradGuard no_grad;
   const torch::Tensor device_idx = idx.to(options_.device());
   for (int64_t l = 0; l < num_layers(); ++l) {
-    const int64_t used = *std::max_element(lengths_[l].begin(), lengths_[l].end());
+    int64_t* len = lengths_[l].data_ptr<int64_t>();
+    const int64_t used = *std::max_element(len, len + B);
     if (used > 0) {
       // Only the used prefix moves; index_select gathers into a new tensor first, so rows may repeat.
       for (torch::Tensor* buf : {&keys_[l], &values_[l]}) {
@@ -129,15 +130,16 @@ void KVCache::reorder(const torch::Tensor& indices) {
       }
     }
     std::vector<int64_t> reordered(B);
-    for (int64_t b = 0; b < B; ++b) reordered[b] = lengths_[l][p[b]];
-    lengths_[l] = std::move(reordered);
+    for (int64_t b = 0; b < B; ++b) reordered[b] = len[p[b]];
+    std::copy(reordered.begin(), reordered.end(), len);
   }
 }
 
 void KVCache::truncate(int64_t length) {
   TORCH_CHECK(length >= 0, kCache, "::truncate: length must be >= 0, got ", length);
-  for (auto& row_lengths : lengths_) {
-    for (int64_t& l : row_lengths) l = std::min(l, length);
+  for (torch::Tensor& row_lengths : lengths_) {
+    int64_t* len = row_lengths.data_ptr<int64_t>();
+    for (int64_t b = 0; b < batch(); ++b) len[b] = std::min(len[b], length);
   }
 }
 

@@ -2,7 +2,7 @@
 // Running a test once per compiled CPU kernel variant (default, AVX2, AVX-512), so every instruction set's
 // code is checked on a machine that has the widest one.
 
-#include "ops/cpu/flash_attention_kernel.h"
+#include "ops/cpu/kernels.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

@@ -3,10 +3,10 @@
 // and shape, are checked in test_fused.cpp (the avx512_bf16 variant of FusedKernel).
 
 #include "kernel_variants.h"
-#include "ops/cpu/flash_attention_kernel.h"
+#include "ops/cpu/kernels.h"
 #ifdef ATTN_HAVE_BF16_DOT
-#include "ops/cpu/bf16_gemm.h"
-#include "ops/cpu/bf16_softmax.h"
+#include "ops/cpu/products/bf16_pairs.h"
+#include "ops/cpu/products/bf16_softmax.h"
 #endif
 
 #include <attn/attn.h>
@@ -421,9 +421,8 @@ TEST(Bf16Route, BackwardOpWithAFloatGradOutputWidens) {
   CapabilityScope scope(Capability::Avx512Bf16);
   const auto [out, lse] = ops::flash_attention(q, k, v);
   const torch::Tensor grad_float = torch::randn({1, 2, 40, 16});
-  const auto widened = ops::flash_attention_backward(grad_float, q, k, v, out, lse, {}, {}, {}, false, 0, {});
-  const auto paired =
-      ops::flash_attention_backward(grad_float.to(torch::kBFloat16), q, k, v, out, lse, {}, {}, {}, false, 0, {});
+  const auto widened = ops::flash_attention_backward(grad_float, q, k, v, out, lse);
+  const auto paired = ops::flash_attention_backward(grad_float.to(torch::kBFloat16), q, k, v, out, lse);
   for (const auto& [a, b] : {std::pair{std::get<0>(widened), std::get<0>(paired)},
                              {std::get<1>(widened), std::get<1>(paired)}, {std::get<2>(widened), std::get<2>(paired)}}) {
     EXPECT_EQ(a.scalar_type(), torch::kBFloat16);

@@ -118,7 +118,9 @@ std::vector<BadInput> op_cases() {
   const auto op = [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                      c10::optional<torch::Tensor> pad = c10::nullopt, c10::optional<torch::Tensor> att = c10::nullopt,
                      c10::optional<torch::Tensor> add = c10::nullopt, c10::optional<double> scale = c10::nullopt) {
-    ops::flash_attention(q, k, v, pad, att, add, false, 0, scale);
+    ops::FlashArguments a;
+    a.key_padding_mask = pad, a.attend_mask = att, a.additive_mask = add, a.scale = scale;
+    ops::flash_attention(q, k, v, a);
   };
   return {
       {"op_query_rank_3", [=] { op(r({2, 3, 4}), k, v); }, "attn::flash_attention: query must be 4-D [B, H, Tq, d_k], got shape [2, 3, 4]"},
@@ -135,11 +137,11 @@ std::vector<BadInput> op_cases() {
       {"op_d_k_zero", [=] { op(r({1, 2, 3, 0}), r({1, 2, 5, 0}), v); }, "d_k (query's last dimension) must be positive"},
       {"op_backward_grad_shape", [=] {
          auto [out, lse] = ops::flash_attention(q, k, v);
-         ops::flash_attention_backward(r({1, 2, 3, 5}), q, k, v, out, lse, c10::nullopt, c10::nullopt, c10::nullopt, false, 0, c10::nullopt);
+         ops::flash_attention_backward(r({1, 2, 3, 5}), q, k, v, out, lse);
        }, "grad_output must be [B, H, Tq, d_v] = [1, 2, 3, 6], got [1, 2, 3, 5]"},
       {"op_backward_lse_shape", [=] {
          auto [out, lse] = ops::flash_attention(q, k, v);
-         ops::flash_attention_backward(torch::ones_like(out), q, k, v, out, lse.to(torch::kFloat64), c10::nullopt, c10::nullopt, c10::nullopt, false, 0, c10::nullopt);
+         ops::flash_attention_backward(torch::ones_like(out), q, k, v, out, lse.to(torch::kFloat64));
        }, "logsumexp must be the forward pass's [B, H, Tq] = [1, 2, 3] Float tensor"},
       {"op_double_backward", [=] {
          const torch::Tensor qq = q.clone().requires_grad_();

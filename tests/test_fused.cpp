@@ -269,8 +269,10 @@ TEST(FusedKernelReference, EmptyAndFullyMaskedInputs) {
   EXPECT_EQ(no_keys.abs().max().item<double>(), 0.0);
   // Every key padded: zeros, and logsumexp -inf from the op itself.
   const torch::Tensor padding = torch::ones({1, 1, 7}, torch::kBool);
+  ops::FlashArguments padded;
+  padded.key_padding_mask = padding;
   auto [out, lse] = ops::flash_attention(torch::randn({1, 2, 5, 4}), torch::randn({1, 2, 7, 4}),
-                                         torch::randn({1, 2, 7, 3}), padding);
+                                         torch::randn({1, 2, 7, 3}), padded);
   EXPECT_EQ(out.abs().max().item<double>(), 0.0);
   EXPECT_TRUE(torch::isneginf(lse).all().item<bool>());
 }

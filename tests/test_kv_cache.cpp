@@ -129,6 +129,14 @@ TEST(DecodeKernel, RefusesInconsistentArguments) {
                         "takes no masks");
 }
 
+/// A [B] int64 tensor of lengths as a vector, for comparisons.
+std::vector<int64_t> values_of(const torch::Tensor& t) {
+  EXPECT_EQ(t.scalar_type(), torch::kLong);
+  EXPECT_TRUE(t.device().is_cpu());
+  const torch::Tensor c = t.contiguous();
+  return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+}
+
 // ---- The cache itself -----------------------------------------------------------------------------------
 
 TEST(KVCache, AppendWritesInPlaceAndOverflowWritesNothing) {
@@ -137,8 +145,8 @@ TEST(KVCache, AppendWritesInPlaceAndOverflowWritesNothing) {
   const void* storage = buffer.data_ptr();
   const torch::Tensor k = torch::randn({2, 3, 6, 4}), v = torch::randn({2, 3, 6, 4});
   cache.append(1, k, v, {6, 2});
-  EXPECT_EQ(cache.lengths(1), (std::vector<int64_t>{6, 2}));
-  EXPECT_EQ(cache.lengths(0), (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(values_of(cache.lengths(1)), (std::vector<int64_t>{6, 2}));
+  EXPECT_EQ(values_of(cache.lengths(0)), (std::vector<int64_t>{0, 0}));
   EXPECT_EQ(cache.keys(1).data_ptr(), storage);  // no reallocation
   EXPECT_TRUE(torch::equal(cache.keys(1)[0].narrow(1, 0, 6), k[0]));
   EXPECT_TRUE(torch::equal(cache.values(1)[1].narrow(1, 0, 2), v[1].narrow(1, 0, 2)));
@@ -147,7 +155,7 @@ TEST(KVCache, AppendWritesInPlaceAndOverflowWritesNothing) {
   // Row 1 has room for 3 more, row 0 for only 2: nothing is written to either.
   EXPECT_ERROR_CONTAINS(cache.append(1, torch::randn({2, 3, 3, 4}), torch::randn({2, 3, 3, 4})),
                         "row 0 holds 6 of 8 positions and cannot take 3 more; nothing was written");
-  EXPECT_EQ(cache.lengths(1), (std::vector<int64_t>{6, 2}));
+  EXPECT_EQ(values_of(cache.lengths(1)), (std::vector<int64_t>{6, 2}));
   EXPECT_TRUE(torch::equal(cache.keys(1), before_k));
   EXPECT_TRUE(torch::equal(cache.values(1), before_v));
 
@@ -157,9 +165,9 @@ TEST(KVCache, AppendWritesInPlaceAndOverflowWritesNothing) {
   EXPECT_ERROR_CONTAINS(KVCache{KVCacheOptions(1, 1, 1, 4, 0)}, "capacity must be positive");
 
   cache.truncate(1);
-  EXPECT_EQ(cache.lengths(1), (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(values_of(cache.lengths(1)), (std::vector<int64_t>{1, 1}));
   cache.reset();
-  EXPECT_EQ(cache.lengths(1), (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(values_of(cache.lengths(1)), (std::vector<int64_t>{0, 0}));
 }
 
 TEST(KVCache, ReorderMovesRowsAndLengths) {
@@ -167,7 +175,7 @@ TEST(KVCache, ReorderMovesRowsAndLengths) {
   const torch::Tensor k = torch::arange(3 * 4 * 2, torch::kFloat32).view({3, 1, 4, 2});
   cache.append(0, k, k, {4, 1, 3});
   cache.reorder(torch::tensor({2, 0, 2}));
-  EXPECT_EQ(cache.lengths(0), (std::vector<int64_t>{3, 4, 3}));
+  EXPECT_EQ(values_of(cache.lengths(0)), (std::vector<int64_t>{3, 4, 3}));
   EXPECT_TRUE(torch::equal(cache.keys(0)[0].narrow(1, 0, 3), k[2].narrow(1, 0, 3)));
   EXPECT_TRUE(torch::equal(cache.keys(0)[1].narrow(1, 0, 4), k[0]));
   EXPECT_TRUE(torch::equal(cache.values(0)[2].narrow(1, 0, 3), k[2].narrow(1, 0, 3)));
@@ -205,7 +213,7 @@ TEST_P(CachedDecoding, TokenByTokenEqualsOneCausalForward) {
   KVCache cache = cache_for(m, 2, 64, dtype);
   std::vector<torch::Tensor> steps{m->forward_with_cache(x.narrow(1, 0, 20), cache, 0)};  // prefill 20
   for (int64_t t = 20; t < 41; ++t) steps.push_back(m->forward_with_cache(x.narrow(1, t, 1), cache, 0));
-  EXPECT_EQ(cache.lengths(0), (std::vector<int64_t>{41, 41}));
+  EXPECT_EQ(values_of(cache.lengths(0)), (std::vector<int64_t>{41, 41}));
   EXPECT_CLOSE(torch::cat(steps, 1).to(torch::kFloat64), expected.to(torch::kFloat64),
                dtype == torch::kBFloat16 ? 3e-2 : tolerance(dtype) * 10);
 }
@@ -221,7 +229,7 @@ TEST_P(CachedDecoding, RaggedBatchEqualsItsRowsRunOneByOne) {
   const torch::Tensor x = torch::randn({3, 9 + 4, 48}).to(dtype);  // 9 prompt positions, then 4 decode steps
   KVCache cache = cache_for(m, 3, 16, dtype);
   const torch::Tensor prefill = m->forward_with_cache(x.narrow(1, 0, 9), cache, 0, prompt);
-  EXPECT_EQ(cache.lengths(0), prompt);
+  EXPECT_EQ(values_of(cache.lengths(0)), prompt);
   std::vector<torch::Tensor> decoded;
   for (int64_t s = 0; s < 4; ++s) decoded.push_back(m->forward_with_cache(x.narrow(1, 9 + s, 1), cache, 0));
   for (int64_t b = 0; b < 3; ++b) {
@@ -290,7 +298,7 @@ TEST(CachedDecoding, RefusesAMismatchedCache) {
   EXPECT_ERROR_CONTAINS(m->forward_with_cache(x, wrong_dtype, 0), "the cache holds Double");
   KVCache small(KVCacheOptions(1, 2, 2, 8, 2));
   EXPECT_ERROR_CONTAINS(m->forward_with_cache(x, small, 0), "cannot take 3 more; nothing was written");
-  EXPECT_EQ(small.lengths(0), (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(values_of(small.lengths(0)), (std::vector<int64_t>{0, 0}));
   KVCache ok(KVCacheOptions(1, 2, 2, 8, 10));
   EXPECT_ERROR_CONTAINS(m->forward_with_cache(x, ok, 0, {1}), "new_lengths must have one entry per batch row (2)");
   EXPECT_ERROR_CONTAINS(m->forward_with_cache(x[0], ok, 0), "with a KV cache, x must be batched [B, T, 48]");

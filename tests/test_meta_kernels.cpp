@@ -27,18 +27,19 @@ TEST(MetaKernels, ForwardAndBackwardMatchTheCpuKernelsLayout) {
       const auto meta = [](const torch::Tensor& t) { return t.to(torch::kMeta); };
       const std::string name = std::string(c10::toString(dtype)) + (causal ? " causal" : "");
 
-      auto [out, lse] = ops::flash_attention(q, k, v, pad, c10::nullopt, c10::nullopt, causal, 2, 0.3);
-      auto [meta_out, meta_lse] =
-          ops::flash_attention(meta(q), meta(k), meta(v), meta(pad), c10::nullopt, c10::nullopt, causal, 2, 0.3);
+      ops::FlashArguments a;
+      a.key_padding_mask = pad, a.is_causal = causal, a.causal_offset = 2, a.scale = 0.3;
+      ops::FlashArguments meta_a = a;
+      meta_a.key_padding_mask = meta(pad);
+      auto [out, lse] = ops::flash_attention(q, k, v, a);
+      auto [meta_out, meta_lse] = ops::flash_attention(meta(q), meta(k), meta(v), meta_a);
       expect_same_layout(meta_out, out, name + " output");
       expect_same_layout(meta_lse, lse, name + " logsumexp");
 
       const torch::Tensor grad = torch::randn_like(out);
-      auto [dq, dk, dv, dsinks] =
-          ops::flash_attention_backward(grad, q, k, v, out, lse, pad, c10::nullopt, c10::nullopt, causal, 2, 0.3);
+      auto [dq, dk, dv, dsinks] = ops::flash_attention_backward(grad, q, k, v, out, lse, a);
       auto [meta_dq, meta_dk, meta_dv, meta_dsinks] =
-          ops::flash_attention_backward(meta(grad), meta(q), meta(k), meta(v), meta(out), meta(lse), meta(pad),
-                                        c10::nullopt, c10::nullopt, causal, 2, 0.3);
+          ops::flash_attention_backward(meta(grad), meta(q), meta(k), meta(v), meta(out), meta(lse), meta_a);
       expect_same_layout(meta_dq, dq, name + " grad query");
       expect_same_layout(meta_dk, dk, name + " grad key");
       expect_same_layout(meta_dv, dv, name + " grad value");
@@ -50,11 +51,15 @@ TEST(MetaKernels, RefuseWhatTheCpuKernelsRefuse) {
   const torch::Tensor q = torch::randn({1, 2, 3, 4}, torch::kMeta), k = torch::randn({1, 2, 5, 4}, torch::kMeta);
   EXPECT_ERROR_CONTAINS(ops::flash_attention(q, k, torch::randn({1, 2, 6, 4}, torch::kMeta)),
                         "attn::flash_attention: value must be [B, H_kv, Tk, d_v] = [1, 2, 5, d_v] to match key");
-  EXPECT_ERROR_CONTAINS(ops::flash_attention(q, k, k, torch::zeros({1, 2, 4}, torch::dtype(torch::kBool).device(torch::kMeta))),
+  ops::FlashArguments padded;
+  padded.key_padding_mask = torch::zeros({1, 2, 4}, torch::dtype(torch::kBool).device(torch::kMeta));
+  EXPECT_ERROR_CONTAINS(ops::flash_attention(q, k, k, padded),
                         "attn::flash_attention: key_padding_mask must broadcast to [B, H, Tk] = [1, 2, 5]");
   EXPECT_ERROR_CONTAINS(ops::flash_attention(q.to(torch::kHalf), k.to(torch::kHalf), k.to(torch::kHalf)),
                         "attn::flash_attention: query must be float32, float64 or bfloat16, got Half");
-  EXPECT_ERROR_CONTAINS(ops::flash_attention(q, k, k, c10::nullopt, c10::nullopt, c10::nullopt, false, 0, INFINITY),
+  ops::FlashArguments infinite;
+  infinite.scale = INFINITY;
+  EXPECT_ERROR_CONTAINS(ops::flash_attention(q, k, k, infinite),
                         "attn::flash_attention: scale must be finite, got inf");
 }
 

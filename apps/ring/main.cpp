@@ -163,7 +163,9 @@ int worker(const Config& c, int rank, const std::string& dir) {
       const torch::Tensor q = in.q.clone().requires_grad_(), k = in.k.clone().requires_grad_(),
                           v = in.v.clone().requires_grad_();
       const auto start = Clock::now();
-      out = std::get<0>(attn::ops::flash_attention(q, k, v, c10::nullopt, c10::nullopt, c10::nullopt, c.causal));
+      attn::ops::FlashArguments arguments;
+      arguments.is_causal = c.causal;
+      out = std::get<0>(attn::ops::flash_attention(q, k, v, arguments));
       out.backward(in.grad);
       if (i > 0) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
       dq = q.grad(), dk = k.grad(), dv = v.grad();

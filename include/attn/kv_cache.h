@@ -51,8 +51,10 @@ class KVCache {
   /// The whole buffers of `layer` (all `capacity` positions; only each row's first length(s) are valid).
   const torch::Tensor& keys(int64_t layer) const;
   const torch::Tensor& values(int64_t layer) const;
-  /// Valid positions of each batch row in `layer`.
-  const std::vector<int64_t>& lengths(int64_t layer) const;
+  /// Valid positions of each batch row in `layer`: [B] int64 on the CPU, the form attention_with_kv_cache and
+  /// the decode kernel read in place. append, reorder, truncate and reset update it in place: clone it to keep
+  /// one step's values.
+  const torch::Tensor& lengths(int64_t layer) const;
 
   /// Writes key [B, H_kv, T, head_dim] and value [B, H_kv, T, value_dim] after each row's current length and
   /// advances it: row b takes its first `counts[b]` positions of T (default: all T; fewer for a right-padded
@@ -73,7 +75,7 @@ class KVCache {
 
   KVCacheOptions options_;
   std::vector<torch::Tensor> keys_, values_;
-  std::vector<std::vector<int64_t>> lengths_;
+  std::vector<torch::Tensor> lengths_;
 };
 
 }  // namespace attn

@@ -4,6 +4,7 @@
 
 #include "backends/implementations.h"
 #include "backends/masks.h"
+#include "backends/op_arguments.h"
 #include "common/checks.h"
 
 #include <attn/ops/flash_attention.h>
@@ -35,24 +36,26 @@ bool has_variants(const SdpaOptions& options) {
 /// Whether attn's op has a kernel for this call on the inputs' device, both ways when gradients are recorded.
 ops::FlashKernelSupport op_support(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
                                    const SdpaOptions& options, bool packed) {
-  return ops::flash_attention_support(query, key, value, flash_call(query, key, options, packed));
+  return ops::flash_attention_support(query, key, value, flash_arguments(query, key, options, packed));
 }
 
 }  // namespace
 
-ops::FlashCall flash_call(const torch::Tensor& query, const torch::Tensor& key, const SdpaOptions& options,
-                          bool packed) {
-  ops::FlashCall call;
-  call.masks = !options.masks().empty();
-  call.is_causal = options.causal();
-  // Packed sequences each align their own diagonal inside the op (offset 0).
-  call.causal_offset = packed ? 0 : causal_offset(query.size(-2), key.size(-2), options.causal_alignment());
-  call.window_left = options.window_left(), call.window_right = options.window_right();
-  call.softcap = options.softcap();
-  call.alibi = options.alibi_slopes().defined();
-  call.sinks = options.sinks().defined();
-  call.packed = packed;
-  return call;
+ops::FlashArguments flash_arguments(const torch::Tensor& query, const torch::Tensor& key, const SdpaOptions& options,
+                                    bool packed) {
+  const AttentionMasks& masks = options.masks();
+  ops::FlashArguments a;
+  a.key_padding_mask = optional_tensor(masks.key_padding_mask());
+  a.attend_mask = optional_tensor(masks.attend_mask());
+  a.additive_mask = optional_tensor(masks.additive_mask());
+  a.is_causal = options.causal();
+  a.causal_offset = packed ? 0 : causal_offset(query.size(-2), key.size(-2), options.causal_alignment());
+  a.scale = optional_scale(options);
+  a.window_left = options.window_left(), a.window_right = options.window_right();
+  a.softcap = options.softcap();
+  a.alibi_slopes = optional_tensor(options.alibi_slopes());
+  a.sinks = optional_tensor(options.sinks());
+  return a;
 }
 
 Backend resolve(const char* fn, const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,

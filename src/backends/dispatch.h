@@ -18,9 +18,12 @@ namespace attn::backends {
 Backend resolve(const char* fn, const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
                 const SdpaOptions& options, bool need_weights, bool packed = false);
 
-/// The attn::flash_attention op's view of a call with `options` (flash_attention_support asks it).
-ops::FlashCall flash_call(const torch::Tensor& query, const torch::Tensor& key, const SdpaOptions& options,
-                          bool packed);
+/// The attn::flash_attention op's arguments for a call with `options` on query [..., Tq, d] and key
+/// [..., Tk, d]: the masks as the options hold them, the causal offset of their alignment (0 for packed
+/// sequences, which align each sequence's own diagonal inside the op), the scale and the variants. The fused
+/// backend then brings the masks, the slopes and the packed boundaries to the op's layout.
+ops::FlashArguments flash_arguments(const torch::Tensor& query, const torch::Tensor& key, const SdpaOptions& options,
+                                    bool packed);
 
 /// What resolve() picks, with the kernel behind it: "math", "fused (cpu)", "fused (cuda:libtorch)",
 /// "fused (cuda:attn)", or "torch (KERNEL)" with the kernel LibTorch's SDPA picks (flash, efficient, cudnn, math).

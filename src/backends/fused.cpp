@@ -2,6 +2,7 @@
 // [B, H, T, d] layout of the attn::flash_attention op, without copying (views only, except for inputs of rank 5
 // and more).
 
+#include "backends/dispatch.h"
 #include "backends/implementations.h"
 #include "backends/masks.h"
 #include "backends/op_arguments.h"
@@ -51,22 +52,6 @@ torch::Tensor fold(const torch::Tensor& x, at::IntArrayRef lead, const std::vect
   }
 }
 
-/// The attn::flash_attention op on [B, H, T, d] inputs with `options`' settings and score terms; the masks,
-/// the causal offset, the ALiBi slopes and the packed boundaries come in the op's own layout.
-torch::Tensor flash_output(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
-                           const c10::optional<torch::Tensor>& key_padding_mask,
-                           const c10::optional<torch::Tensor>& attend_mask,
-                           const c10::optional<torch::Tensor>& additive_mask, int64_t causal_offset,
-                           const torch::Tensor& alibi_slopes, const SdpaOptions& options,
-                           const c10::optional<torch::Tensor>& cu_seqlens_q = c10::nullopt,
-                           const c10::optional<torch::Tensor>& cu_seqlens_k = c10::nullopt) {
-  return std::get<0>(ops::flash_attention(query, key, value, key_padding_mask, attend_mask, additive_mask,
-                                          options.causal(), causal_offset, optional_scale(options),
-                                          options.window_left(), options.window_right(), options.softcap(),
-                                          optional_tensor(alibi_slopes), optional_tensor(options.sinks()),
-                                          cu_seqlens_q, cu_seqlens_k));
-}
-
 }  // namespace
 
 torch::Tensor fused_attention(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
@@ -79,23 +64,22 @@ torch::Tensor fused_attention(const torch::Tensor& query, const torch::Tensor& k
     return fold(x, own, folded_lead(own), 2);
   };
 
-  const AttentionMasks& masks = options.masks();
-  const auto optional_mask = [&](const torch::Tensor& m, int64_t trailing) -> c10::optional<torch::Tensor> {
-    if (!m.defined()) return c10::nullopt;
-    return fold(m, lead, folded, trailing);
+  ops::FlashArguments arguments = flash_arguments(query, key, options, /*packed=*/false);
+  const auto fold_mask = [&](c10::optional<torch::Tensor>& m, int64_t trailing) {
+    if (m) m = fold(*m, lead, folded, trailing);
   };
-  const int64_t tq = query.size(-2), tk = key.size(-2);
-  torch::Tensor slopes = options.alibi_slopes();
+  fold_mask(arguments.key_padding_mask, 1);
+  fold_mask(arguments.attend_mask, 2);
+  fold_mask(arguments.additive_mask, 2);
+  const torch::Tensor& slopes = options.alibi_slopes();
   if (slopes.defined() && slopes.dim() == 2 && lead.size() > 2) {
     std::vector<int64_t> lead_shape(lead.begin(), lead.end());
-    slopes = slopes.expand(lead_shape).reshape({folded[0], folded[1]});
+    arguments.alibi_slopes = slopes.expand(lead_shape).reshape({folded[0], folded[1]});
   }
   const torch::Tensor out =
-      flash_output(fold_input(query), fold_input(key), fold_input(value), optional_mask(masks.key_padding_mask(), 1),
-                   optional_mask(masks.attend_mask(), 2), optional_mask(masks.additive_mask(), 2),
-                   causal_offset(tq, tk, options.causal_alignment()), slopes, options);
+      std::get<0>(ops::flash_attention(fold_input(query), fold_input(key), fold_input(value), arguments));
   std::vector<int64_t> shape(lead.begin(), lead.end());
-  shape.push_back(tq);
+  shape.push_back(query.size(-2));
   shape.push_back(value.size(-1));
   return out.reshape(shape);
 }
@@ -103,11 +87,11 @@ torch::Tensor fused_attention(const torch::Tensor& query, const torch::Tensor& k
 torch::Tensor fused_varlen_attention(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
                                      const torch::Tensor& cu_seqlens_q, const torch::Tensor& cu_seqlens_k,
                                      const SdpaOptions& options) {
-  // Each sequence aligns its own diagonal bottom-right inside the op, so the causal offset is 0.
-  const torch::Tensor out =
-      flash_output(packed_heads_first(query), packed_heads_first(key), packed_heads_first(value), c10::nullopt,
-                   c10::nullopt, c10::nullopt, 0, options.alibi_slopes(), options,
-                   cu_seqlens_q.to(torch::kCPU, torch::kLong), cu_seqlens_k.to(torch::kCPU, torch::kLong));
+  const torch::Tensor q = packed_heads_first(query), k = packed_heads_first(key);
+  ops::FlashArguments arguments = flash_arguments(q, k, options, /*packed=*/true);
+  arguments.cu_seqlens_q = cu_seqlens_q.to(torch::kCPU, torch::kLong);
+  arguments.cu_seqlens_k = cu_seqlens_k.to(torch::kCPU, torch::kLong);
+  const torch::Tensor out = std::get<0>(ops::flash_attention(q, k, packed_heads_first(value), arguments));
   return out.squeeze(0).transpose(0, 1);  // [total_q, H, d_v]: the op's output is laid out so, a free view
 }
 

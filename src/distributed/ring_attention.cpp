@@ -58,13 +58,15 @@ KeysValues empty_keys_values(const RingPlan& plan, int source) {
                           length);
 }
 
-c10::optional<torch::Tensor> padding_of(const KeysValues& kv, const BlockCall& call) {
-  if (!kv.padding.defined()) return c10::nullopt;
-  return kv.padding.narrow(2, call.k_start, call.k_length) != 0;  // read after the hop that filled it
-}
-
-c10::optional<double> scale_of(const RingPlan& plan) {
-  return plan.scale ? c10::optional<double>(*plan.scale) : c10::nullopt;
+/// The op's arguments for one block of the keys and values held: their padding (read after the hop that filled
+/// it), the block's causality and the plan's scale.
+attn::ops::FlashArguments block_arguments(const RingPlan& plan, const KeysValues& kv, const BlockCall& call) {
+  attn::ops::FlashArguments a;
+  if (kv.padding.defined()) a.key_padding_mask = kv.padding.narrow(2, call.k_start, call.k_length) != 0;
+  a.is_causal = call.causal;
+  a.causal_offset = call.causal_offset;
+  if (plan.scale) a.scale = *plan.scale;
+  return a;
 }
 
 torch::Tensor rows(const torch::Tensor& x, int64_t start, int64_t length) { return x.narrow(2, start, length); }
@@ -109,8 +111,7 @@ std::tuple<torch::Tensor, torch::Tensor> forward_ring(c10d::ProcessGroup& group,
     for (const BlockCall& call : block_calls(plan.segments[plan.rank], plan.segments[source], plan.is_causal)) {
       auto [out, lse] = attn::ops::flash_attention(
           rows(q, call.q_start, call.q_length), rows(held.k, call.k_start, call.k_length),
-          rows(held.v, call.k_start, call.k_length), padding_of(held, call), c10::nullopt, c10::nullopt, call.causal,
-          call.causal_offset, scale_of(plan));
+          rows(held.v, call.k_start, call.k_length), block_arguments(plan, held, call));
       merge(rows(acc, call.q_start, call.q_length), acc_lse.narrow(2, call.q_start, call.q_length), out, lse);
     }
     stats.compute_seconds += seconds_since(compute);
@@ -163,8 +164,8 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward_ring(
       auto [dq_block, dk_block, dv_block, unused] = attn::ops::flash_attention_backward(
           rows(grad_out, call.q_start, call.q_length), rows(q, call.q_start, call.q_length),
           rows(held.k, call.k_start, call.k_length), rows(held.v, call.k_start, call.k_length),
-          rows(out, call.q_start, call.q_length), lse.narrow(2, call.q_start, call.q_length), padding_of(held, call),
-          c10::nullopt, c10::nullopt, call.causal, call.causal_offset, scale_of(plan));
+          rows(out, call.q_start, call.q_length), lse.narrow(2, call.q_start, call.q_length),
+          block_arguments(plan, held, call));
       rows(dq, call.q_start, call.q_length).add_(dq_block);
       rows(dk, call.k_start, call.k_length).add_(dk_block);
       rows(dv, call.k_start, call.k_length).add_(dv_block);

@@ -165,10 +165,11 @@ std::tuple<torch::Tensor, torch::Tensor> ulysses_strategy(const c10::intrusive_p
   const torch::Tensor kh = SequenceToHeads::apply(k, context);
   const torch::Tensor vh = SequenceToHeads::apply(v, context);
   const auto compute = Clock::now();
-  auto [out, lse] = attn::ops::flash_attention(
-      qh, kh, vh, padding.defined() ? c10::optional<torch::Tensor>(padding.unsqueeze(1)) : c10::nullopt,
-      c10::nullopt, c10::nullopt, plan.is_causal, 0,
-      plan.scale ? c10::optional<double>(*plan.scale) : c10::nullopt);
+  attn::ops::FlashArguments arguments;
+  if (padding.defined()) arguments.key_padding_mask = padding.unsqueeze(1);
+  arguments.is_causal = plan.is_causal;
+  if (plan.scale) arguments.scale = *plan.scale;
+  auto [out, lse] = attn::ops::flash_attention(qh, kh, vh, arguments);
   context->stats->compute_seconds += std::chrono::duration<double>(Clock::now() - compute).count();
   const torch::Tensor out_shard = HeadsToSequence::apply(out, context);
   torch::Tensor lse_shard;

@@ -61,22 +61,18 @@ void check_masks(const char* fn, const FlashSizes& s, const at::Tensor& q, const
 }  // namespace
 
 FlashSizes check_forward_args(const char* fn, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
-                              const c10::optional<at::Tensor>& key_padding_mask,
-                              const c10::optional<at::Tensor>& attend_mask,
-                              const c10::optional<at::Tensor>& additive_mask, c10::optional<double> scale) {
-  const FlashSizes s = check_qkv(fn, query, key, value);
-  check_masks(fn, s, query, key_padding_mask, attend_mask, additive_mask);
-  if (scale) TORCH_CHECK(std::isfinite(*scale), fn, ": scale must be finite, got ", *scale);
+                              const FlashArguments& a) {
+  FlashSizes s = check_qkv(fn, query, key, value);
+  check_masks(fn, s, query, a.key_padding_mask, a.attend_mask, a.additive_mask);
+  if (a.scale) TORCH_CHECK(std::isfinite(*a.scale), fn, ": scale must be finite, got ", *a.scale);
+  check_variant_args(fn, s, query, a);
   return s;
 }
 
 FlashSizes check_backward_args(const at::Tensor& grad_output, const at::Tensor& query, const at::Tensor& key,
                                const at::Tensor& value, const at::Tensor& output, const at::Tensor& logsumexp,
-                               const c10::optional<at::Tensor>& key_padding_mask,
-                               const c10::optional<at::Tensor>& attend_mask,
-                               const c10::optional<at::Tensor>& additive_mask, c10::optional<double> scale) {
-  const FlashSizes s =
-      check_forward_args(kBackwardOp, query, key, value, key_padding_mask, attend_mask, additive_mask, scale);
+                               const FlashArguments& arguments) {
+  const FlashSizes s = check_forward_args(kBackwardOp, query, key, value, arguments);
   const std::vector<int64_t> out_shape{s.batch, s.heads, s.tq, s.dv};
   TORCH_CHECK(grad_output.defined() && grad_output.sizes() == at::IntArrayRef(out_shape), kBackwardOp,
               ": grad_output must be [B, H, Tq, d_v] = ", at::IntArrayRef(out_shape), ", got ",
@@ -118,16 +114,11 @@ void check_cu_seqlens(const char* fn, const char* arg, const at::Tensor& cu, int
 
 }  // namespace
 
-bool any_mask(const c10::optional<at::Tensor>& key_padding_mask, const c10::optional<at::Tensor>& attend_mask,
-              const c10::optional<at::Tensor>& additive_mask) {
-  return given(key_padding_mask) || given(attend_mask) || given(additive_mask);
-}
-
-int64_t check_variant_args(const char* fn, const FlashSizes& s, const at::Tensor& query, bool has_masks,
-                           int64_t causal_offset, int64_t window_left, int64_t window_right, double softcap,
-                           const c10::optional<at::Tensor>& alibi_slopes, const c10::optional<at::Tensor>& sinks,
-                           const c10::optional<at::Tensor>& cu_seqlens_q,
-                           const c10::optional<at::Tensor>& cu_seqlens_k) {
+void check_variant_args(const char* fn, FlashSizes& s, const at::Tensor& query, const FlashArguments& a) {
+  const int64_t window_left = a.window_left, window_right = a.window_right, causal_offset = a.causal_offset;
+  const double softcap = a.softcap;
+  const c10::optional<at::Tensor>&alibi_slopes = a.alibi_slopes, &sinks = a.sinks;
+  const c10::optional<at::Tensor>&cu_seqlens_q = a.cu_seqlens_q, &cu_seqlens_k = a.cu_seqlens_k;
   TORCH_CHECK(window_left >= -1 && window_right >= -1, fn,
               ": window_left and window_right must be >= 0, or -1 for an unbounded side, got ", window_left, " and ",
               window_right);
@@ -138,7 +129,7 @@ int64_t check_variant_args(const char* fn, const FlashSizes& s, const at::Tensor
   if (given(cu_seqlens_q)) {
     TORCH_CHECK(s.batch == 1, fn, ": packed sequences (cu_seqlens) need batch 1, [1, H, total, d], got query ",
                 query.sizes());
-    TORCH_CHECK(!has_masks, fn, ": packed sequences (cu_seqlens) take no masks");
+    TORCH_CHECK(!a.has_masks(), fn, ": packed sequences (cu_seqlens) take no masks");
     TORCH_CHECK(causal_offset == 0, fn, ": packed sequences align each sequence's diagonal bottom-right; "
                 "causal_offset must be 0, got ", causal_offset);
     check_cu_seqlens(fn, "cu_seqlens_q", *cu_seqlens_q, s.tq);
@@ -160,7 +151,7 @@ int64_t check_variant_args(const char* fn, const FlashSizes& s, const at::Tensor
   };
   if (given(alibi_slopes)) check_per_head("alibi_slopes", *alibi_slopes, true);
   if (given(sinks)) check_per_head("sinks", *sinks, false);
-  return sequences;
+  s.sequences = sequences;
 }
 
 at::ScalarType compute_type(const at::Tensor& query) {

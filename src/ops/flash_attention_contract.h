@@ -4,6 +4,8 @@
 // of their results. The CPU kernels (ops/cpu/) and the Meta kernels (ops/meta/, which torch.compile and
 // torch.export trace with) both use it, so the traced shapes are the computed ones.
 
+#include <attn/ops/flash_attention.h>
+
 #include <ATen/core/Tensor.h>
 #include <c10/util/Optional.h>
 
@@ -20,34 +22,24 @@ void check_input(const char* fn, const char* arg, const at::Tensor& t, const cha
 
 struct FlashSizes {
   int64_t batch, heads, tq, tk, dk, dv;
-  int64_t kv_heads;  ///< key/value heads; divides `heads` (grouped-query attention when smaller)
+  int64_t kv_heads;        ///< key/value heads; divides `heads` (grouped-query attention when smaller)
+  int64_t sequences = 0;   ///< packed sequences (cu_seqlens), 0 when not packed
 };
 
 /// Checks q [B, H, Tq, d_k], k [B, H_kv, Tk, d_k], v [B, H_kv, Tk, d_v] (H_kv divides H; CPU or meta,
-/// float32/float64/bfloat16), the masks (in the query's heads) and the scale.
+/// float32/float64/bfloat16), and the arguments: the masks (in the query's heads), the scale and the variants
+/// (check_variant_args).
 FlashSizes check_forward_args(const char* fn, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
-                              const c10::optional<at::Tensor>& key_padding_mask,
-                              const c10::optional<at::Tensor>& attend_mask,
-                              const c10::optional<at::Tensor>& additive_mask, c10::optional<double> scale);
+                              const FlashArguments& arguments);
 
 /// check_forward_args, and that grad_output, output and logsumexp are the forward pass's.
 FlashSizes check_backward_args(const at::Tensor& grad_output, const at::Tensor& query, const at::Tensor& key,
                                const at::Tensor& value, const at::Tensor& output, const at::Tensor& logsumexp,
-                               const c10::optional<at::Tensor>& key_padding_mask,
-                               const c10::optional<at::Tensor>& attend_mask,
-                               const c10::optional<at::Tensor>& additive_mask, c10::optional<double> scale);
+                               const FlashArguments& arguments);
 
-/// Whether any of the three masks is given.
-bool any_mask(const c10::optional<at::Tensor>& key_padding_mask, const c10::optional<at::Tensor>& attend_mask,
-              const c10::optional<at::Tensor>& additive_mask);
-
-/// Checks the variant arguments (window, softcap, ALiBi slopes, sinks, packed sequences; ops/flash_attention.h)
-/// against sizes from check_forward_args. Returns the number of packed sequences, 0 when not packed.
-int64_t check_variant_args(const char* fn, const FlashSizes& s, const at::Tensor& query, bool has_masks,
-                           int64_t causal_offset, int64_t window_left, int64_t window_right, double softcap,
-                           const c10::optional<at::Tensor>& alibi_slopes, const c10::optional<at::Tensor>& sinks,
-                           const c10::optional<at::Tensor>& cu_seqlens_q,
-                           const c10::optional<at::Tensor>& cu_seqlens_k);
+/// Checks the variant arguments (window, softcap, ALiBi slopes, sinks, packed sequences) against the sizes of
+/// q, k and v, and sets s.sequences. The decode op checks its own variants with it too.
+void check_variant_args(const char* fn, FlashSizes& s, const at::Tensor& query, const FlashArguments& arguments);
 
 /// The dtype the kernels compute in: float32 for bfloat16 inputs, else the inputs' own.
 at::ScalarType compute_type(const at::Tensor& query);

@@ -102,9 +102,11 @@ int run_parity(const Problem& p, int rank, int world, const c10::intrusive_ptr<c
 
   // One process, the whole sequence.
   const torch::Tensor rq = q.clone().requires_grad_(), rk = k.clone().requires_grad_(), rv = v.clone().requires_grad_();
-  auto [ref_out, ref_lse] = attn::ops::flash_attention(
-      rq, rk, rv, p.padding ? c10::optional<torch::Tensor>(padding.unsqueeze(1)) : c10::nullopt, c10::nullopt,
-      c10::nullopt, p.causal, 0, p.scale ? c10::optional<double>(*p.scale) : c10::nullopt);
+  attn::ops::FlashArguments whole;
+  if (p.padding) whole.key_padding_mask = padding.unsqueeze(1);
+  whole.is_causal = p.causal;
+  if (p.scale) whole.scale = *p.scale;
+  auto [ref_out, ref_lse] = attn::ops::flash_attention(rq, rk, rv, whole);
   (ref_out.to(torch::kDouble) * grad.to(torch::kDouble)).sum().backward();
 
   // This rank's shard, through the ring.

@@ -13,12 +13,9 @@
 
 namespace attn::ops {
 
-/// Fused attention: softmax(q kᵀ · scale + masks) v, computed tile by tile with an online softmax, so the
-/// [Tq, Tk] scores never exist in memory. Differentiable with respect to q, k and v (the backward pass
-/// recomputes the tiles from the log-sum-exp).
+/// A flash_attention call's settings besides query, key and value: the op's other arguments, named, in the
+/// order of its schema.
 ///
-///   query [B, H, Tq, d_k], key [B, H, Tk, d_k], value [B, H, Tk, d_v]: float32, float64 or bfloat16 on the
-///   CPU; float16 or bfloat16 on CUDA, for the calls flash_attention_support takes.
 ///   key_padding_mask  bool, broadcastable to [B, H, Tk]; true = padding (no query attends to that key)
 ///   attend_mask       bool, broadcastable to [B, H, Tq, Tk]; true = may attend
 ///   additive_mask     floating, broadcastable to [B, H, Tq, Tk]; added to the scaled scores, -inf blocks
@@ -33,44 +30,44 @@ namespace attn::ops {
 ///   cu_seqlens_q/k    [N + 1] int64 on the CPU: packed sequences (B = 1; no masks, causal_offset 0). Sequence s
 ///                     is query rows cu_seqlens_q[s] .. [s+1] against key rows cu_seqlens_k[s] .. [s+1], with
 ///                     its own bottom-right diagonal o = len_k - len_q, as flash_attn_varlen_func.
+struct FlashArguments {
+  c10::optional<torch::Tensor> key_padding_mask, attend_mask, additive_mask;
+  bool is_causal = false;
+  int64_t causal_offset = 0;
+  c10::optional<double> scale;
+  int64_t window_left = -1, window_right = -1;
+  double softcap = 0.0;
+  c10::optional<torch::Tensor> alibi_slopes, sinks, cu_seqlens_q, cu_seqlens_k;
+
+  /// Whether any of the three masks is given (a defined tensor).
+  bool has_masks() const;
+  bool has_alibi() const;
+  bool has_sinks() const;
+  /// Whether the call packs sequences (cu_seqlens_q given).
+  bool packed() const;
+};
+
+/// Fused attention: softmax(q kᵀ · scale + masks) v, computed tile by tile with an online softmax, so the
+/// [Tq, Tk] scores never exist in memory. Differentiable with respect to q, k, v and the sinks (the backward
+/// pass recomputes the tiles from the log-sum-exp).
+///
+///   query [B, H, Tq, d_k], key [B, H_kv, Tk, d_k], value [B, H_kv, Tk, d_v], H_kv dividing H: float32, float64
+///   or bfloat16 on the CPU; float16 or bfloat16 on CUDA, for the calls flash_attention_support takes.
 ///
 /// bfloat16 inputs are computed in float32 and the output rounded back.
 /// Returns (output [B, H, Tq, d_v], logsumexp [B, H, Tq]) where logsumexp is float32 (float64 for float64
 /// inputs), the sink included. A query with no allowed key gets a zero output row and logsumexp = -inf (the
 /// sink's logit, with sinks).
-std::tuple<torch::Tensor, torch::Tensor> flash_attention(
-    const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
-    const c10::optional<torch::Tensor>& key_padding_mask = c10::nullopt,
-    const c10::optional<torch::Tensor>& attend_mask = c10::nullopt,
-    const c10::optional<torch::Tensor>& additive_mask = c10::nullopt, bool is_causal = false,
-    int64_t causal_offset = 0, c10::optional<double> scale = c10::nullopt, int64_t window_left = -1,
-    int64_t window_right = -1, double softcap = 0.0, const c10::optional<torch::Tensor>& alibi_slopes = c10::nullopt,
-    const c10::optional<torch::Tensor>& sinks = c10::nullopt,
-    const c10::optional<torch::Tensor>& cu_seqlens_q = c10::nullopt,
-    const c10::optional<torch::Tensor>& cu_seqlens_k = c10::nullopt);
+std::tuple<torch::Tensor, torch::Tensor> flash_attention(const torch::Tensor& query, const torch::Tensor& key,
+                                                         const torch::Tensor& value,
+                                                         const FlashArguments& arguments = {});
 
-/// The gradients (d query, d key, d value, d sinks) of flash_attention, given its output and logsumexp. d sinks
-/// is [H] in the sinks' dtype, or an empty tensor without sinks.
+/// The gradients (d query, d key, d value, d sinks) of flash_attention, given its output and logsumexp and the
+/// same arguments. d sinks is [H] in the sinks' dtype, or an empty tensor without sinks.
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor> flash_attention_backward(
     const torch::Tensor& grad_output, const torch::Tensor& query, const torch::Tensor& key,
     const torch::Tensor& value, const torch::Tensor& output, const torch::Tensor& logsumexp,
-    const c10::optional<torch::Tensor>& key_padding_mask, const c10::optional<torch::Tensor>& attend_mask,
-    const c10::optional<torch::Tensor>& additive_mask, bool is_causal, int64_t causal_offset,
-    c10::optional<double> scale, int64_t window_left = -1, int64_t window_right = -1, double softcap = 0.0,
-    const c10::optional<torch::Tensor>& alibi_slopes = c10::nullopt,
-    const c10::optional<torch::Tensor>& sinks = c10::nullopt,
-    const c10::optional<torch::Tensor>& cu_seqlens_q = c10::nullopt,
-    const c10::optional<torch::Tensor>& cu_seqlens_k = c10::nullopt);
-
-/// The settings of a flash_attention call that decide whether a kernel takes it (flash_attention_support).
-struct FlashCall {
-  bool masks = false;  ///< any of key_padding_mask, attend_mask and additive_mask is given
-  bool is_causal = false;
-  int64_t causal_offset = 0;
-  int64_t window_left = -1, window_right = -1;
-  double softcap = 0.0;
-  bool alibi = false, sinks = false, packed = false;  ///< alibi_slopes, sinks, cu_seqlens given
-};
+    const FlashArguments& arguments = {});
 
 /// Whether flash_attention has a kernel for a call on these tensors' device, forward and backward, and which.
 /// On the CPU: float32, float64 and bfloat16, everything, both ways. On CUDA, where attn was built with its CUDA
@@ -86,6 +83,6 @@ struct FlashKernelSupport {
   std::string reason;  ///< what is missing, where forward or backward is false
 };
 FlashKernelSupport flash_attention_support(const torch::Tensor& query, const torch::Tensor& key,
-                                           const torch::Tensor& value, const FlashCall& call);
+                                           const torch::Tensor& value, const FlashArguments& arguments);
 
 }  // namespace attn::ops

@@ -173,16 +173,15 @@ torch::Tensor attend_with_cache(const ModuleLayout& layout, const torch::Tensor&
               ": new_lengths must have one entry per batch row (", shape.batch, "), got ", counts.size());
 
   Heads heads = project(layout, shape, x, x, x, projections);
-  const std::vector<int64_t> starts = cache.lengths(layer);  // a copy: append() advances the cache's
-  const torch::Tensor start_tensor = torch::tensor(at::ArrayRef<int64_t>(starts), torch::kLong);
+  // The step's first positions: the lengths before append() advances them in place.
+  const torch::Tensor starts = cache.lengths(layer).clone();
   if (rotary != nullptr) {
-    const torch::Tensor positions = start_tensor.unsqueeze(1) + torch::arange(T).unsqueeze(0);  // [B, T]
+    const torch::Tensor positions = starts.unsqueeze(1) + torch::arange(T).unsqueeze(0);  // [B, T]
     rotate(rotary, heads, positions, positions);
   }
   cache.append(layer, heads.k.detach(), heads.v.detach(), counts);  // checks every row's room before writing
-  const torch::Tensor lengths = torch::tensor(at::ArrayRef<int64_t>(cache.lengths(layer)), torch::kLong);
   torch::Tensor out = backends::cache_attention(layout.module, heads.q, cache.keys(layer), cache.values(layer),
-                                                start_tensor, lengths, options);
+                                                starts, cache.lengths(layer), options);
   if (!counts.empty()) {
     // Positions past a row's count are padding: zero, not whatever the rule gives them.
     const torch::Tensor count_tensor = torch::tensor(at::ArrayRef<int64_t>(counts), torch::kLong).to(x.device());

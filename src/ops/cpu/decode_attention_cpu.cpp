@@ -1,9 +1,10 @@
-// The CPU implementation of the attn::decode_attention op: checks the arguments, reads the caches in place
-// and calls the decode kernel of this CPU's instruction set.
+// The CPU implementation of the attn::decode_attention op: checks the arguments (ops/decode_attention_contract.h),
+// reads the caches and their positions in place and calls the decode kernel of this CPU's instruction set.
 
 #include "common/checks.h"
-#include "ops/cpu/flash_attention_kernel.h"
-#include "ops/cpu/kernel_layout.h"
+#include "ops/cpu/kernels.h"
+#include "ops/cpu/math/kernel_layout.h"
+#include "ops/decode_attention_contract.h"
 #include "ops/flash_attention_contract.h"
 
 #include <ATen/ATen.h>
@@ -16,16 +17,6 @@ namespace attn::ops::cpu {
 namespace {
 
 constexpr const char* kOp = "attn::decode_attention";
-
-/// [B] int64 CPU positions, copied out (the kernel reads them while the caller may not hold them).
-std::vector<int64_t> positions(const char* arg, const at::Tensor& t, int64_t batch) {
-  TORCH_CHECK(t.defined() && t.dim() == 1 && t.size(0) == batch, kOp, ": ", arg, " must be [B] = [", batch,
-              "], got ", t.defined() ? t.sizes() : at::IntArrayRef{});
-  TORCH_CHECK(t.scalar_type() == at::kLong && t.device().is_cpu(), kOp, ": ", arg,
-              " must be an int64 tensor on the CPU, got ", common::dtype_name(t), " on ", t.device());
-  const at::Tensor c = t.contiguous();
-  return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + batch);
-}
 
 template <typename T>
 View4<T> view(const at::Tensor& t) {
@@ -40,29 +31,12 @@ at::Tensor decode_attention_cpu(const at::Tensor& query, const at::Tensor& key_c
   check_input(kOp, "query", query, "[B, H, Tq, d_k]");
   check_input(kOp, "key_cache", key_cache, "[B, H_kv, capacity, d_k]");
   check_input(kOp, "value_cache", value_cache, "[B, H_kv, capacity, d_v]");
-  common::check_same_device_dtype(kOp, "key_cache", key_cache, "query", query);
-  common::check_same_device_dtype(kOp, "value_cache", value_cache, "query", query);
-  const int64_t B = query.size(0), H = query.size(1), tq = query.size(2), dk = query.size(3);
-  const int64_t H_kv = key_cache.size(1), capacity = key_cache.size(2), dv = value_cache.size(3);
-  TORCH_CHECK(key_cache.size(0) == B && H_kv > 0 && H % H_kv == 0 && key_cache.size(3) == dk, kOp,
-              ": key_cache must be [B, H_kv, capacity, d_k] = [", B, ", H_kv, capacity, ", dk,
-              "] with H_kv dividing the query's ", H, " heads, got key_cache ", key_cache.sizes(), " for query ",
-              query.sizes());
-  TORCH_CHECK(value_cache.size(0) == B && value_cache.size(1) == H_kv && value_cache.size(2) == capacity, kOp,
-              ": value_cache must be [B, H_kv, capacity, d_v] = [", B, ", ", H_kv, ", ", capacity,
-              ", d_v] to match key_cache, got value_cache ", value_cache.sizes());
-  TORCH_CHECK(dk > 0 && dv > 0, kOp, ": d_k and d_v must be positive, got query ", query.sizes(), " and value_cache ",
-              value_cache.sizes());
-  if (scale) TORCH_CHECK(std::isfinite(*scale), kOp, ": scale must be finite, got ", *scale);
-  check_variant_args(kOp, FlashSizes{B, H, tq, capacity, dk, dv, H_kv}, query, /*has_masks=*/false, 0, window_left,
-                     window_right, softcap, alibi_slopes, sinks, c10::nullopt, c10::nullopt);
-  const std::vector<int64_t> starts = positions("query_starts", query_starts, B);
-  const std::vector<int64_t> lengths = positions("key_lengths", key_lengths, B);
-  for (int64_t b = 0; b < B; ++b) {
-    TORCH_CHECK(lengths[b] >= 0 && lengths[b] <= capacity, kOp, ": key_lengths[", b, "] = ", lengths[b],
-                " must be in [0, capacity = ", capacity, "]");
-    TORCH_CHECK(starts[b] >= 0, kOp, ": query_starts[", b, "] = ", starts[b], " must be >= 0");
-  }
+  const CacheSizes c = check_cache_call(kOp, query, key_cache, value_cache, query_starts, key_lengths);
+  const int64_t B = c.batch, H = c.heads, tq = c.tq, dk = c.dk, H_kv = c.kv_heads, dv = c.dv;
+  TORCH_CHECK(dv > 0, kOp, ": d_v must be positive, got value_cache ", value_cache.sizes());
+  check_decode_variants(kOp, c, query, is_causal, scale, window_left, window_right, softcap, alibi_slopes, sinks);
+  // Read in place: a KVCache's lengths are int64 on the CPU already.
+  const at::Tensor starts = host_positions(query_starts), lengths = host_positions(key_lengths);
 
   const bool bf16 = query.scalar_type() == at::kBFloat16;
   const at::ScalarType compute = bf16 ? at::kFloat : query.scalar_type();
@@ -78,8 +52,8 @@ at::Tensor decode_attention_cpu(const at::Tensor& query, const at::Tensor& key_c
 
   const auto fill = [&](auto& args) {
     args.batch = B, args.heads = H, args.kv_heads = H_kv, args.tq = tq, args.dk = dk, args.dv = dv;
-    args.query_starts = starts.data();
-    args.key_lengths = lengths.data();
+    args.query_starts = starts.data_ptr<int64_t>();
+    args.key_lengths = lengths.data_ptr<int64_t>();
     args.causal = is_causal;
     args.window_left = window_left, args.window_right = window_right;
     using T = std::remove_pointer_t<decltype(args.sinks)>;

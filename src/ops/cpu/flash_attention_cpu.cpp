@@ -1,9 +1,11 @@
 // The CPU implementation of the attn::flash_attention ops: checks the arguments (ops/flash_attention_contract.h),
 // lays the tensors out for the kernels and calls the variant for this CPU.
 
-#include "ops/cpu/flash_attention_kernel.h"
-#include "ops/cpu/kernel_layout.h"
+#include "ops/cpu/kernels.h"
+#include "ops/cpu/math/kernel_layout.h"
+#include "ops/cpu/products/route.h"
 #include "ops/flash_attention_contract.h"
+#include "ops/flash_attention_schema.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
@@ -20,7 +22,7 @@
 namespace attn::ops::cpu {
 namespace {
 
-/// `t` in the compute type, in a layout the kernels can read (ops/cpu/kernel_layout.h).
+/// `t` in the compute type, in a layout the kernels can read (ops/cpu/math/kernel_layout.h).
 at::Tensor kernel_layout(const at::Tensor& t, at::ScalarType compute) {
   return row_major_layout(t.scalar_type() == compute ? t : t.to(compute));
 }
@@ -39,12 +41,12 @@ View4<T> output_view(at::Tensor& t) {
 struct KernelMasks {
   at::Tensor padding, attend, additive;
 
-  KernelMasks(const FlashSizes& s, const c10::optional<at::Tensor>& pad, const c10::optional<at::Tensor>& att,
-              const c10::optional<at::Tensor>& add, at::ScalarType compute) {
-    if (pad && pad->defined()) padding = pad->expand({s.batch, s.heads, s.tk}).unsqueeze(2);
-    if (att && att->defined()) attend = att->expand({s.batch, s.heads, s.tq, s.tk});
+  KernelMasks(const FlashSizes& s, const FlashArguments& a, at::ScalarType compute) {
+    const auto given = [](const c10::optional<at::Tensor>& t) { return t && t->defined(); };
+    if (given(a.key_padding_mask)) padding = a.key_padding_mask->expand({s.batch, s.heads, s.tk}).unsqueeze(2);
+    if (given(a.attend_mask)) attend = a.attend_mask->expand({s.batch, s.heads, s.tq, s.tk});
     // Convert before broadcasting: converting a broadcast view would materialise it.
-    if (add && add->defined()) additive = add->to(compute).expand({s.batch, s.heads, s.tq, s.tk});
+    if (given(a.additive_mask)) additive = a.additive_mask->to(compute).expand({s.batch, s.heads, s.tq, s.tk});
   }
 
   template <typename T, typename In>
@@ -69,13 +71,11 @@ struct KernelVariants {
   at::Tensor alibi, sinks, cu_seqlens_q, cu_seqlens_k;
   int64_t sequences = 0;
 
-  KernelVariants(int64_t left, int64_t right, double cap, const c10::optional<at::Tensor>& alibi_slopes,
-                 const c10::optional<at::Tensor>& sink_logits, const c10::optional<at::Tensor>& cu_q,
-                 const c10::optional<at::Tensor>& cu_k, int64_t packed, at::ScalarType compute)
-      : window_left(left), window_right(right), softcap(cap), sequences(packed) {
-    if (alibi_slopes && alibi_slopes->defined()) alibi = alibi_slopes->to(compute).contiguous();
-    if (sink_logits && sink_logits->defined()) sinks = sink_logits->to(compute).contiguous();
-    if (packed > 0) cu_seqlens_q = cu_q->contiguous(), cu_seqlens_k = cu_k->contiguous();
+  KernelVariants(const FlashSizes& s, const FlashArguments& a, at::ScalarType compute)
+      : window_left(a.window_left), window_right(a.window_right), softcap(a.softcap), sequences(s.sequences) {
+    if (a.has_alibi()) alibi = a.alibi_slopes->to(compute).contiguous();
+    if (a.has_sinks()) sinks = a.sinks->to(compute).contiguous();
+    if (sequences > 0) cu_seqlens_q = a.cu_seqlens_q->contiguous(), cu_seqlens_k = a.cu_seqlens_k->contiguous();
   }
 
   template <typename T, typename In>
@@ -95,98 +95,97 @@ struct KernelVariants {
   }
 };
 
+/// What the kernels need of one call, in their forms: its masks, variants, scale and product route.
+struct KernelCall {
+  KernelCall(const FlashSizes& sizes, const FlashArguments& a, at::ScalarType compute_type, ProductRoute r)
+      : s(sizes),
+        masks(sizes, a, compute_type),
+        variants(sizes, a, compute_type),
+        is_causal(a.is_causal),
+        causal_offset(a.causal_offset),
+        scale(resolved_scale(a.scale, sizes.dk)),
+        compute(compute_type),
+        route(r) {}
+
+  FlashSizes s;
+  KernelMasks masks;
+  KernelVariants variants;
+  bool is_causal;
+  int64_t causal_offset;
+  double scale;
+  at::ScalarType compute;
+  ProductRoute route;
+};
+
 template <typename T, typename In = T>
-FlashProblem<T, In> make_problem(const FlashSizes& s, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                 const KernelMasks& masks, const KernelVariants& variants, bool is_causal,
-                                 int64_t causal_offset, double scale) {
+FlashProblem<T, In> make_problem(const KernelCall& call, const at::Tensor& q, const at::Tensor& k,
+                                 const at::Tensor& v) {
+  const FlashSizes& s = call.s;
   FlashProblem<T, In> p;
+  p.route = call.route;
   p.batch = s.batch, p.heads = s.heads, p.tq = s.tq, p.tk = s.tk, p.dk = s.dk, p.dv = s.dv;
   p.kv_heads = s.kv_heads;
   p.q = input_view<In>(q), p.k = input_view<In>(k), p.v = input_view<In>(v);
-  masks.fill(p);
-  variants.fill(p);
-  p.causal = is_causal;
-  p.causal_offset = causal_offset;
-  p.scale = static_cast<T>(scale);
+  call.masks.fill(p);
+  call.variants.fill(p);
+  p.causal = call.is_causal;
+  p.causal_offset = call.causal_offset;
+  p.scale = static_cast<T>(call.scale);
   return p;
 }
 
-/// Whether the forward pass takes the bfloat16 route (Capability::Avx512Bf16): bfloat16 inputs multiplied
-/// as bfloat16 pairs, instead of widened to float for the float kernel. The pairs of Q·Kᵀ run along d_k, so it
-/// must be even.
-bool bfloat16_route(const at::Tensor& query, const FlashSizes& s) {
-  return query.scalar_type() == at::kBFloat16 && s.dk % 2 == 0 && bf16_route_chosen();
-}
 
-std::tuple<at::Tensor, at::Tensor> flash_attention_cpu(
-    const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
-    const c10::optional<at::Tensor>& key_padding_mask, const c10::optional<at::Tensor>& attend_mask,
-    const c10::optional<at::Tensor>& additive_mask, bool is_causal, int64_t causal_offset,
-    c10::optional<double> scale, int64_t window_left, int64_t window_right, double softcap,
-    const c10::optional<at::Tensor>& alibi_slopes, const c10::optional<at::Tensor>& sinks,
-    const c10::optional<at::Tensor>& cu_seqlens_q, const c10::optional<at::Tensor>& cu_seqlens_k) {
-  const FlashSizes s =
-      check_forward_args(kForwardOp, query, key, value, key_padding_mask, attend_mask, additive_mask, scale);
-  const int64_t packed = check_variant_args(kForwardOp, s, query, any_mask(key_padding_mask, attend_mask, additive_mask),
-                                            causal_offset, window_left, window_right, softcap, alibi_slopes, sinks,
-                                            cu_seqlens_q, cu_seqlens_k);
-  const double sc = resolved_scale(scale, s.dk);
-  const at::ScalarType compute = compute_type(query);
-  const KernelMasks masks(s, key_padding_mask, attend_mask, additive_mask, compute);
-  const KernelVariants variants(window_left, window_right, softcap, alibi_slopes, sinks, cu_seqlens_q, cu_seqlens_k,
-                                packed, compute);
-  if (bfloat16_route(query, s)) {
+std::tuple<at::Tensor, at::Tensor> flash_attention_cpu(const at::Tensor& query, const at::Tensor& key,
+                                                       const at::Tensor& value, const FlashArguments& arguments) {
+  const FlashSizes s = check_forward_args(kForwardOp, query, key, value, arguments);
+  // The pairs of Q·Kᵀ run along d_k.
+  const ProductRoute route = flash_product_route(query.scalar_type(), s.dk % 2 == 0);
+  const KernelCall call(s, arguments, compute_type(query), route);
+  if (route == ProductRoute::BfloatPairs) {
     const at::Tensor q = row_major_layout(query), k = row_major_layout(key), v = row_major_layout(value);
     at::Tensor out, lse;
-    std::tie(out, lse) = empty_forward_results(s, q.options(), compute);
+    std::tie(out, lse) = empty_forward_results(s, q.options(), call.compute);
     FlashForward<float, c10::BFloat16> args;
-    args.problem = make_problem<float, c10::BFloat16>(s, q, k, v, masks, variants, is_causal, causal_offset, sc);
+    args.problem = make_problem<float, c10::BFloat16>(call, q, k, v);
     args.out = output_view<c10::BFloat16>(out);
     args.lse = lse.data_ptr<float>();
     flash_forward(args);
     return {out, lse};
   }
-  const at::Tensor q = kernel_layout(query, compute), k = kernel_layout(key, compute),
-                   v = kernel_layout(value, compute);
+  const at::Tensor q = kernel_layout(query, call.compute), k = kernel_layout(key, call.compute),
+                   v = kernel_layout(value, call.compute);
 
   at::Tensor out, lse;  // not a structured binding: C++17 lambdas (the dispatch below) cannot capture those
-  std::tie(out, lse) = empty_forward_results(s, q.options(), compute);
-  AT_DISPATCH_FLOATING_TYPES(compute, "attn::flash_attention", [&] {
+  std::tie(out, lse) = empty_forward_results(s, q.options(), call.compute);
+  AT_DISPATCH_FLOATING_TYPES(call.compute, "attn::flash_attention", [&] {
     FlashForward<scalar_t> args;
-    args.problem = make_problem<scalar_t>(s, q, k, v, masks, variants, is_causal, causal_offset, sc);
+    args.problem = make_problem<scalar_t>(call, q, k, v);
     args.out = output_view<scalar_t>(out);
     args.lse = lse.data_ptr<scalar_t>();
     flash_forward(args);
   });
-  if (query.scalar_type() != compute) out = out.to(query.scalar_type());
+  if (query.scalar_type() != call.compute) out = out.to(query.scalar_type());
   return {out, lse};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> flash_attention_backward_cpu(
     const at::Tensor& grad_output, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
-    const at::Tensor& output, const at::Tensor& logsumexp, const c10::optional<at::Tensor>& key_padding_mask,
-    const c10::optional<at::Tensor>& attend_mask, const c10::optional<at::Tensor>& additive_mask, bool is_causal,
-    int64_t causal_offset, c10::optional<double> scale, int64_t window_left, int64_t window_right, double softcap,
-    const c10::optional<at::Tensor>& alibi_slopes, const c10::optional<at::Tensor>& sinks,
-    const c10::optional<at::Tensor>& cu_seqlens_q, const c10::optional<at::Tensor>& cu_seqlens_k) {
-  const FlashSizes s = check_backward_args(grad_output, query, key, value, output, logsumexp, key_padding_mask,
-                                           attend_mask, additive_mask, scale);
-  const int64_t packed = check_variant_args(kBackwardOp, s, query, any_mask(key_padding_mask, attend_mask, additive_mask),
-                                            causal_offset, window_left, window_right, softcap, alibi_slopes, sinks,
-                                            cu_seqlens_q, cu_seqlens_k);
-  const at::ScalarType compute = compute_type(query);
-  const double sc = resolved_scale(scale, s.dk);
-  // The bfloat16 route reads the inputs as bfloat16 pairs, dO included (a dO of another dtype widens); d_v is
-  // the length of dO·Vᵀ's pairs, so it must be even as well.
-  const bool pairs = bfloat16_route(query, s) && s.dv % 2 == 0 && grad_output.scalar_type() == at::kBFloat16;
+    const at::Tensor& output, const at::Tensor& logsumexp, const FlashArguments& arguments) {
+  const FlashSizes s = check_backward_args(grad_output, query, key, value, output, logsumexp, arguments);
+  // The pairs route reads the inputs as bfloat16 pairs, dO included (a dO of another dtype widens); d_v is the
+  // length of dO·Vᵀ's pairs, so it must be even as well.
+  const ProductRoute route = flash_product_route(
+      query.scalar_type(), s.dk % 2 == 0 && s.dv % 2 == 0 && grad_output.scalar_type() == at::kBFloat16);
+  const KernelCall call(s, arguments, compute_type(query), route);
+  const at::ScalarType compute = call.compute;
+  const bool pairs = route == ProductRoute::BfloatPairs;
   const auto layout = [&](const at::Tensor& t) { return pairs ? row_major_layout(t) : kernel_layout(t, compute); };
   const at::Tensor q = layout(query), k = layout(key), v = layout(value), dout = layout(grad_output);
   const at::Tensor lse = logsumexp.contiguous();
   // delta_i = Σ_c dO[i,c]·O[i,c] = Σ_j P[i,j]·dP[i,j]: the softmax backward's row term, O(T) to precompute.
   const at::Tensor delta = (dout.to(compute) * output.to(compute)).sum(-1).contiguous();
-  const KernelMasks masks(s, key_padding_mask, attend_mask, additive_mask, compute);
-  const KernelVariants variants(window_left, window_right, softcap, alibi_slopes, sinks, cu_seqlens_q, cu_seqlens_k,
-                                packed, compute);
+  const int64_t packed = s.sequences;
+  const KernelVariants& variants = call.variants;
 
   // Key blocks are split among enough tasks to keep the threads busy; each split owns a dQ slice, summed
   // in a fixed order. The split count does not depend on the thread count, so gradients are bitwise the
@@ -218,14 +217,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> flash_attention_backw
   };
   if (pairs) {
     FlashBackward<float, c10::BFloat16> args;
-    args.problem = make_problem<float, c10::BFloat16>(s, q, k, v, masks, variants, is_causal, causal_offset, sc);
+    args.problem = make_problem<float, c10::BFloat16>(call, q, k, v);
     args.grad_out = input_view<c10::BFloat16>(dout);
     fill(args);
     flash_backward(args);
   } else {
     AT_DISPATCH_FLOATING_TYPES(compute, "attn::flash_attention_backward", [&] {
       FlashBackward<scalar_t> args;
-      args.problem = make_problem<scalar_t>(s, q, k, v, masks, variants, is_causal, causal_offset, sc);
+      args.problem = make_problem<scalar_t>(call, q, k, v);
       args.grad_out = input_view<scalar_t>(dout);
       fill(args);
       flash_backward(args);
@@ -240,7 +239,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> flash_attention_backw
   at::Tensor grad_sinks = at::empty({0}, query.options());
   if (variants.sinks.defined()) {
     const at::Tensor p_sink = at::exp(variants.sinks.view({1, s.heads, 1}) - lse);
-    grad_sinks = (-(p_sink * delta).sum(at::IntArrayRef{0, 2})).to(sinks->scalar_type());
+    grad_sinks = (-(p_sink * delta).sum(at::IntArrayRef{0, 2})).to(arguments.sinks->scalar_type());
   }
   return {back(grad_q), back(grad_k), back(grad_v), grad_sinks};
 }
@@ -248,8 +247,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> flash_attention_backw
 }  // namespace
 
 TORCH_LIBRARY_IMPL(attn, CPU, m) {
-  m.impl("flash_attention", TORCH_FN(flash_attention_cpu));
-  m.impl("flash_attention_backward", TORCH_FN(flash_attention_backward_cpu));
+  m.impl("flash_attention", TORCH_FN(ForwardKernel<flash_attention_cpu>::call));
+  m.impl("flash_attention_backward", TORCH_FN(BackwardKernel<flash_attention_backward_cpu>::call));
 }
 
 }  // namespace attn::ops::cpu

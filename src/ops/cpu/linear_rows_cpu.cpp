@@ -2,7 +2,8 @@
 // kernel of this CPU's instruction set on the weight in place.
 
 #include "common/checks.h"
-#include "ops/cpu/flash_attention_kernel.h"
+#include "ops/cpu/kernels.h"
+#include "ops/cpu/products/route.h"
 
 #include <attn/ops/linear_rows.h>
 
@@ -68,6 +69,7 @@ at::Tensor linear_rows_cpu(const at::Tensor& input, const at::Tensor& weight, co
     fill(args);
     args.weight = w.data_ptr<c10::BFloat16>();
     args.x_native = x_native.data_ptr<c10::BFloat16>();
+    args.pairs = linear_rows_take_pairs(weight.scalar_type());
     linear_rows(args);
     return y.to(at::kBFloat16).view(sizes);
   }

@@ -12,6 +12,7 @@
 #include "common/checks.h"
 #include "ops/cuda/decode_attention_cuda.h"
 #include "ops/cuda/elements.cuh"
+#include "ops/decode_attention_contract.h"
 #include "ops/flash_attention_contract.h"
 
 #include <ATen/ATen.h>
@@ -415,14 +416,6 @@ void check_input_defined(const at::Tensor& query, const at::Tensor& key_cache, c
   }
 }
 
-std::vector<int64_t> host_positions(const char* arg, const at::Tensor& t, int64_t batch) {
-  TORCH_CHECK(t.defined() && t.dim() == 1 && t.size(0) == batch, kOp, ": ", arg, " must be [B] = [", batch, "], got ",
-              t.defined() ? t.sizes() : at::IntArrayRef{});
-  TORCH_CHECK(t.scalar_type() == at::kLong, kOp, ": ", arg, " must be int64, got ", common::dtype_name(t));
-  const at::Tensor c = t.to(at::kCPU).contiguous();
-  return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + batch);
-}
-
 bool aligned_rows(const at::Tensor& t) {
   const auto bytes = static_cast<int64_t>(t.element_size());
   const bool rows = t.size(2) <= 1 || (t.stride(2) * bytes) % 16 == 0;
@@ -440,32 +433,19 @@ at::Tensor decode_attention_cuda(const at::Tensor& query, const at::Tensor& key_
   const DecodeKernelSupport support = decode_support(query, key_cache, value_cache);
   TORCH_CHECK(support.supported, kOp, ": no CUDA kernel for these inputs: ", support.reason,
               "; attn::attention_with_kv_cache takes the general backends for them");
-  const int64_t B = query.size(0), H = query.size(1), tq = query.size(2), d = query.size(3);
-  const int64_t H_kv = key_cache.size(1), capacity = key_cache.size(2);
-  TORCH_CHECK(key_cache.size(0) == B && H_kv > 0 && H % H_kv == 0 && key_cache.size(3) == d, kOp,
-              ": key_cache must be [B, H_kv, capacity, d_k] = [", B, ", H_kv, capacity, ", d,
-              "] with H_kv dividing the query's ", H, " heads, got key_cache ", key_cache.sizes(), " for query ",
-              query.sizes());
-  TORCH_CHECK(value_cache.size(0) == B && value_cache.size(1) == H_kv && value_cache.size(2) == capacity, kOp,
-              ": value_cache must be [B, H_kv, capacity, d_v] = [", B, ", ", H_kv, ", ", capacity,
-              ", d_v] to match key_cache, got value_cache ", value_cache.sizes());
-  if (scale) TORCH_CHECK(std::isfinite(*scale), kOp, ": scale must be finite, got ", *scale);
-  check_variant_args(kOp, FlashSizes{B, H, tq, capacity, d, d, H_kv}, query, /*has_masks=*/false, 0, window_left,
-                     window_right, softcap, alibi_slopes, sinks, c10::nullopt, c10::nullopt);
-  const std::vector<int64_t> starts = host_positions("query_starts", query_starts, B);
-  const std::vector<int64_t> lengths = host_positions("key_lengths", key_lengths, B);
-  for (int64_t b = 0; b < B; ++b) {
-    TORCH_CHECK(lengths[b] >= 0 && lengths[b] <= capacity, kOp, ": key_lengths[", b, "] = ", lengths[b],
-                " must be in [0, capacity = ", capacity, "]");
-    TORCH_CHECK(starts[b] >= 0, kOp, ": query_starts[", b, "] = ", starts[b], " must be >= 0");
-  }
+  const CacheSizes c = check_cache_call(kOp, query, key_cache, value_cache, query_starts, key_lengths);
+  const int64_t B = c.batch, H = c.heads, tq = c.tq, d = c.dk, H_kv = c.kv_heads;
+  check_decode_variants(kOp, c, query, is_causal, scale, window_left, window_right, softcap, alibi_slopes, sinks);
+  // The kernel sizes its grid from the positions, so they come to the host (where a KVCache keeps them).
+  const at::Tensor host_starts = host_positions(query_starts), host_lengths = host_positions(key_lengths);
+  const at::ArrayRef<int64_t> starts(host_starts.data_ptr<int64_t>(), B), lengths(host_lengths.data_ptr<int64_t>(), B);
 
   const c10::cuda::CUDAGuard guard(query.device());
   // [B, Tq, H, d] memory, as flash_attention's output: merging the heads back is a free view.
   at::Tensor out = at::empty({B, tq, H, d}, query.options()).transpose(1, 2);
   if (B == 0 || H == 0 || tq == 0) return out;
   const auto float_options = query.options().dtype(at::kFloat);
-  std::vector<int64_t> positions(starts);
+  std::vector<int64_t> positions(starts.begin(), starts.end());
   positions.insert(positions.end(), lengths.begin(), lengths.end());
   const at::Tensor device_positions =
       at::tensor(positions, at::TensorOptions().dtype(at::kLong)).to(query.device(), /*non_blocking=*/true);

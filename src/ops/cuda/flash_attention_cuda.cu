@@ -17,6 +17,7 @@
 #include "ops/cuda/flash_attention_cuda.h"
 #include "ops/cuda/mma.cuh"
 #include "ops/flash_attention_contract.h"
+#include "ops/flash_attention_schema.h"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -328,8 +329,8 @@ enum class SdpaWithLse { None, Cudnn, Flash };
 
 /// For sinks on a dense call with no window: the kernel of LibTorch's SDPA that gives the log-sum-exp too, where
 /// SDPA would pick cuDNN's or FlashAttention's for the same call (its causality is top-left: Tq = Tk only).
-SdpaWithLse sdpa_with_lse(const at::Tensor& query, const at::Tensor& key, const FlashCall& call, double scale) {
-  if (!call.sinks || call.packed || call.window_left >= 0 || call.window_right >= 0 || call.alibi ||
+SdpaWithLse sdpa_with_lse(const at::Tensor& query, const at::Tensor& key, const FlashArguments& call, double scale) {
+  if (!call.has_sinks() || call.packed() || call.window_left >= 0 || call.window_right >= 0 || call.has_alibi() ||
       query.size(1) != key.size(1) || (call.is_causal && query.size(2) != key.size(2))) {
     return SdpaWithLse::None;
   }
@@ -338,7 +339,7 @@ SdpaWithLse sdpa_with_lse(const at::Tensor& query, const at::Tensor& key, const 
 }
 
 std::tuple<at::Tensor, at::Tensor> library_forward(const at::Tensor& query, const at::Tensor& key,
-                                                   const at::Tensor& value, const FlashCall& call, double scale,
+                                                   const at::Tensor& value, const FlashArguments& call, double scale,
                                                    const c10::optional<at::Tensor>& sinks,
                                                    const c10::optional<at::Tensor>& cu_seqlens_q,
                                                    const c10::optional<at::Tensor>& cu_seqlens_k) {
@@ -391,7 +392,7 @@ std::tuple<at::Tensor, at::Tensor> library_forward(const at::Tensor& query, cons
 }
 
 std::tuple<at::Tensor, at::Tensor> own_forward(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
-                                               const FlashCall& call, double scale,
+                                               const FlashArguments& call, double scale,
                                                const c10::optional<at::Tensor>& alibi_slopes,
                                                const c10::optional<at::Tensor>& sinks) {
   const int64_t B = query.size(0), H = query.size(1), tq = query.size(2), d = query.size(3);
@@ -432,15 +433,6 @@ std::tuple<at::Tensor, at::Tensor> own_forward(const at::Tensor& query, const at
   return {out, lse};
 }
 
-FlashCall call_of(bool is_causal, int64_t causal_offset, int64_t window_left, int64_t window_right, double softcap,
-                  bool alibi, bool sinks, bool packed, bool masks) {
-  FlashCall call;
-  call.is_causal = is_causal, call.causal_offset = causal_offset;
-  call.window_left = window_left, call.window_right = window_right;
-  call.softcap = softcap, call.alibi = alibi, call.sinks = sinks, call.packed = packed, call.masks = masks;
-  return call;
-}
-
 void check_cuda_inputs(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value) {
   for (const auto& [arg, t] : {std::pair<const char*, const at::Tensor&>{"query", query},
                                std::pair<const char*, const at::Tensor&>{"key", key},
@@ -457,58 +449,42 @@ void check_cuda_inputs(const at::Tensor& query, const at::Tensor& key, const at:
               "dividing H, got query ", query.sizes(), ", key ", key.sizes(), " and value ", value.sizes());
 }
 
-std::tuple<at::Tensor, at::Tensor> flash_attention_cuda(
-    const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
-    const c10::optional<at::Tensor>& key_padding_mask, const c10::optional<at::Tensor>& attend_mask,
-    const c10::optional<at::Tensor>& additive_mask, bool is_causal, int64_t causal_offset, c10::optional<double> scale,
-    int64_t window_left, int64_t window_right, double softcap, const c10::optional<at::Tensor>& alibi_slopes,
-    const c10::optional<at::Tensor>& sinks, const c10::optional<at::Tensor>& cu_seqlens_q,
-    const c10::optional<at::Tensor>& cu_seqlens_k) {
+std::tuple<at::Tensor, at::Tensor> flash_attention_cuda(const at::Tensor& query, const at::Tensor& key,
+                                                        const at::Tensor& value, const FlashArguments& call) {
   check_cuda_inputs(query, key, value);
-  const bool masks = any_mask(key_padding_mask, attend_mask, additive_mask);
-  const FlashSizes sizes{query.size(0), query.size(1), query.size(2), key.size(2), query.size(3), value.size(3),
-                         key.size(1)};
-  check_variant_args(kOp, sizes, query, masks, causal_offset, window_left, window_right, softcap, alibi_slopes, sinks,
-                     cu_seqlens_q, cu_seqlens_k);
-  if (scale) TORCH_CHECK(std::isfinite(*scale), kOp, ": scale must be finite, got ", *scale);
-  const FlashCall call = call_of(is_causal, causal_offset, window_left, window_right, softcap, given(alibi_slopes),
-                                 given(sinks), given(cu_seqlens_q), masks);
-  const double sc = resolved_scale(scale, query.size(3));
+  FlashSizes sizes{query.size(0), query.size(1), query.size(2), key.size(2), query.size(3), value.size(3),
+                   key.size(1)};
+  check_variant_args(kOp, sizes, query, call);
+  if (call.scale) TORCH_CHECK(std::isfinite(*call.scale), kOp, ": scale must be finite, got ", *call.scale);
+  const double sc = resolved_scale(call.scale, query.size(3));
   const VariantSupport support = variant_support(query, key, value, call);
   TORCH_CHECK(support.forward != VariantRoute::None, kOp, ": no CUDA kernel for these inputs: ", support.reason,
               "; attn::scaled_dot_product_attention takes the general backends for them");
   const c10::cuda::CUDAGuard guard(query.device());
   if (support.forward == VariantRoute::Library) {
-    return library_forward(query, key, value, call, sc, sinks, cu_seqlens_q, cu_seqlens_k);
+    return library_forward(query, key, value, call, sc, call.sinks, call.cu_seqlens_q, call.cu_seqlens_k);
   }
-  return own_forward(query, key, value, call, sc, alibi_slopes, sinks);
+  return own_forward(query, key, value, call, sc, call.alibi_slopes, call.sinks);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> flash_attention_backward_cuda(
     const at::Tensor& grad_output, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
-    const at::Tensor& output, const at::Tensor& logsumexp, const c10::optional<at::Tensor>& key_padding_mask,
-    const c10::optional<at::Tensor>& attend_mask, const c10::optional<at::Tensor>& additive_mask, bool is_causal,
-    int64_t causal_offset, c10::optional<double> scale, int64_t window_left, int64_t window_right, double softcap,
-    const c10::optional<at::Tensor>& alibi_slopes, const c10::optional<at::Tensor>& sinks,
-    const c10::optional<at::Tensor>& cu_seqlens_q, const c10::optional<at::Tensor>& cu_seqlens_k) {
+    const at::Tensor& output, const at::Tensor& logsumexp, const FlashArguments& call) {
   check_cuda_inputs(query, key, value);
-  const bool masks = any_mask(key_padding_mask, attend_mask, additive_mask);
-  const FlashCall call = call_of(is_causal, causal_offset, window_left, window_right, softcap, given(alibi_slopes),
-                                 given(sinks), given(cu_seqlens_q), masks);
-  const double sc = resolved_scale(scale, query.size(3));
+  const double sc = resolved_scale(call.scale, query.size(3));
   const VariantSupport support = variant_support(query, key, value, call);
   TORCH_CHECK(support.backward, kOp, ": no CUDA backward for these inputs: ", support.reason,
               "; attn::scaled_dot_product_attention takes the math backend when gradients are needed");
   TORCH_CHECK(grad_output.sizes() == output.sizes() && logsumexp.dim() == 3, "attn::flash_attention_backward: ",
               "grad_output must be shaped like output ", output.sizes(), ", got ", grad_output.sizes());
   const c10::cuda::CUDAGuard guard(query.device());
-  const bool packed = given(cu_seqlens_q);
-  const Packing pk = packing_of(query, key, cu_seqlens_q, cu_seqlens_k);
+  const bool packed = call.packed();
+  const Packing pk = packing_of(query, key, call.cu_seqlens_q, call.cu_seqlens_k);
   const auto window = [](int64_t w) { return w >= 0 ? c10::optional<int64_t>(w) : c10::nullopt; };
   const at::Tensor grad = grad_output.to(query.scalar_type());
   // FlashAttention reads its random state only with dropout, which attn never asks of it.
   const at::Tensor rng_state = at::zeros({2}, query.options().dtype(at::kLong));
-  const at::Tensor lse = lse_for_library(packed ? logsumexp[0] : logsumexp, call.sinks);
+  const at::Tensor lse = lse_for_library(packed ? logsumexp[0] : logsumexp, call.has_sinks());
   const at::Tensor q = rows_of_16_bytes(query), k = rows_of_16_bytes(key), v = rows_of_16_bytes(value);
   auto grads = at::_flash_attention_backward(
       sequence_first(rows_of_16_bytes(grad), packed), sequence_first(q, packed), sequence_first(k, packed),
@@ -517,11 +493,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> flash_attention_backw
       call.is_causal, rng_state, at::empty({0}, rng_state.options()), sc, window(call.window_left),
       window(call.window_right));
   at::Tensor grad_sinks;
-  if (given(sinks)) {
+  if (call.has_sinks()) {
+    const at::Tensor& sinks = *call.sinks;
     // A sink is a key with a zero value: its gradient is -Σ_rows e^(sink - lse') · rowsum(dO ∘ O).
     const at::Tensor rowdot = (grad.to(at::kFloat) * output.to(at::kFloat)).sum(-1);  // [B, H, Tq]
-    const at::Tensor weight = (sinks->to(at::kFloat).view({1, -1, 1}) - logsumexp).exp();
-    grad_sinks = -(weight * rowdot).sum(at::IntArrayRef{0, 2}).to(sinks->scalar_type());
+    const at::Tensor weight = (sinks.to(at::kFloat).view({1, -1, 1}) - logsumexp).exp();
+    grad_sinks = -(weight * rowdot).sum(at::IntArrayRef{0, 2}).to(sinks.scalar_type());
   } else {
     grad_sinks = at::empty({0}, query.options());
   }
@@ -532,7 +509,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> flash_attention_backw
 }  // namespace
 
 VariantSupport variant_support(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
-                               const FlashCall& call) {
+                               const FlashArguments& call) {
   VariantSupport s;
   const auto no = [&](std::string why) {
     s.reason = std::move(why);
@@ -546,7 +523,7 @@ VariantSupport variant_support(const at::Tensor& query, const at::Tensor& key, c
   if (at::cuda::getDeviceProperties(query.device().index())->major < 8) {
     return no("attn's CUDA attention needs compute capability 8.0 or newer");
   }
-  if (call.masks) return no("attn's CUDA attention takes no masks");
+  if (call.has_masks()) return no("attn's CUDA attention takes no masks");
   const int64_t dk = query.size(3), dv = value.size(3);
   if (dk != dv || dk % 8 != 0 || dk > 256) {
     return no("attn's CUDA attention needs d_k = d_v, a multiple of 8 up to 256, got d_k = " + std::to_string(dk) +
@@ -554,20 +531,20 @@ VariantSupport variant_support(const at::Tensor& query, const at::Tensor& key, c
   }
   // FlashAttention aligns the diagonal bottom-right (each packed sequence its own); where the alignment matters
   // (causal, a window or ALiBi) attn's offset must say the same.
-  const bool diagonal_matters = call.is_causal || call.window_left >= 0 || call.window_right >= 0 || call.alibi;
-  const bool bottom_right = call.packed || !diagonal_matters || call.causal_offset == key.size(2) - query.size(2);
+  const bool diagonal_matters = call.is_causal || call.window_left >= 0 || call.window_right >= 0 || call.has_alibi();
+  const bool bottom_right = call.packed() || !diagonal_matters || call.causal_offset == key.size(2) - query.size(2);
   // FlashAttention reads a right side of at least the key count as unbounded: the same band only where every
   // row's diagonal plus it reaches the last key.
   const int64_t tq = query.size(2), tk = key.size(2);
   const bool right_ok = call.is_causal || call.window_right < tk || call.window_right >= tq - 1;
   // LibTorch builds its FlashAttention without ALiBi ("This flash attention build does not support alibi", seen
   // on torch 2.11): ALiBi goes to attn's own kernel.
-  if (call.softcap == 0.0 && !call.alibi && bottom_right && (right_ok || call.packed)) {
+  if (call.softcap == 0.0 && !call.has_alibi() && bottom_right && (right_ok || call.packed())) {
     s.forward = VariantRoute::Library;
     s.backward = true;
     return s;
   }
-  if (call.packed) return no("attn's own CUDA kernel takes no packed sequences (here with soft-capping or ALiBi)");
+  if (call.packed()) return no("attn's own CUDA kernel takes no packed sequences (here with soft-capping or ALiBi)");
   if (dk != 64 && dk != 128) return no("attn's own CUDA kernel (soft-capping, ALiBi) takes d = 64 or 128");
   s.forward = VariantRoute::Own;
   s.reason = "attn's own CUDA kernel (soft-capping, ALiBi) has no backward";
@@ -583,8 +560,8 @@ const char* route_name(VariantRoute route) {
 }
 
 TORCH_LIBRARY_IMPL(attn, CUDA, m) {
-  m.impl("flash_attention", TORCH_FN(flash_attention_cuda));
-  m.impl("flash_attention_backward", TORCH_FN(flash_attention_backward_cuda));
+  m.impl("flash_attention", TORCH_FN(ForwardKernel<flash_attention_cuda>::call));
+  m.impl("flash_attention_backward", TORCH_FN(BackwardKernel<flash_attention_backward_cuda>::call));
 }
 
 }  // namespace attn::ops::cuda

@@ -25,7 +25,7 @@ struct VariantSupport {
 
 /// The route of a flash_attention call on CUDA tensors.
 VariantSupport variant_support(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
-                               const FlashCall& call);
+                               const FlashArguments& call);
 
 /// The route's name, as flash_attention_support reports it.
 const char* route_name(VariantRoute route);

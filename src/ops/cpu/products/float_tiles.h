@@ -2,11 +2,11 @@
 // The fused kernel's own float matrix products on AVX-512, in place of BLAS: register tiles of 6 rows by 64
 // columns whose operands are read where they lie (V, K, Q and dO as stored, P and dS transposed in place; Kᵀ
 // and Vᵀ packed once per kv head), so nothing is packed per tile, and whose epilogue also gives the forward
-// softmax its row maxima. Included by flash_attention_kernel_impl.h in the AVX-512 variant only
+// softmax its row maxima. Included by products/float_tile_products.h in the AVX-512 variant only
 // (CPU_CAPABILITY_AVX512).
 
-#include "ops/cpu/register_tile_avx512.h"
-#include "ops/cpu/transpose_16x16.h"
+#include "ops/cpu/products/register_tile_avx512.h"
+#include "ops/cpu/products/transpose_16x16.h"
 
 #include <immintrin.h>
 

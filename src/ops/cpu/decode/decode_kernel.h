@@ -1,6 +1,5 @@
 // The decode kernel (split-KV, FlashDecoding's scheme), compiled once per instruction set like the fused
-// kernels: the variant files include it after flash_attention_kernel_impl.h, whose helpers (row_max,
-// exp_shifted_sum, run_tasks, kNegInf) it shares. No include guard on purpose.
+// kernels (isa/variant_*.cpp). No include guard on purpose: each variant file includes it once.
 //
 // Decoding reads the whole cache for a few FLOPs per element, so it is bound by memory bandwidth. Each task
 // takes one split of kDecodeKeyBlock keys of one (batch row, K/V head) and computes, for every query row of
@@ -8,15 +7,19 @@
 // per group), the split's running max, sum and unnormalised output. A second pass merges the splits of each
 // (row, K/V head) with their log-sum-exp, in split order. Splits are fixed by the length, so every thread
 // count gives the same bits, and B × H_kv smaller than the thread count still keeps every core busy.
-// Within a split, the products run in register tiles (register_tiles.h) and the rows ahead are prefetched,
+// Within a split, the products run in register tiles (products/row_tiles.h) and the rows ahead are prefetched,
 // so the arithmetic and the memory latency stay under the time the rows take to stream in.
 
 #ifndef ATTN_KERNEL_NAMESPACE
-#error "define ATTN_KERNEL_NAMESPACE before including decode_attention_kernel_impl.h"
+#error "define ATTN_KERNEL_NAMESPACE and ATTN_KERNEL_VARIANT before including decode/decode_kernel.h"
 #endif
 
-#include "ops/cpu/flash_attention_kernel.h"
-#include "ops/cpu/register_tiles.h"
+#include "ops/cpu/decode/decode_args.h"
+#include "ops/cpu/flash/tasks.h"
+#include "ops/cpu/isa/variants.h"
+#include "ops/cpu/math/rows.h"
+#include "ops/cpu/math/score_terms.h"
+#include "ops/cpu/products/row_tiles.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/functional.h>
@@ -245,9 +248,14 @@ void decode(const DecodeArgs<T, KV>& a) {
 }
 
 }  // namespace
-
-void decode_forward(const DecodeArgs<float, float>& args) { decode(args); }
-void decode_forward(const DecodeArgs<double, double>& args) { decode(args); }
-void decode_forward(const DecodeArgs<float, c10::BFloat16>& args) { decode(args); }
-
 }  // namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE
+
+namespace attn::ops::cpu {
+void ATTN_KERNEL_VARIANT::decode_forward(const DecodeArgs<float, float>& args) { ATTN_KERNEL_NAMESPACE::decode(args); }
+void ATTN_KERNEL_VARIANT::decode_forward(const DecodeArgs<double, double>& args) {
+  ATTN_KERNEL_NAMESPACE::decode(args);
+}
+void ATTN_KERNEL_VARIANT::decode_forward(const DecodeArgs<float, c10::BFloat16>& args) {
+  ATTN_KERNEL_NAMESPACE::decode(args);
+}
+}  // namespace attn::ops::cpu

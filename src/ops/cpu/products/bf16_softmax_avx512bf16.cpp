@@ -1,7 +1,7 @@
-// The bfloat16 route's softmax step (ops/cpu/bf16_softmax.h). CMake compiles this file with AVX512-BF16
+// The bfloat16 route's softmax step (ops/cpu/products/bf16_softmax.h). CMake compiles this file with AVX512-BF16
 // enabled, for vcvtneps2bf16 (one instruction rounds 16 floats to bfloat16, where widening code takes eight).
 
-#include "ops/cpu/bf16_softmax.h"
+#include "ops/cpu/products/bf16_softmax.h"
 
 #include <immintrin.h>
 

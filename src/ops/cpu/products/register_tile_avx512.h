@@ -1,6 +1,6 @@
 #pragma once
 // What the AVX-512 register tiles of up to 6 rows by 64 columns share, whatever they multiply (bfloat16 pairs
-// in bf16_gemm_avx512bf16.cpp, floats in float_tiles.h): the lane masks of a partial panel, the epilogue that
+// in bf16_pairs_avx512bf16.cpp, floats in float_tiles.h): the lane masks of a partial panel, the epilogue that
 // scales, accumulates and stores a tile and takes its row maxima, and the choice of a tile's instance by its
 // rows and vectors. Include only where AVX-512 is enabled. Internal linkage, so each including file keeps the
 // copy compiled with its own flags.

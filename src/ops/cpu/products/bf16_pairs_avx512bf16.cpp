@@ -1,9 +1,9 @@
-// The bfloat16 micro-kernel and its packing (ops/cpu/bf16_gemm.h). CMake compiles this file alone with
+// The bfloat16 micro-kernel and its packing (ops/cpu/products/bf16_pairs.h). CMake compiles this file alone with
 // AVX512-BF16 enabled; the callers reach it only where the CPU has that extension.
 
-#include "ops/cpu/bf16_gemm.h"
-#include "ops/cpu/register_tile_avx512.h"
-#include "ops/cpu/transpose_16x16.h"
+#include "ops/cpu/products/bf16_pairs.h"
+#include "ops/cpu/products/register_tile_avx512.h"
+#include "ops/cpu/products/transpose_16x16.h"
 
 #include <c10/util/Exception.h>
 

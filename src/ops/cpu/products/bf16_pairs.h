@@ -3,7 +3,7 @@
 // product (vdpbf16ps: each of 16 lanes adds a0·b0 + a1·b1 for one pair of bfloat16 from each operand). The
 // right operand is packed once into "pairs" (two consecutive rows interleaved), so the micro-kernel reads it
 // as whole vectors; the left operand is read where it lies, one pair broadcast at a time, so a query tile or
-// a probability row needs no copy. Only bf16_gemm_avx512bf16.cpp is compiled with AVX512-BF16 enabled: call
+// a probability row needs no copy. Only bf16_pairs_avx512bf16.cpp is compiled with AVX512-BF16 enabled: call
 // these only where the CPU has it (Capability::Avx512Bf16).
 
 #include <c10/util/BFloat16.h>

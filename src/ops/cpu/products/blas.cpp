@@ -6,7 +6,7 @@
 //                             of dispatcher overhead per tile
 // In PyTorch's wheels the Fortran sgemm_ that the dynamic linker binds is MKL's, exported by libtorch_cpu.so.
 
-#include "ops/cpu/blas.h"
+#include "ops/cpu/products/blas.h"
 
 #include <dlfcn.h>
 

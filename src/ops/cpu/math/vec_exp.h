@@ -3,7 +3,7 @@
 // and degree-6 polynomial, within 2 ulp of expf over the range the kernels use (x <= 0). exp(-inf) is
 // exactly 0, as the masks need; NaN stays NaN. float64 and the portable variant use at::vec's exp.
 //
-// Included by flash_attention_kernel_impl.h, so it is compiled once per instruction set (CPU_CAPABILITY_*).
+// Included by math/rows.h, so it is compiled once per instruction set (CPU_CAPABILITY_*).
 
 #include <ATen/cpu/vec/vec.h>
 

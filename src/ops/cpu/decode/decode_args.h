@@ -1,0 +1,39 @@
+#pragma once
+// What the decode kernel (decode/decode_kernel.h) reads and writes, validated by the op (decode_attention_cpu.cpp).
+#include "common/band.h"
+#include "ops/cpu/flash/problem.h"
+
+#include <cstdint>
+
+namespace attn::ops::cpu {
+
+/// The decode kernel: few queries (Tq <= 16 or so) per batch row against a KV cache. Query t of row b sits at
+/// position p = query_starts[b] + t; it may attend key j iff j < key_lengths[b] and j lies in the band around
+/// p: when causal j <= p, with a window p - window_left <= j <= p + window_right (backends/masks.h,
+/// cache_blocked, states the same rule). The cache element type
+/// KV is the compute type T, or bfloat16 for T = float.
+template <typename T, typename KV>
+struct DecodeArgs {
+  int64_t batch = 0, heads = 0, kv_heads = 0, tq = 0, dk = 0, dv = 0;
+  View4<const T> q;          // [B, H, Tq, dk]
+  View4<const KV> k, v;      // [B, H_kv, capacity, dk|dv]
+  const int64_t* query_starts = nullptr;  // [B]
+  const int64_t* key_lengths = nullptr;   // [B], each <= capacity
+  bool causal = true;
+  T scale = 1;
+  // The variants of FlashProblem, around each query's position p instead of a diagonal.
+  int64_t window_left = -1, window_right = -1;
+  T softcap = 0;
+  const T* alibi = nullptr;  // slope of (row b, head h) at alibi[b * alibi_stride + h]
+  int64_t alibi_stride = 0;
+  const T* sinks = nullptr;  // [H]
+  View4<T> out;              // [B, H, Tq, dv]
+
+  int64_t right_bound() const { return common::band_right(causal, window_right); }
+};
+
+/// Keys per split of a row's cache: the split depends on the length only, never on the thread count, so
+/// the merged result is bitwise the same at any thread count.
+inline constexpr int64_t kDecodeKeyBlock = 256;
+
+}  // namespace attn::ops::cpu

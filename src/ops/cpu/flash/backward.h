@@ -1,0 +1,113 @@
+#pragma once
+// The fused backward pass, for any product route. Each task takes a range of key blocks of one (sequence, kv
+// head), recomputes P = exp(S - lse) tile by tile for every query head of the group, and accumulates dK and
+// dV in its own buffer; dQ goes to a per-split slice, so tasks never write the same row. Compiled once per
+// instruction set.
+
+#include "ops/cpu/flash/plan.h"
+#include "ops/cpu/flash/problem.h"
+#include "ops/cpu/flash/tasks.h"
+#include "ops/cpu/flash/tile_masks.h"
+#include "ops/cpu/math/rows.h"
+#include "ops/cpu/math/score_terms.h"
+#include "ops/cpu/products/flash_products.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE {
+
+template <typename T, typename Products>
+struct BackwardState {
+  std::vector<T> probs, grad_probs, tanh_values, grad_k, grad_v;
+  typename Products::Scratch scratch;
+};
+
+template <typename T, typename In, typename Products>
+void backward(const FlashBackward<T, In>& args, const Products& products) {
+  const FlashProblem<T, In>& p = args.problem;
+  const bool masked = has_masks(p);
+  const bool capped = p.softcap > T(0);
+  const int64_t ld = kBackwardKeyBlock;
+  const std::vector<Sequence> seqs = sequences_of(p);
+  const std::vector<uint8_t> keys_finite_blocks = finite_blocks(p, p.k, p.dk, kBackwardKeyBlock);
+  // One task per (sequence, kv head, split): it walks every query head of the group, so dK and dV of a shared
+  // head are summed over its group in the task's accumulator, in a fixed order. Sequences never share query
+  // rows, so the tasks of different sequences may write the same dQ slice.
+  const std::vector<KeyTask> tasks = key_tasks(p, seqs, args.splits);
+
+  using State = BackwardState<T, Products>;
+  run_tasks<State>(static_cast<int64_t>(tasks.size()) * p.kv_heads, [&](int64_t t, State& st) {
+    const KeyTask& task = tasks[t / p.kv_heads];
+    const Sequence& sq = seqs[task.sequence];
+    const int64_t split = task.split, hk = t % p.kv_heads, b = sq.b;
+    const int64_t k_blocks = (sq.tk + kBackwardKeyBlock - 1) / kBackwardKeyBlock;
+    const int64_t kb_begin = split * k_blocks / args.splits, kb_end = (split + 1) * k_blocks / args.splits;
+    st.probs.resize(kBackwardQueryBlock * ld);
+    st.grad_probs.resize(kBackwardQueryBlock * ld);
+    if (capped) st.tanh_values.resize(kBackwardQueryBlock * ld);
+    T* prob = st.probs.data();
+    T* dprob = st.grad_probs.data();
+    T* tanh_values = capped ? st.tanh_values.data() : nullptr;
+
+    for (int64_t kb = kb_begin; kb < kb_end; ++kb) {
+      const int64_t j0 = kb * kBackwardKeyBlock, cols = std::min(kBackwardKeyBlock, sq.tk - j0);
+      st.grad_k.assign(cols * p.dk, T(0));
+      st.grad_v.assign(cols * p.dv, T(0));
+      const bool keys_finite = rows_finite(p, keys_finite_blocks, kBackwardKeyBlock, b, hk, sq.k0 + j0, cols);
+      products.key_block(st.scratch, TileAt{b, 0, hk, 0, 0, sq.k0 + j0, cols}, keys_finite);
+      // Only the queries whose band reaches the tile's keys.
+      const auto [q_begin, q_end] = query_range(p, sq, j0, cols);
+      for (int64_t h = hk * p.group(); h < (hk + 1) * p.group(); ++h) {
+        const T* lse = args.lse + (b * p.heads + h) * p.tq + sq.q0;
+        const T* delta = args.delta + (b * p.heads + h) * p.tq + sq.q0;
+        for (int64_t i0 = q_begin; i0 < q_end; i0 += kBackwardQueryBlock) {
+          const int64_t rows = std::min(kBackwardQueryBlock, q_end - i0);
+          const TileAt at{b, h, hk, sq.q0 + i0, rows, sq.k0 + j0, cols};
+          products.scores(st.scratch, at, prob, ld, nullptr);
+          score_terms(p, sq, h, i0, rows, j0, cols, prob, ld, tanh_values);
+          if (masked || tile_leaves_band(p, sq, i0, rows, j0, cols)) mask_tile(p, sq, h, i0, rows, j0, cols, prob, ld);
+          for (int64_t r = 0; r < rows; ++r) {
+            T* row = prob + r * ld;
+            if (lse[i0 + r] == kNegInf<T>) {
+              std::fill(row, row + cols, T(0));
+            } else {
+              exp_shifted(row, cols, lse[i0 + r]);
+            }
+          }
+          // dV += Pᵀ dO;  dP = dO Vᵀ;  dS = P (dP - delta);  dK += scale dSᵀ Q;  dQ += scale dS K
+          products.add_grad_values(st.scratch, at, prob, ld, st.grad_v.data(), p.dv);
+          products.grad_probs(st.scratch, at, dprob, ld);
+          for (int64_t r = 0; r < rows; ++r) softmax_backward_row(prob + r * ld, dprob + r * ld, cols, delta[i0 + r]);
+          // Through the soft-cap: d(cap · tanh(s / cap)) / ds = 1 - tanh².
+          if (capped) {
+            for (int64_t r = 0; r < rows; ++r) softcap_backward_row(dprob + r * ld, tanh_values + r * ld, cols);
+          }
+          products.add_grad_keys(st.scratch, at, dprob, ld, st.grad_k.data(), p.dk);
+          T* dq = args.grad_q.row(split * p.batch + b, h, sq.q0 + i0);
+          if (keys_finite) {
+            products.add_grad_queries(st.scratch, at, dprob, ld, dq, args.grad_q.si);
+          } else {
+            // A NaN or Inf key at a blocked pair has dS = 0 there, and 0 · NaN would still poison dQ.
+            const In* k = p.k.row(b, hk, at.j);
+            for (int64_t r = 0; r < rows; ++r) {
+              for (int64_t c = 0; c < cols; ++c) {
+                const T w = dprob[r * ld + c] * p.scale;
+                if (w == T(0)) continue;
+                const In* krow = k + c * p.k.si;
+                for (int64_t e = 0; e < p.dk; ++e) dq[r * args.grad_q.si + e] += w * static_cast<T>(krow[e]);
+              }
+            }
+          }
+        }
+      }
+      for (int64_t c = 0; c < cols; ++c) {
+        std::copy_n(st.grad_k.data() + c * p.dk, p.dk, args.grad_k.row(b, hk, sq.k0 + j0 + c));
+        std::copy_n(st.grad_v.data() + c * p.dv, p.dv, args.grad_v.row(b, hk, sq.k0 + j0 + c));
+      }
+    }
+  });
+}
+
+}  // namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE

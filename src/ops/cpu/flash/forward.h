@@ -1,0 +1,129 @@
+#pragma once
+// The fused forward pass (FlashAttention-2's scheme), for any product route. Each task takes one block of
+// query rows of one (batch, head) and walks the key blocks. Per tile: S = scale·Q·Kᵀ, the score terms and
+// masks on S, an online softmax that rescales the running output, and O += P·V. Only the tile, the output
+// accumulator and two numbers per row live in memory, never [Tq, Tk]. The log-sum-exp per row is returned for
+// the backward pass. Compiled once per instruction set.
+
+#include "ops/cpu/flash/plan.h"
+#include "ops/cpu/flash/problem.h"
+#include "ops/cpu/flash/tasks.h"
+#include "ops/cpu/flash/tile_masks.h"
+#include "ops/cpu/math/rows.h"
+#include "ops/cpu/products/flash_products.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE {
+
+/// Rows of a score tile that get their score terms and masks together, just before their softmax.
+inline constexpr int64_t kRowChunk = 8;
+
+template <typename T, typename Products>
+struct ForwardState {
+  std::vector<T> scores, acc, row_max, row_sum;
+  std::vector<float> lane_max;  // row maxima of the tile from its product, kRowMaxLanes a row
+  typename Products::Scratch scratch;
+};
+
+template <typename T, typename In, typename Products>
+void forward(const FlashForward<T, In>& args, const Products& products) {
+  const FlashProblem<T, In>& p = args.problem;
+  const bool masked = has_masks(p);
+  const std::vector<Sequence> seqs = sequences_of(p);
+  const std::vector<uint8_t> values_finite = finite_blocks(p, p.v, p.dv, kKeyBlock);
+  const std::vector<QueryBlock> blocks = query_blocks(p, seqs);
+
+  using State = ForwardState<T, Products>;
+  run_tasks<State>(static_cast<int64_t>(blocks.size()) * p.heads, [&](int64_t t, State& st) {
+    const QueryBlock& blk = blocks[t / p.heads];
+    const Sequence& sq = seqs[blk.sequence];
+    const int64_t h = t % p.heads, b = sq.b, i0 = blk.i0, rows = blk.rows;
+    st.scores.resize(kQueryBlock * kKeyBlock);
+    st.acc.assign(rows * p.dv, T(0));
+    // A sink starts every row's softmax: max = sink, sum = exp(sink - sink) = 1, no value behind it.
+    const T sink = p.sinks ? p.sinks[h] : kNegInf<T>;
+    const bool has_sink = sink != kNegInf<T>;
+    st.row_max.assign(rows, sink);
+    st.row_sum.assign(rows, has_sink ? T(1) : T(0));
+    T* s = st.scores.data();
+    T* acc = st.acc.data();
+    if (Products::kRowMaxima) st.lane_max.resize(kQueryBlock * kRowMaxLanes);
+
+    // Keys outside the band of every row of the block are skipped entirely.
+    const auto [key_begin, key_end] = key_range(p, sq, i0, rows);
+    const int64_t hk = p.kv_head(h);
+    for (int64_t j0 = key_begin; j0 < key_end; j0 += kKeyBlock) {
+      const int64_t cols = std::min(kKeyBlock, key_end - j0);
+      const TileAt at{b, h, hk, sq.q0 + i0, rows, sq.k0 + j0, cols};
+      const bool mask = masked || tile_leaves_band(p, sq, i0, rows, j0, cols);
+      // A tile with neither masks nor score terms keeps the row maxima its product gives.
+      const bool plain = !mask && !(p.softcap > T(0)) && p.alibi == nullptr;
+      float* lane_max = plain && Products::kRowMaxima ? st.lane_max.data() : nullptr;
+      const bool values_finite_here = rows_finite(p, values_finite, kKeyBlock, b, hk, at.j, cols);
+      products.scores(st.scratch, at, s, kKeyBlock, lane_max);
+
+      for (int64_t r = 0; r < rows; ++r) {
+        T* row = s + r * kKeyBlock;
+        // The score terms and masks a few rows at a time, so the softmax below reads them from L1.
+        if (r % kRowChunk == 0) {
+          const int64_t chunk = std::min(kRowChunk, rows - r);
+          score_terms(p, sq, h, i0 + r, chunk, j0, cols, row, kKeyBlock, static_cast<T*>(nullptr));
+          if (mask) mask_tile(p, sq, h, i0 + r, chunk, j0, cols, row, kKeyBlock);
+        }
+        // -inf from the lanes means no number there (all NaN or -inf): the pass decides.
+        T tile_max = lane_max ? static_cast<T>(lanes_max(lane_max + r * kRowMaxLanes)) : kNegInf<T>;
+        if (tile_max == kNegInf<T>) tile_max = row_max(row, cols);
+        const T old_max = st.row_max[r];
+        const T new_max = (std::isnan(tile_max) || tile_max > old_max) ? tile_max : old_max;
+        if (new_max == kNegInf<T>) {  // no key allowed for this row yet
+          products.no_keys_yet(st.scratch, r, row, cols);
+          continue;
+        }
+        const T rescale = std::exp(old_max - new_max);  // 0 on the first allowed tile
+        const T tile_sum = products.exp_sum(st.scratch, r, row, cols, new_max, values_finite_here);
+        st.row_sum[r] = st.row_sum[r] * rescale + tile_sum;
+        if (rescale != T(1)) {
+          T* out = acc + r * p.dv;
+          for (int64_t c = 0; c < p.dv; ++c) out[c] *= rescale;
+        }
+        st.row_max[r] = new_max;
+      }
+
+      if (values_finite_here) {
+        products.add_values(st.scratch, at, s, kKeyBlock, acc, p.dv);
+      } else {
+        // 0 · Inf is NaN in a matrix product: add up only the keys with a nonzero weight.
+        const In* v = p.v.row(b, hk, at.j);
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c < cols; ++c) {
+            const T w = s[r * kKeyBlock + c];
+            if (w == T(0)) continue;
+            const In* vrow = v + c * p.v.si;
+            for (int64_t e = 0; e < p.dv; ++e) acc[r * p.dv + e] += w * static_cast<T>(vrow[e]);
+          }
+        }
+      }
+    }
+
+    for (int64_t r = 0; r < rows; ++r) {
+      In* out = args.out.row(b, h, sq.q0 + i0 + r);
+      T& lse = args.lse[(b * p.heads + h) * p.tq + sq.q0 + i0 + r];
+      const T sum = st.row_sum[r];
+      if (sum == T(0)) {  // every key blocked: zeros, as FlashAttention and SDPA give
+        std::fill(out, out + p.dv, In(0));
+        lse = kNegInf<T>;
+        continue;
+      }
+      // With a sink and no allowed key, acc is 0 and sum 1: a zero row, and lse = the sink.
+      const T inv = T(1) / sum;
+      for (int64_t c = 0; c < p.dv; ++c) out[c] = static_cast<In>(acc[r * p.dv + c] * inv);
+      lse = st.row_max[r] + std::log(sum);
+    }
+  });
+}
+
+}  // namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE

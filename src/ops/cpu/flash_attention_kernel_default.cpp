@@ -1,6 +1,0 @@
-// The fused attention kernels for the default instruction set (CMake sets CPU_CAPABILITY and the compiler
-// flags for this file alone; see CMakeLists.txt).
-#define ATTN_KERNEL_NAMESPACE kernel_default
-#include "ops/cpu/flash_attention_kernel_impl.h"
-#include "ops/cpu/decode_attention_kernel_impl.h"
-#include "ops/cpu/linear_rows_kernel_impl.h"

@@ -1,0 +1,77 @@
+// Detects the widest instruction-set variant this CPU and build support: the only place that asks the CPU.
+// CMake says which variants this build compiled (ATTN_HAVE_AVX2_KERNELS, ATTN_HAVE_AVX512_KERNELS,
+// ATTN_HAVE_BF16_DOT).
+
+#include "ops/cpu/isa/capability.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+namespace attn::ops::cpu {
+namespace {
+
+/// The widest variant that this CPU and build support; ATTN_CPU_CAPABILITY may lower it.
+Capability detect_hardware() {
+  Capability best = Capability::Default;
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#ifdef ATTN_HAVE_AVX2_KERNELS
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = Capability::Avx2;
+#endif
+#ifdef ATTN_HAVE_AVX512_KERNELS
+  // The set ATen's own AVX512 kernels require.
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+    best = Capability::Avx512;
+#ifdef ATTN_HAVE_BF16_DOT
+    if (__builtin_cpu_supports("avx512bf16")) best = Capability::Avx512Bf16;
+#endif
+  }
+#endif
+#endif
+  // The environment may lower the choice (never raise it past what the CPU has).
+  if (const char* env = std::getenv("ATTN_CPU_CAPABILITY")) {
+    if (std::strcmp(env, "default") == 0) best = Capability::Default;
+    if (std::strcmp(env, "avx2") == 0 && best >= Capability::Avx512) best = Capability::Avx2;
+    if (std::strcmp(env, "avx512") == 0 && best == Capability::Avx512Bf16) best = Capability::Avx512;
+  }
+  return best;
+}
+
+// -1: no override; otherwise a Capability.
+std::atomic<int> forced{-1};
+
+/// The forced capability, if one is set that this CPU supports; -1 otherwise.
+int forced_within_limit() {
+  const int f = forced.load();
+  return f >= 0 && f <= static_cast<int>(hardware_capability_limit()) ? f : -1;
+}
+
+}  // namespace
+
+Capability hardware_capability_limit() {
+  static const Capability limit = detect_hardware();
+  return limit;
+}
+
+Capability active_capability() {
+  const int f = forced_within_limit();
+  return f >= 0 ? static_cast<Capability>(f) : hardware_capability_limit();
+}
+
+bool capability_forced() { return forced_within_limit() >= 0; }
+
+void force_capability(Capability capability) { forced.store(static_cast<int>(capability)); }
+void reset_capability() { forced.store(-1); }
+
+const char* capability_name(Capability capability) {
+  switch (capability) {
+    case Capability::Avx512Bf16: return "avx512_bf16";
+    case Capability::Avx512: return "avx512";
+    case Capability::Avx2: return "avx2";
+    case Capability::Default: break;
+  }
+  return "default";
+}
+
+}  // namespace attn::ops::cpu

@@ -1,0 +1,24 @@
+#pragma once
+// What this CPU can run, asked in one place (isa/capability.cpp): the instruction-set variant the kernels take.
+// Tests force each variant; isa/dispatch.h runs the active one.
+
+namespace attn::ops::cpu {
+
+/// The instruction sets the kernels are compiled for. Avx512Bf16 runs the AVX-512 variant on a CPU that also
+/// has AVX512-BF16, where bfloat16 may take its own product route (products/route.h).
+enum class Capability { Default, Avx2, Avx512, Avx512Bf16 };
+
+/// The variant that runs: the widest this CPU and build support, or a lower one forced. ATTN_CPU_CAPABILITY=
+/// default|avx2|avx512 lowers it.
+Capability active_capability();
+/// The widest this CPU and build support (after ATTN_CPU_CAPABILITY).
+Capability hardware_capability_limit();
+/// Forces a capability up to hardware_capability_limit() (tests run every variant); `reset_capability()`
+/// undoes it.
+void force_capability(Capability capability);
+void reset_capability();
+/// Whether a capability this CPU supports is forced.
+bool capability_forced();
+const char* capability_name(Capability capability);
+
+}  // namespace attn::ops::cpu

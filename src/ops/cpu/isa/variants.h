@@ -1,0 +1,43 @@
+#pragma once
+// The kernels of each instruction-set variant: one type per variant whose static members are its kernels.
+// isa/variant_<name>.cpp compiles the kernels' headers with that instruction set's flags and defines the
+// members there; isa/dispatch.h picks the variant. Every variant has every kernel: a product route a variant
+// lacks fails an internal assertion (products/flash_products.h), which products/route.h never lets happen.
+
+#include "ops/cpu/decode/decode_args.h"
+#include "ops/cpu/flash/problem.h"
+#include "ops/cpu/linear/linear_rows_args.h"
+
+#include <c10/util/BFloat16.h>
+
+#include <cstdint>
+
+namespace attn::ops::cpu {
+
+#define ATTN_VARIANT_KERNELS                                               \
+  static void flash_forward(const FlashForward<float>& args);              \
+  static void flash_forward(const FlashForward<double>& args);             \
+  static void flash_forward(const FlashForward<float, c10::BFloat16>& args); \
+  static void flash_backward(const FlashBackward<float>& args);            \
+  static void flash_backward(const FlashBackward<double>& args);           \
+  static void flash_backward(const FlashBackward<float, c10::BFloat16>& args); \
+  static void decode_forward(const DecodeArgs<float, float>& args);        \
+  static void decode_forward(const DecodeArgs<double, double>& args);      \
+  static void decode_forward(const DecodeArgs<float, c10::BFloat16>& args); \
+  static void linear_rows(const LinearRowsArgs<float>& args);              \
+  static void linear_rows(const LinearRowsArgs<c10::BFloat16>& args);      \
+  static void softcap_values(float* x, int64_t n, float cap, float* tanh_out);
+
+struct DefaultVariant {
+  ATTN_VARIANT_KERNELS
+};
+struct Avx2Variant {
+  ATTN_VARIANT_KERNELS
+};
+struct Avx512Variant {
+  ATTN_VARIANT_KERNELS
+};
+
+#undef ATTN_VARIANT_KERNELS
+
+}  // namespace attn::ops::cpu

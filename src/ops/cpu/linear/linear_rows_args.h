@@ -1,0 +1,22 @@
+#pragma once
+// What the few-row linear kernel (linear/linear_rows_kernel.h) reads and writes, validated by the op (linear_rows_cpu.cpp).
+#include <cstdint>
+
+namespace attn::ops::cpu {
+
+/// The few-row linear kernel (attn::linear_rows): y[r, o] = Σ_i x[r, i] · weight[o, i] + bias[o] for
+/// rows <= kLinearRowsMax (<attn/ops/linear_rows.h>), summed in float. W, the weight's element type, is float
+/// or bfloat16.
+template <typename W>
+struct LinearRowsArgs {
+  int64_t rows = 0, in = 0, out = 0;
+  const float* x = nullptr;     // [rows, in] contiguous
+  const W* x_native = nullptr;  // the same rows in W, contiguous (the bfloat16 pairs route reads these)
+  const W* weight = nullptr;    // row o at weight + o * weight_stride, its in elements contiguous
+  int64_t weight_stride = 0;
+  const float* bias = nullptr;  // [out]; nullptr: none
+  float* y = nullptr;           // [rows, out] contiguous
+  bool pairs = false;           // bfloat16 weights multiplied as pairs (products/route.h, linear_rows_take_pairs)
+};
+
+}  // namespace attn::ops::cpu

@@ -1,0 +1,95 @@
+// The choice of a call's product route (products/route.h). The only place that decides it: the op asks once
+// per call, and the kernels follow FlashProblem::route.
+
+#include "ops/cpu/products/route.h"
+
+#include "ops/cpu/isa/capability.h"
+
+#ifdef ATTN_HAVE_BF16_DOT
+#include "ops/cpu/products/bf16_pairs.h"
+#endif
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+namespace attn::ops::cpu {
+namespace {
+
+/// AVX512-BF16's measured speed (pair_product_speed), once per process; 0 where it cannot run or was not
+/// measured.
+struct RouteTiming {
+  double speed = 0.0;
+  bool forced_by_environment = false;  // ATTN_CPU_CAPABILITY=avx512_bf16: the route without measuring
+};
+
+const RouteTiming& route_timing() {
+  static const RouteTiming timing = [] {
+    RouteTiming t;
+#ifdef ATTN_HAVE_BF16_DOT
+    if (hardware_capability_limit() == Capability::Avx512Bf16) {
+      const char* env = std::getenv("ATTN_CPU_CAPABILITY");
+      t.forced_by_environment = env && std::strcmp(env, "avx512_bf16") == 0;
+      if (!t.forced_by_environment) t.speed = pair_product_speed();
+    }
+#endif
+    return t;
+  }();
+  return timing;
+}
+
+// -1: no override; otherwise a FloatProducts.
+std::atomic<int> forced_products{-1};
+
+bool avx512_variant_active() {
+  const Capability active = active_capability();
+  return active == Capability::Avx512 || active == Capability::Avx512Bf16;
+}
+
+}  // namespace
+
+const char* product_route_name(ProductRoute route) {
+  switch (route) {
+    case ProductRoute::FloatTiles: return "float tiles";
+    case ProductRoute::BfloatPairs: return "bfloat16 pairs";
+    case ProductRoute::Blas: break;
+  }
+  return "BLAS";
+}
+
+bool bf16_route_chosen() {
+  if (capability_forced()) return active_capability() == Capability::Avx512Bf16;
+  if (hardware_capability_limit() != Capability::Avx512Bf16) return false;
+  const RouteTiming& t = route_timing();
+  return t.forced_by_environment || t.speed >= kBf16RouteMargin;
+}
+
+double bf16_pair_speed() {
+  return hardware_capability_limit() == Capability::Avx512Bf16 ? route_timing().speed : 0.0;
+}
+
+FloatProducts float_products() {
+  const int f = forced_products.load();
+  if (f >= 0) return static_cast<FloatProducts>(f);
+  static const FloatProducts chosen = [] {
+    const char* env = std::getenv("ATTN_FLOAT_PRODUCTS");
+    return env && std::strcmp(env, "blas") == 0 ? FloatProducts::Blas : FloatProducts::Tiles;
+  }();
+  return chosen;
+}
+
+void force_float_products(FloatProducts products) { forced_products.store(static_cast<int>(products)); }
+void reset_float_products() { forced_products.store(-1); }
+
+ProductRoute flash_product_route(at::ScalarType input, bool pairs_fit) {
+  if (input == at::kBFloat16 && pairs_fit && bf16_route_chosen()) return ProductRoute::BfloatPairs;
+  if (input == at::kDouble) return ProductRoute::Blas;
+  return avx512_variant_active() && float_products() == FloatProducts::Tiles ? ProductRoute::FloatTiles
+                                                                              : ProductRoute::Blas;
+}
+
+bool linear_rows_take_pairs(at::ScalarType weight) {
+  return weight == at::kBFloat16 && active_capability() == Capability::Avx512Bf16;
+}
+
+}  // namespace attn::ops::cpu

@@ -1,0 +1,47 @@
+#pragma once
+// Which products a fused call's tiles run on, chosen once per call by the op (flash_attention_cpu.cpp) from the
+// inputs' dtype, what the CPU has (isa/capability.h) and what tests or the environment force. The kernels read
+// the choice from FlashProblem::route (products/flash_products.h).
+
+#include <c10/core/ScalarType.h>
+
+namespace attn::ops::cpu {
+
+enum class ProductRoute {
+  Blas,         ///< LibTorch's BLAS once per tile (products/blas_products.h)
+  FloatTiles,   ///< attn's float register tiles on AVX-512 (products/float_tile_products.h)
+  BfloatPairs,  ///< bfloat16 operands multiplied in pairs on AVX512-BF16 (products/pair_products.h)
+};
+const char* product_route_name(ProductRoute route);
+
+/// The route of a fused call on inputs of dtype `input`:
+///  - bfloat16 takes the pairs where bf16_route_chosen() and `pairs_fit` (the pair dimensions are even: d_k
+///    forward; d_k and d_v, with a bfloat16 dO, backward); otherwise it is widened to float;
+///  - float32 (and bfloat16 widened) takes the tiles on the AVX-512 variant unless float_products() is Blas;
+///  - float64, and the portable and AVX2 variants, take BLAS.
+ProductRoute flash_product_route(at::ScalarType input, bool pairs_fit);
+
+/// Whether linear_rows multiplies bfloat16 weights as bfloat16 pairs: wherever AVX512-BF16 is active, without
+/// the fused kernels' speed measurement, because streaming the weights bounds it either way.
+bool linear_rows_take_pairs(at::ScalarType weight);
+
+/// How much faster vdpbf16ps must measure than the float FMA (bf16_pair_speed) for bfloat16 to take the pairs
+/// (bench/RESULTS.md, "The bfloat16 route's threshold").
+inline constexpr double kBf16RouteMargin = 1.5;
+/// Whether bfloat16 takes the pairs: forced with force_capability(Avx512Bf16) or ATTN_CPU_CAPABILITY=
+/// avx512_bf16; otherwise where the CPU has AVX512-BF16 and bf16_pair_speed() >= kBf16RouteMargin. The first
+/// call measures (under a millisecond, on the calling thread, once per process).
+bool bf16_route_chosen();
+/// AVX512-BF16's pair product FLOP rate over the float FMA's (pair_product_speed), measured once; 0 where not
+/// measured.
+double bf16_pair_speed();
+
+/// The products of float tiles on the AVX-512 variant: attn's register tiles unless ATTN_FLOAT_PRODUCTS=blas or
+/// forced (bench/RESULTS.md, issue 15, has the measurement behind the default).
+enum class FloatProducts { Tiles, Blas };
+FloatProducts float_products();
+/// Forces the float products (tests run both); `reset_float_products()` undoes it.
+void force_float_products(FloatProducts products);
+void reset_float_products();
+
+}  // namespace attn::ops::cpu
