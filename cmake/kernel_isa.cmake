@@ -3,8 +3,8 @@
 # exp(), so they need sleef.h (Debian: libsleef-dev); without it only the portable variant is built.
 function(attn_add_kernel_variants target)
   set(dir ${PROJECT_SOURCE_DIR}/src/ops/cpu)
-  target_sources(${target} PRIVATE ${dir}/isa/variant_default.cpp)
-  set_source_files_properties(${dir}/isa/variant_default.cpp PROPERTIES
+  target_sources(${target} PRIVATE ${dir}/variant_default.cpp)
+  set_source_files_properties(${dir}/variant_default.cpp PROPERTIES
     COMPILE_DEFINITIONS "CPU_CAPABILITY=DEFAULT;CPU_CAPABILITY_DEFAULT"
     SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUSION ON)
   find_path(ATTN_SLEEF_INCLUDE_DIR sleef.h)
@@ -13,13 +13,13 @@ function(attn_add_kernel_variants target)
     message(STATUS "attn: fused CPU kernels for default only (x86-64 with sleef.h enables AVX2/AVX-512)")
     return()
   endif()
-  target_sources(${target} PRIVATE ${dir}/isa/variant_avx2.cpp ${dir}/isa/variant_avx512.cpp)
-  set_source_files_properties(${dir}/isa/variant_avx2.cpp PROPERTIES
+  target_sources(${target} PRIVATE ${dir}/variant_avx2.cpp ${dir}/variant_avx512.cpp)
+  set_source_files_properties(${dir}/variant_avx2.cpp PROPERTIES
     COMPILE_DEFINITIONS "CPU_CAPABILITY=AVX2;CPU_CAPABILITY_AVX2"
     COMPILE_OPTIONS "-mavx2;-mfma;-mf16c" SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUSION ON)
   # (GCC 12 warns falsely inside its own avx512fintrin.h as at::vec uses it, bfloat16 conversions included;
   # clang has no such warning.)
-  set_source_files_properties(${dir}/isa/variant_avx512.cpp PROPERTIES
+  set_source_files_properties(${dir}/variant_avx512.cpp PROPERTIES
     COMPILE_DEFINITIONS "CPU_CAPABILITY=AVX512;CPU_CAPABILITY_AVX512"
     COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mfma;$<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>;$<$<CXX_COMPILER_ID:GNU>:-Wno-uninitialized>"
     SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUSION ON)

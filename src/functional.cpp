@@ -4,9 +4,9 @@
 
 #include "backends/cache.h"
 #include "backends/dispatch.h"
-#include "backends/projection.h"
+#include "backends/linear.h"
 #include "backends/validate.h"
-#include "backends/varlen.h"
+#include "backends/varlen_attention.h"
 #include "common/alibi_slopes.h"
 
 namespace attn {

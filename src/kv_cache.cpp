@@ -2,7 +2,6 @@
 
 #include "common/checks.h"
 #include "common/dtypes.h"
-#include "modules/common/settings.h"
 
 #include <ATen/ATen.h>
 
@@ -14,7 +13,7 @@ constexpr const char* kCache = "attn::KVCache";
 }  // namespace
 
 KVCache::KVCache(const KVCacheOptions& options) : options_(options) {
-  using modules::check_positive;
+  using common::check_positive;
   check_positive(kCache, "num_layers", options.num_layers());
   check_positive(kCache, "batch", options.batch());
   check_positive(kCache, "num_kv_heads", options.num_kv_heads());

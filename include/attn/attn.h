@@ -1,6 +1,7 @@
 #pragma once
 // attn: attention modules for LibTorch. Include this umbrella header; everything is in namespace attn.
 
+#include <attn/cpu_kernel_info.h>
 #include <attn/device.h>
 #include <attn/functional.h>
 #include <attn/kv_cache.h>

@@ -1,6 +1,7 @@
 #pragma once
-// A key/value cache for incremental decoding, owned by the caller: the modules stay stateless (threads may
-// share them), and one cache serves every layer of a model.
+// What a decoder keeps between steps, owned by the caller so that the modules stay stateless (threads may
+// share them): the key/value cache of its self-attention, one for every layer of a model, and the encoder
+// memory its cross-attention projects once (ProjectedMemory).
 
 #include <torch/arg.h>
 #include <torch/types.h>
@@ -76,6 +77,16 @@ class KVCache {
   KVCacheOptions options_;
   std::vector<torch::Tensor> keys_, values_;
   std::vector<torch::Tensor> lengths_;
+};
+
+/// An encoder memory projected once by a cross-attention module, so that a decoder's every step reuses it
+/// instead of projecting the same encoder output again.
+/// Keys [B, H_kv, Tk, d_k] and values [B, H_kv, Tk, d_v] from a module's project_memory(); pass them to the
+/// same module's forward(query, memory). Plain tensors: share them across steps and threads, move them with
+/// .to(), or drop them when the sequence ends.
+struct ProjectedMemory {
+  torch::Tensor key;
+  torch::Tensor value;
 };
 
 }  // namespace attn

@@ -6,7 +6,7 @@
 #include "backends/validate.h"
 #include "common/checks.h"
 #include "common/dtypes.h"
-#include "ops/decode_attention_contract.h"
+#include "ops/attention_contract.h"
 
 #include <attn/ops/decode_attention.h>
 

@@ -19,7 +19,7 @@ std::tuple<torch::Tensor, torch::Tensor> math_attention(const torch::Tensor& que
 torch::Tensor fused_attention(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
                               const SdpaOptions& options);
 /// Backend::Fused over packed sequences: query [total_q, H, d_k], key and value [total_k, H_kv, d], validated
-/// by backends/varlen.h.
+/// by backends/varlen_attention.h.
 torch::Tensor fused_varlen_attention(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
                                      const torch::Tensor& cu_seqlens_q, const torch::Tensor& cu_seqlens_k,
                                      const SdpaOptions& options);

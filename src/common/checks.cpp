@@ -4,6 +4,10 @@
 
 namespace attn::common {
 
+void check_positive(const char* fn, const char* option, int64_t value) {
+  TORCH_CHECK(value > 0, fn, ": ", option, " must be positive, got ", value);
+}
+
 bool broadcasts_to(at::IntArrayRef mask, at::IntArrayRef target) {
   if (mask.size() > target.size()) return false;
   const size_t offset = target.size() - mask.size();

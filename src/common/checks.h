@@ -11,6 +11,9 @@ namespace attn::common {
 
 inline const char* dtype_name(const at::Tensor& t) { return dtype_name(t.scalar_type()); }
 
+/// A size or count option that must be positive, e.g. a module's num_heads or a cache's capacity.
+void check_positive(const char* fn, const char* option, int64_t value);
+
 /// True when `mask` broadcasts to `target` without growing it (numpy rules, aligned on the right).
 bool broadcasts_to(at::IntArrayRef mask, at::IntArrayRef target);
 

@@ -4,7 +4,7 @@
 #include <attn/io/state_dict.h>
 
 #include "io/formats.h"
-#include "io/names.h"
+#include "io/parameter_names.h"
 
 #include <c10/util/Exception.h>
 #include <torch/torch.h>

@@ -1,7 +1,8 @@
 #include <attn/modules/attention_head.h>
 
-#include "modules/common/heads.h"
-#include "modules/common/settings.h"
+#include "common/checks.h"
+#include "modules/shared/heads.h"
+#include "modules/shared/settings.h"
 
 namespace attn {
 namespace {
@@ -11,9 +12,9 @@ constexpr const char* kAttentionHead = "attn::AttentionHead";
 AttentionHeadImpl::AttentionHeadImpl(const AttentionHeadOptions& options_) : options(options_) { reset(); }
 
 void AttentionHeadImpl::reset() {
-  modules::check_positive(kAttentionHead, "d_in", options.d_in());
-  modules::check_positive(kAttentionHead, "d_k", options.d_k());
-  modules::check_positive(kAttentionHead, "d_v", options.d_v());
+  common::check_positive(kAttentionHead, "d_in", options.d_in());
+  common::check_positive(kAttentionHead, "d_k", options.d_k());
+  common::check_positive(kAttentionHead, "d_v", options.d_v());
   modules::check_attention_options(kAttentionHead, options.attention());
   const auto linear = [&](int64_t out) {
     return torch::nn::Linear(torch::nn::LinearOptions(options.d_in(), out).bias(options.bias()));

@@ -1,7 +1,8 @@
 #include <attn/modules/cross_attention.h>
 
-#include "modules/common/heads.h"
-#include "modules/common/settings.h"
+#include "common/checks.h"
+#include "modules/shared/heads.h"
+#include "modules/shared/settings.h"
 
 namespace attn {
 namespace {
@@ -11,11 +12,11 @@ constexpr const char* kCrossAttention = "attn::CrossAttention";
 CrossAttentionImpl::CrossAttentionImpl(const CrossAttentionOptions& options_) : options(options_) { reset(); }
 
 void CrossAttentionImpl::reset() {
-  modules::check_positive(kCrossAttention, "d_query_in", options.d_query_in());
-  modules::check_positive(kCrossAttention, "d_context_in", options.d_context_in());
-  modules::check_positive(kCrossAttention, "d_k", options.d_k());
-  modules::check_positive(kCrossAttention, "d_v", options.d_v());
-  modules::check_positive(kCrossAttention, "num_heads", options.num_heads());
+  common::check_positive(kCrossAttention, "d_query_in", options.d_query_in());
+  common::check_positive(kCrossAttention, "d_context_in", options.d_context_in());
+  common::check_positive(kCrossAttention, "d_k", options.d_k());
+  common::check_positive(kCrossAttention, "d_v", options.d_v());
+  common::check_positive(kCrossAttention, "num_heads", options.num_heads());
   modules::check_attention_options(kCrossAttention, options.attention());
   const int64_t heads = options.num_heads();
   const auto linear = [&](int64_t in, int64_t out) {

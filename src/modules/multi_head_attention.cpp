@@ -1,8 +1,9 @@
 #include <attn/modules/multi_head_attention.h>
 
-#include "backends/projection.h"
-#include "modules/common/heads.h"
-#include "modules/common/settings.h"
+#include "backends/linear.h"
+#include "common/checks.h"
+#include "modules/shared/heads.h"
+#include "modules/shared/settings.h"
 
 namespace attn {
 namespace {
@@ -20,20 +21,20 @@ int64_t MultiHeadAttentionImpl::head_dim() const {
 int64_t MultiHeadAttentionImpl::num_kv_heads() const { return options.num_kv_heads().value_or(options.num_heads()); }
 
 void MultiHeadAttentionImpl::reset() {
-  modules::check_positive(kMultiHeadAttention, "embed_dim", options.embed_dim());
-  modules::check_positive(kMultiHeadAttention, "num_heads", options.num_heads());
-  modules::check_positive(kMultiHeadAttention, "kdim", options.kdim());
-  modules::check_positive(kMultiHeadAttention, "vdim", options.vdim());
+  common::check_positive(kMultiHeadAttention, "embed_dim", options.embed_dim());
+  common::check_positive(kMultiHeadAttention, "num_heads", options.num_heads());
+  common::check_positive(kMultiHeadAttention, "kdim", options.kdim());
+  common::check_positive(kMultiHeadAttention, "vdim", options.vdim());
   modules::check_attention_options(kMultiHeadAttention, options.attention());
   if (options.head_dim()) {
-    modules::check_positive(kMultiHeadAttention, "head_dim", *options.head_dim());
+    common::check_positive(kMultiHeadAttention, "head_dim", *options.head_dim());
   } else {
     TORCH_CHECK(options.embed_dim() % options.num_heads() == 0, kMultiHeadAttention, ": embed_dim (",
                 options.embed_dim(), ") must be divisible by num_heads (", options.num_heads(),
                 "), or set head_dim explicitly");
   }
   if (options.num_kv_heads()) {
-    modules::check_positive(kMultiHeadAttention, "num_kv_heads", *options.num_kv_heads());
+    common::check_positive(kMultiHeadAttention, "num_kv_heads", *options.num_kv_heads());
     TORCH_CHECK(options.num_heads() % *options.num_kv_heads() == 0, kMultiHeadAttention, ": num_kv_heads (",
                 *options.num_kv_heads(), ") must divide num_heads (", options.num_heads(), ")");
   }

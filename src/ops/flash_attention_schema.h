@@ -5,7 +5,7 @@
 // FlashArguments the schema's flat signature (ForwardKernel, BackwardKernel), so every kernel (CPU, CUDA, Meta,
 // Autograd) takes the arguments as one value.
 
-#include <attn/ops/flash_attention.h>
+#include <attn/ops/flash_arguments.h>
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>

@@ -8,7 +8,7 @@
 // onto a small MultiHeadAttention's parameters and, when they fit, the copy into them.
 
 #include "io/formats.h"
-#include "io/names.h"
+#include "io/parameter_names.h"
 
 #include <attn/attn.h>
 

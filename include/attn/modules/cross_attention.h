@@ -2,7 +2,7 @@
 // Cross-attention (notebook 000): queries from one sequence, keys and values from another ("context",
 // e.g. the encoder's output), which may have a different length and a different width.
 
-#include <attn/modules/projected_memory.h>
+#include <attn/kv_cache.h>
 #include <attn/options.h>
 
 #include <torch/nn/cloneable.h>

@@ -2,7 +2,6 @@
 // Multi-head attention (notebooks 002-004; torch.nn.MultiheadAttention with batch_first=True).
 
 #include <attn/kv_cache.h>
-#include <attn/modules/projected_memory.h>
 #include <attn/modules/rotary_embedding.h>
 #include <attn/options.h>
 

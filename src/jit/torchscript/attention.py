@@ -3,7 +3,7 @@
 # knows `torch` (ATen ops) but not dtype names, so a dtype is spelled as its ScalarType number, as saved
 # TorchScript code spells it (11 = torch.bool), and failed checks use `assert` (RuntimeError is not in scope).
 #
-# The attention core, shared by the three exported modules. It mirrors src/modules/common/heads.cpp (checks,
+# The attention core, shared by the three exported modules. It mirrors src/modules/shared/heads.cpp (checks,
 # masks lifted to [B|1, H|1, Tq, Tk], projections, heads) and the Math backend (src/backends/math.cpp), op for
 # op; which (query, key) pairs are blocked follows src/backends/masks.h, and tests/test_mask_semantics.cpp
 # checks that it agrees. It reads the module attributes num_heads, num_kv_heads, causal, bottom_right, scale, dropout,

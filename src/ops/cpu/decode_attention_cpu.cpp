@@ -1,11 +1,10 @@
-// The CPU implementation of the attn::decode_attention op: checks the arguments (ops/decode_attention_contract.h),
+// The CPU implementation of the attn::decode_attention op: checks the arguments (ops/attention_contract.h),
 // reads the caches and their positions in place and calls the decode kernel of this CPU's instruction set.
 
 #include "common/checks.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/math/kernel_layout.h"
-#include "ops/decode_attention_contract.h"
-#include "ops/flash_attention_contract.h"
+#include "ops/attention_contract.h"
 
 #include <ATen/ATen.h>
 #include <torch/library.h>

@@ -1,10 +1,10 @@
-// The CPU implementation of the attn::flash_attention ops: checks the arguments (ops/flash_attention_contract.h),
+// The CPU implementation of the attn::flash_attention ops: checks the arguments (ops/attention_contract.h),
 // lays the tensors out for the kernels and calls the variant for this CPU.
 
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/math/kernel_layout.h"
 #include "ops/cpu/products/route.h"
-#include "ops/flash_attention_contract.h"
+#include "ops/attention_contract.h"
 #include "ops/flash_attention_schema.h"
 
 #include <ATen/ATen.h>

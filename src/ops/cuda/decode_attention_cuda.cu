@@ -12,8 +12,7 @@
 #include "common/checks.h"
 #include "ops/cuda/decode_attention_cuda.h"
 #include "ops/cuda/elements.cuh"
-#include "ops/decode_attention_contract.h"
-#include "ops/flash_attention_contract.h"
+#include "ops/attention_contract.h"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>

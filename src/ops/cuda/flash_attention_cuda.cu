@@ -16,7 +16,7 @@
 #include "ops/cuda/elements.cuh"
 #include "ops/cuda/flash_attention_cuda.h"
 #include "ops/cuda/mma.cuh"
-#include "ops/flash_attention_contract.h"
+#include "ops/attention_contract.h"
 #include "ops/flash_attention_schema.h"
 
 #include <ATen/ATen.h>

@@ -1,8 +1,8 @@
 // The Meta kernels of the attn::flash_attention ops: shapes, dtypes and strides without data, the same as the
-// CPU kernels' (ops/flash_attention_contract.h). PyTorch 2.x's torch.compile and torch.export trace custom ops
+// CPU kernels' (ops/attention_contract.h). PyTorch 2.x's torch.compile and torch.export trace custom ops
 // with these (as their "fake" implementation); any LibTorch can run the ops on the meta device with them.
 
-#include "ops/flash_attention_contract.h"
+#include "ops/attention_contract.h"
 #include "ops/flash_attention_schema.h"
 
 #include <ATen/ATen.h>

@@ -1,7 +1,7 @@
 #pragma once
 // What the decode kernel (decode/decode_kernel.h) reads and writes, validated by the op (decode_attention_cpu.cpp).
 #include "common/band.h"
-#include "ops/cpu/flash/problem.h"
+#include "ops/cpu/math/kernel_layout.h"
 
 #include <cstdint>
 

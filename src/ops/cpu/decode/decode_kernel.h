@@ -1,5 +1,5 @@
 // The decode kernel (split-KV, FlashDecoding's scheme), compiled once per instruction set like the fused
-// kernels (isa/variant_*.cpp). No include guard on purpose: each variant file includes it once.
+// kernels (ops/cpu/variant_*.cpp). No include guard on purpose: each variant file includes it once.
 //
 // Decoding reads the whole cache for a few FLOPs per element, so it is bound by memory bandwidth. Each task
 // takes one split of kDecodeKeyBlock keys of one (batch row, K/V head) and computes, for every query row of

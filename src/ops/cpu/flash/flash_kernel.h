@@ -1,4 +1,4 @@
-// The fused kernels of one instruction-set variant: the including file (isa/variant_*.cpp) defines
+// The fused kernels of one instruction-set variant: the including file (ops/cpu/variant_*.cpp) defines
 // ATTN_KERNEL_NAMESPACE and ATTN_KERNEL_VARIANT, and CMake CPU_CAPABILITY, which selects at::vec's
 // implementation. Each entry point takes its call's product route (products/flash_products.h) and runs the
 // pass's loop on it.
@@ -19,12 +19,13 @@ namespace {
 
 template <typename T, typename In>
 void run_forward(const FlashForward<T, In>& args) {
-  with_products(args, [&](const auto& products) { forward(args, products); });
+  with_products(args.problem, static_cast<const View4<const In>*>(nullptr),
+                [&](const auto& products) { forward(args, products); });
 }
 
 template <typename T, typename In>
 void run_backward(const FlashBackward<T, In>& args) {
-  with_products(args, [&](const auto& products) { backward(args, products); });
+  with_products(args.problem, &args.grad_out, [&](const auto& products) { backward(args, products); });
 }
 
 }  // namespace

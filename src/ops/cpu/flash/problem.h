@@ -1,9 +1,10 @@
 #pragma once
-// What the fused kernels read and write: strided views of the tensors, the problem (sizes, masks, variants)
-// and the forward and backward passes' arguments, validated by the op (flash_attention_cpu.cpp): shapes agree,
-// the last dimension of every tensor is contiguous. Also the tile sizes of both passes.
+// What the fused kernels read and write: the problem (the tile operands, the masks and the variants) and the
+// forward and backward passes' arguments, validated by the op (flash_attention_cpu.cpp): shapes agree, the last
+// dimension of every tensor is contiguous. Also the tile sizes of both passes.
 #include "common/band.h"
-#include "ops/cpu/products/route.h"
+#include "ops/cpu/math/kernel_layout.h"
+#include "ops/cpu/products/operands.h"
 
 #include <c10/util/BFloat16.h>
 
@@ -11,29 +12,15 @@
 
 namespace attn::ops::cpu {
 
-/// A strided [B, H, rows, cols] view: element (b, h, i, j) is at data[b*sb + h*sh + i*si + j]. Masks use
-/// stride 0 to broadcast, and their innermost stride `sj` may be anything.
-template <typename T>
-struct View4 {
-  T* data = nullptr;
-  int64_t sb = 0, sh = 0, si = 0, sj = 1;
-  T* row(int64_t b, int64_t h, int64_t i) const { return data + b * sb + h * sh + i * si; }
-};
-
-/// What the forward and backward kernels share: sizes, inputs, masks and options.
-/// In is the element type of q, k, v and the output: T itself, or bfloat16 for T = float on the bfloat16 pairs
-/// route, whose tile products accumulate in float.
+/// What the forward and backward kernels share: the tile operands (sizes, q, k, v, scale, product route), and
+/// the masks and variants. In is the element type of q, k, v and the output (TileOperands).
 template <typename T, typename In = T>
-struct FlashProblem {
-  int64_t batch = 0, heads = 0, tq = 0, tk = 0, dk = 0, dv = 0;
-  int64_t kv_heads = 0;  // k and v have kv_heads heads, each shared by heads / kv_heads query heads
-  View4<const In> q, k, v;
+struct FlashProblem : TileOperands<T, In> {
   View4<const bool> key_padding;  // [B, H, 1, Tk] (si unused); data == nullptr when absent; true = padding
   View4<const bool> attend;       // [B, H, Tq, Tk]; true = may attend
   View4<const T> additive;        // [B, H, Tq, Tk]
   bool causal = false;
   int64_t causal_offset = 0;  // key j allowed for query i iff j <= i + causal_offset
-  T scale = 1;
   // The window band around the diagonal j = i + offset: offset - window_left <= j - i <= offset + window_right,
   // -1 unbounded (backends/masks.h, Band). Causal bounds the right side at 0.
   int64_t window_left = -1, window_right = -1;
@@ -46,13 +33,8 @@ struct FlashProblem {
   const int64_t* cu_seqlens_q = nullptr;
   const int64_t* cu_seqlens_k = nullptr;
   int64_t sequences = 0;
-  ProductRoute route = ProductRoute::Blas;  // the tile products (products/route.h), chosen by the op
 
   int64_t right_bound() const { return common::band_right(causal, window_right); }
-
-  /// How many query heads share one key/value head, and which one query head h reads.
-  int64_t group() const { return heads / kv_heads; }
-  int64_t kv_head(int64_t h) const { return h / group(); }
 };
 
 template <typename T, typename In = T>
@@ -75,17 +57,10 @@ struct FlashBackward {
   View4<T> grad_k, grad_v;     // [B, H_kv, Tk, dk], [B, H_kv, Tk, dv]: summed over each group of query heads
 };
 
-/// Where one tile of a pass lies: batch row b, query head h and its kv head hk, query rows [i, i + rows) and
-/// key rows [j, j + cols) of that batch row (a packed sequence's offsets included). The product routes read
-/// their operands from here.
-struct TileAt {
-  int64_t b, h, hk, i, rows, j, cols;
-};
-
 /// Tile sizes: query rows and key rows per tile. A [kQueryBlock, kKeyBlock] score tile plus the output
-/// accumulator stay in L2; the key tile is wide enough that P·V runs as an efficient GEMM. 128 query rows
-/// rather than 256 halve the masked half of each causal diagonal tile: causal T=2048 ran 10 % (float) and
-/// 14 % (bfloat16) faster on the Zen 4, noncausal the same; 64 slowed noncausal float by 7 %.
+/// accumulator stay in L2; the key tile is wide enough that P·V runs as an efficient product. 128 query rows
+/// halve the masked half of each causal diagonal tile against 256 (bench/RESULTS.md, "Where the kernels'
+/// constants come from").
 inline constexpr int64_t kQueryBlock = 128;
 inline constexpr int64_t kKeyBlock = 512;
 inline constexpr int64_t kBackwardQueryBlock = 64;

@@ -1,12 +1,9 @@
 #pragma once
 // The kernels of each instruction-set variant: one type per variant whose static members are its kernels.
-// isa/variant_<name>.cpp compiles the kernels' headers with that instruction set's flags and defines the
-// members there; isa/dispatch.h picks the variant. Every variant has every kernel: a product route a variant
-// lacks fails an internal assertion (products/flash_products.h), which products/route.h never lets happen.
-
-#include "ops/cpu/decode/decode_args.h"
-#include "ops/cpu/flash/problem.h"
-#include "ops/cpu/linear/linear_rows_args.h"
+// ops/cpu/variant_<name>.cpp compiles the kernels' headers with that instruction set's flags, and they define
+// the members there; isa/dispatch.h picks the variant. Every variant has every kernel: a product route a
+// variant lacks fails an internal assertion (products/flash_products.h), which products/route.h never lets
+// happen. The arguments' types are only named here (flash/, decode/, linear/ define them).
 
 #include <c10/util/BFloat16.h>
 
@@ -14,12 +11,21 @@
 
 namespace attn::ops::cpu {
 
+template <typename T, typename In>
+struct FlashForward;
+template <typename T, typename In>
+struct FlashBackward;
+template <typename T, typename KV>
+struct DecodeArgs;
+template <typename W>
+struct LinearRowsArgs;
+
 #define ATTN_VARIANT_KERNELS                                               \
-  static void flash_forward(const FlashForward<float>& args);              \
-  static void flash_forward(const FlashForward<double>& args);             \
+  static void flash_forward(const FlashForward<float, float>& args);       \
+  static void flash_forward(const FlashForward<double, double>& args);     \
   static void flash_forward(const FlashForward<float, c10::BFloat16>& args); \
-  static void flash_backward(const FlashBackward<float>& args);            \
-  static void flash_backward(const FlashBackward<double>& args);           \
+  static void flash_backward(const FlashBackward<float, float>& args);     \
+  static void flash_backward(const FlashBackward<double, double>& args);   \
   static void flash_backward(const FlashBackward<float, c10::BFloat16>& args); \
   static void decode_forward(const DecodeArgs<float, float>& args);        \
   static void decode_forward(const DecodeArgs<double, double>& args);      \

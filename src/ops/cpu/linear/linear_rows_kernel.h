@@ -1,12 +1,12 @@
-// The few-row linear kernel (attn::linear_rows), compiled once per instruction set (isa/variant_*.cpp). No
-// include guard on purpose: each variant file includes it once.
+// The few-row linear kernel (attn::linear_rows), compiled once per instruction set (ops/cpu/variant_*.cpp).
+// No include guard on purpose: each variant file includes it once.
 //
 // A decoding step multiplies one row per sequence by every weight matrix of the model, so its speed is the
 // rate at which the weights stream from memory. Each task walks a contiguous range of weight rows in order,
 // one row at a time, and multiplies that row with every row of x while it is in registers: one sequential
-// stream per thread, which the hardware prefetcher follows best (bench/RESULTS.md, linear_rows). bfloat16
-// weights are widened to float as they are loaded, or multiplied as bfloat16 pairs
-// (products/linear_products.h).
+// stream per thread, which the hardware prefetcher follows best (bench/RESULTS.md, "Where the kernels'
+// constants come from"). bfloat16 weights are widened to float as they are loaded, or multiplied as bfloat16
+// pairs (products/linear_products.h).
 
 #ifndef ATTN_KERNEL_NAMESPACE
 #error "define ATTN_KERNEL_NAMESPACE and ATTN_KERNEL_VARIANT before including linear/linear_rows_kernel.h"
@@ -32,7 +32,7 @@ template <int R, typename W>
 void linear_rows_range(const LinearRowsArgs<W>& a, int64_t begin, int64_t end) {
   float s[R];
   for (int64_t o = begin; o < end; ++o) {
-    weight_row_dots<R>(a, a.weight + o * a.weight_stride, s);
+    weight_row_dots<R>(a.x, a.x_native, a.in, a.weight + o * a.weight_stride, a.pairs, s);
     const float b = a.bias ? a.bias[o] : 0.0f;
     for (int r = 0; r < R; ++r) a.y[r * a.out + o] = s[r] + b;
   }

@@ -1,5 +1,6 @@
 #pragma once
-// The tensor layout the CPU kernels read through raw pointers, shared by the fused and decode ops.
+// The tensor layout the CPU kernels read through raw pointers, shared by every op: the layout a tensor is
+// brought to (row_major_layout) and the strided view the kernels read it through (View4).
 
 #include <ATen/core/Tensor.h>
 
@@ -7,6 +8,15 @@
 #include <limits>
 
 namespace attn::ops::cpu {
+
+/// A strided [B, H, rows, cols] view: element (b, h, i, j) is at data[b*sb + h*sh + i*si + j]. Masks use
+/// stride 0 to broadcast, and their innermost stride `sj` may be anything.
+template <typename T>
+struct View4 {
+  T* data = nullptr;
+  int64_t sb = 0, sh = 0, si = 0, sj = 1;
+  T* row(int64_t b, int64_t h, int64_t i) const { return data + b * sb + h * sh + i * si; }
+};
 
 /// The kernels need unit stride along d and rows that do not overlap (BLAS and the row loops read them as a
 /// matrix). Other layouts, e.g. a stride-0 expanded sequence, are copied; ordinary views pass through untouched.

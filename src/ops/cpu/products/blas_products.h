@@ -4,8 +4,9 @@
 // ATTN_FLOAT_PRODUCTS=blas. The members are the route's part of the passes (products/flash_products.h says
 // what each computes).
 
-#include "ops/cpu/flash/problem.h"
+#include "ops/cpu/math/kernel_layout.h"
 #include "ops/cpu/products/blas.h"
+#include "ops/cpu/products/operands.h"
 #include "ops/cpu/products/probabilities.h"
 
 #include <algorithm>
@@ -37,8 +38,8 @@ class BlasProducts : public ProbabilitiesInTile<T> {
   struct Scratch {};
   static constexpr bool kRowMaxima = false;
 
-  explicit BlasProducts(const FlashForward<T>& args) : p_(args.problem) {}
-  explicit BlasProducts(const FlashBackward<T>& args) : p_(args.problem), grad_out_(args.grad_out) {}
+  explicit BlasProducts(const TileOperands<T>& operands) : p_(operands) {}
+  BlasProducts(const TileOperands<T>& operands, const View4<const T>& grad_out) : p_(operands), grad_out_(grad_out) {}
 
   void scores(Scratch&, const TileAt& t, T* s, int64_t lds, float* /*lane_max*/) const {
     gemm<T>(false, true, t.rows, t.cols, p_.dk, p_.scale, q(t), p_.q.si, k(t), p_.k.si, T(0), s, lds);
@@ -67,7 +68,7 @@ class BlasProducts : public ProbabilitiesInTile<T> {
   const T* v(const TileAt& t) const { return p_.v.row(t.b, t.hk, t.j); }
   const T* dout(const TileAt& t) const { return grad_out_.row(t.b, t.h, t.i); }
 
-  const FlashProblem<T>& p_;
+  const TileOperands<T>& p_;
   View4<const T> grad_out_;
 };
 

@@ -1,10 +1,10 @@
 #pragma once
-// The fused kernels' product routes, and the one switch that turns a call's route (FlashProblem::route, chosen
+// The fused kernels' product routes, and the one switch that turns a call's route (TileOperands::route, chosen
 // by products/route.h) into the type whose members the forward and backward loops call. The only place that
 // knows which routes this instruction-set variant compiled.
 //
-// A route is a type constructed once per call from the pass's arguments (it packs what it packs there) and
-// then shared, read-only, by every task; each task owns a Route::Scratch. For a tile at TileAt t:
+// A route is a type constructed once per call from the tile operands (and dO, backward), packing what it packs
+// there, and then shared, read-only, by every task; each task owns a Route::Scratch. For a tile at TileAt t:
 //   Forward   scores(st, t, s, lds, lane_max)       S = scale · Q·Kᵀ; with lane_max (kRowMaxima routes, a
 //                                                    tile without masks or score terms), each row's maxima
 //                                                    over kRowMaxLanes lanes
@@ -19,8 +19,10 @@
 //             add_grad_keys(st, t, ds, ldds, dk, ld) dK += scale · dSᵀ·Q
 //             add_grad_queries(st, t, ds, ldds, dq, ld)  dQ += scale · dS·K, where the block's keys are finite
 
-#include "ops/cpu/flash/problem.h"
+#include "ops/cpu/math/kernel_layout.h"
+#include "ops/cpu/math/rows.h"
 #include "ops/cpu/products/blas_products.h"
+#include "ops/cpu/products/operands.h"
 #include "ops/cpu/products/route.h"
 
 #if defined(CPU_CAPABILITY_AVX512)
@@ -56,26 +58,36 @@ inline float lanes_max(const float* lanes) {
   return m;
 }
 
-/// Calls run(route) with the route args.problem.route names, constructed from `args` (a FlashForward or a
-/// FlashBackward).
-template <template <typename, typename> class Pass, typename T, typename In, typename Run>
-void with_products(const Pass<T, In>& args, const Run& run) {
-  switch (args.problem.route) {
+/// A route for a forward pass (grad_out null) or a backward one.
+template <typename Route, typename T, typename In>
+Route make_route(const TileOperands<T, In>& o, const View4<const In>* grad_out) {
+  return grad_out ? Route(o, *grad_out) : Route(o);
+}
+
+/// Calls run(route) with the route o.route names, constructed from `o`, and from *grad_out for a backward pass
+/// (nullptr forward).
+template <typename T, typename In, typename Run>
+void with_products(const TileOperands<T, In>& o, const View4<const In>* grad_out, const Run& run) {
+  switch (o.route) {
     case ProductRoute::Blas:
-      if constexpr (std::is_same_v<T, In>) return run(BlasProducts<T>(args));
+      if constexpr (std::is_same_v<T, In>) return run(make_route<BlasProducts<T>>(o, grad_out));
       break;
     case ProductRoute::FloatTiles:
 #ifdef ATTN_FLOAT_TILE_PRODUCTS
-      if constexpr (std::is_same_v<T, float> && std::is_same_v<In, float>) return run(FloatTileProducts(args));
+      if constexpr (std::is_same_v<T, float> && std::is_same_v<In, float>) {
+        return run(make_route<FloatTileProducts>(o, grad_out));
+      }
 #endif
       break;
     case ProductRoute::BfloatPairs:
 #ifdef ATTN_PAIR_PRODUCTS
-      if constexpr (std::is_same_v<T, float> && std::is_same_v<In, c10::BFloat16>) return run(PairProducts(args));
+      if constexpr (std::is_same_v<T, float> && std::is_same_v<In, c10::BFloat16>) {
+        return run(make_route<PairProducts>(o, grad_out));
+      }
 #endif
       break;
   }
-  TORCH_INTERNAL_ASSERT(false, "attn: the ", product_route_name(args.problem.route),
+  TORCH_INTERNAL_ASSERT(false, "attn: the ", product_route_name(o.route),
                         " route was not compiled for these inputs in this instruction-set variant");
 }
 

@@ -4,7 +4,8 @@
 // transposed) is read where it lies, and Q·Kᵀ's epilogue gives the softmax its row maxima. AVX-512 variant
 // only.
 
-#include "ops/cpu/flash/problem.h"
+#include "ops/cpu/math/kernel_layout.h"
+#include "ops/cpu/products/operands.h"
 #include "ops/cpu/products/float_tiles.h"
 #include "ops/cpu/products/probabilities.h"
 #include "ops/cpu/products/uninitialised.h"
@@ -21,11 +22,11 @@ class FloatTileProducts : public ProbabilitiesInTile<float> {
   struct Scratch {};
   static constexpr bool kRowMaxima = true;
 
-  explicit FloatTileProducts(const FlashForward<float>& args)
-      : p_(args.problem), keys_t_(transposed(p_.k, p_.batch, p_.kv_heads, p_.tk, p_.dk)) {}
-  explicit FloatTileProducts(const FlashBackward<float>& args)
-      : p_(args.problem),
-        grad_out_(args.grad_out),
+  explicit FloatTileProducts(const TileOperands<float>& operands)
+      : p_(operands), keys_t_(transposed(p_.k, p_.batch, p_.kv_heads, p_.tk, p_.dk)) {}
+  FloatTileProducts(const TileOperands<float>& operands, const View4<const float>& grad_out)
+      : p_(operands),
+        grad_out_(grad_out),
         keys_t_(transposed(p_.k, p_.batch, p_.kv_heads, p_.tk, p_.dk)),
         values_t_(transposed(p_.v, p_.batch, p_.kv_heads, p_.tk, p_.dv)) {}
 
@@ -83,7 +84,7 @@ class FloatTileProducts : public ProbabilitiesInTile<float> {
   const float* v(const TileAt& t) const { return p_.v.row(t.b, t.hk, t.j); }
   const float* dout(const TileAt& t) const { return grad_out_.row(t.b, t.h, t.i); }
 
-  const FlashProblem<float>& p_;
+  const TileOperands<float>& p_;
   View4<const float> grad_out_;
   Transposed keys_t_, values_t_;
 };

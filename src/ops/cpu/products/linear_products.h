@@ -5,7 +5,6 @@
 // per 32 weights and row, where widening takes four instructions). The only place that knows whether this
 // instruction-set variant compiled the pairs.
 
-#include "ops/cpu/linear/linear_rows_args.h"
 #include "ops/cpu/products/row_tiles.h"
 
 #if defined(CPU_CAPABILITY_AVX512) && defined(ATTN_HAVE_BF16_DOT)
@@ -21,19 +20,21 @@
 
 namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE {
 
-/// s[r] = Σ_i x[r, i] · w[i] for r < R.
+/// s[r] = Σ_i x[r, i] · w[i] for r < R, over `in` elements: x's rows contiguous, as float (x) and in W
+/// (x_native, which the pairs read); with `pairs`, as bfloat16 pairs.
 template <int R, typename W>
-void weight_row_dots(const LinearRowsArgs<W>& a, const W* w, float* s) {
+void weight_row_dots(const float* x, const W* x_native, int64_t in, const W* w, bool pairs, float* s) {
   if constexpr (std::is_same_v<W, c10::BFloat16>) {
-    if (a.pairs) {
+    if (pairs) {
 #ifdef ATTN_LINEAR_PAIR_PRODUCTS
-      return bf16_dot_rows(R, a.x_native, a.in, w, s);
+      return bf16_dot_rows(R, x_native, in, w, s);
 #else
       TORCH_INTERNAL_ASSERT(false, "attn: linear_rows' bfloat16 pairs were not compiled in this variant");
 #endif
     }
   }
-  score_tile<R, 1, float, W>(a.x, w, a.weight_stride, a.in, 1.0f, s, 1);
+  (void)x_native, (void)pairs;
+  score_tile<R, 1, float, W>(x, w, /*ks=*/in, in, 1.0f, s, 1);
 }
 
 }  // namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE

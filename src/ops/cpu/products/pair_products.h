@@ -5,10 +5,11 @@
 // forward; Kᵀ, Vᵀ, and K, Q and dO in pairs of rows backward) are packed once per call and read by every tile.
 // AVX-512 variant, on a CPU with AVX512-BF16 only.
 
-#include "ops/cpu/flash/problem.h"
+#include "ops/cpu/math/kernel_layout.h"
 #include "ops/cpu/math/rows.h"
 #include "ops/cpu/products/bf16_pairs.h"
 #include "ops/cpu/products/bf16_softmax.h"
+#include "ops/cpu/products/operands.h"
 #include "ops/cpu/products/uninitialised.h"
 
 #include <ATen/Parallel.h>
@@ -27,20 +28,22 @@ class PairProducts {
   /// A task's own buffers: the rounded left operands, and the pairs of rows a tile cannot take from the packed
   /// heads (an odd start or count).
   struct Scratch {
-    std::vector<BFloat16> probs;       // forward: P rounded, kProbsLd a row
+    std::vector<BFloat16> probs;       // forward: P rounded, probs_ld a row
+    int64_t probs_ld = 0;
     std::vector<uint32_t> value_pairs;  // forward: the tile's V in pairs of rows
     std::vector<uint32_t> prob_pairs, grad_score_pairs;  // backward: Pᵀ and dSᵀ as left operands
-    std::vector<BFloat16> grad_scores;                  // backward: dS rounded, kGradScoresLd a row
+    std::vector<BFloat16> grad_scores;                  // backward: dS rounded, a row as long as dS's plus 2
     std::vector<uint32_t> query_pairs, grad_out_pairs, key_pairs;
     const uint32_t* key_block_pairs = nullptr;  // backward: the key block's K in pairs of rows (key_block)
   };
   static constexpr bool kRowMaxima = true;
 
-  explicit PairProducts(const FlashForward<float, BFloat16>& args) : p_(args.problem) {
+  explicit PairProducts(const TileOperands<float, BFloat16>& operands) : p_(operands) {
     keys_t_ = transposed_in_pairs(p_.k, p_.batch, p_.kv_heads, p_.tk, p_.dk);
     value_rows_ = rows_in_pairs(p_.v, p_.batch, p_.kv_heads, p_.tk, p_.dv);
   }
-  explicit PairProducts(const FlashBackward<float, BFloat16>& args) : p_(args.problem), grad_out_(args.grad_out) {
+  PairProducts(const TileOperands<float, BFloat16>& operands, const View4<const BFloat16>& grad_out)
+      : p_(operands), grad_out_(grad_out) {
     keys_t_ = transposed_in_pairs(p_.k, p_.batch, p_.kv_heads, p_.tk, p_.dk);
     values_t_ = transposed_in_pairs(p_.v, p_.batch, p_.kv_heads, p_.tk, p_.dv);
     key_rows_ = rows_in_pairs(p_.k, p_.batch, p_.kv_heads, p_.tk, p_.dk);
@@ -48,7 +51,11 @@ class PairProducts {
     grad_out_rows_ = rows_in_pairs(grad_out_, p_.batch, p_.heads, p_.tq, p_.dv);
   }
 
-  void scores(Scratch&, const TileAt& t, float* s, int64_t lds, float* lane_max) const {
+  /// Also sizes the rounded P of the tile's rows (exp_sum writes it): a row as long as S's, plus the zero pad
+  /// element of an odd count and one more to keep pairs aligned.
+  void scores(Scratch& st, const TileAt& t, float* s, int64_t lds, float* lane_max) const {
+    st.probs_ld = lds + 2;
+    if (static_cast<int64_t>(st.probs.size()) < t.rows * st.probs_ld) st.probs.resize(t.rows * st.probs_ld);
     bf16_gemm(t.rows, t.cols, keys_t_.pairs, p_.scale, LeftOperand{q(t), p_.q.si, 2},
               PairsOperand{keys_t_.of(t.b, t.hk) + t.j, keys_t_.ld}, 0.0f, s, lds, lane_max);
   }
@@ -56,17 +63,17 @@ class PairProducts {
   /// non-finite value in the tile) needs it.
   float exp_sum(Scratch& st, int64_t r, float* row, int64_t cols, float max, bool values_finite) const {
     if (!values_finite) return exp_shifted_sum(row, cols, max);
-    return exp_round_sum(row, cols, max, probs_row(st, r));
+    return exp_round_sum(row, cols, max, st.probs.data() + r * st.probs_ld);
   }
   void no_keys_yet(Scratch& st, int64_t r, float* row, int64_t cols) const {
     std::fill(row, row + cols, 0.0f);
-    std::fill_n(probs_row(st, r), cols + 1, BFloat16(0.0f));
+    std::fill_n(st.probs.data() + r * st.probs_ld, cols + 1, BFloat16(0.0f));
   }
   /// acc += P·V with the rounded P (exp_sum), not `p`.
   void add_values(Scratch& st, const TileAt& t, const float* /*p*/, int64_t /*ldp*/, float* acc,
                   int64_t ldacc) const {
     const uint32_t* v_pairs = pairs_of_rows(value_rows_, p_.v, t.b, t.hk, t.j, t.cols, p_.dv, st.value_pairs);
-    bf16_gemm(t.rows, p_.dv, (t.cols + 1) / 2, 1.0f, LeftOperand{st.probs.data(), kProbsLd, 2},
+    bf16_gemm(t.rows, p_.dv, (t.cols + 1) / 2, 1.0f, LeftOperand{st.probs.data(), st.probs_ld, 2},
               PairsOperand{v_pairs, value_rows_.ld}, 1.0f, acc, ldacc);
   }
 
@@ -77,7 +84,7 @@ class PairProducts {
         keys_finite ? pairs_of_rows(key_rows_, p_.k, t.b, t.hk, t.j, t.cols, p_.dk, st.key_pairs) : nullptr;
   }
   void add_grad_values(Scratch& st, const TileAt& t, const float* p, int64_t ldp, float* dv, int64_t lddv) const {
-    st.prob_pairs.resize((kBackwardQueryBlock + 1) / 2 * ldp);
+    st.prob_pairs.resize((t.rows + 1) / 2 * ldp);
     pack_rows_in_pairs(p, ldp, t.rows, t.cols, st.prob_pairs.data(), ldp);
     const uint32_t* dout_pairs =
         pairs_of_rows(grad_out_rows_, grad_out_, t.b, t.h, t.i, t.rows, p_.dv, st.grad_out_pairs);
@@ -90,7 +97,7 @@ class PairProducts {
               PairsOperand{values_t_.of(t.b, t.hk) + t.j, values_t_.ld}, 0.0f, dp, lddp);
   }
   void add_grad_keys(Scratch& st, const TileAt& t, const float* ds, int64_t ldds, float* dk, int64_t lddk) const {
-    st.grad_score_pairs.resize((kBackwardQueryBlock + 1) / 2 * ldds);
+    st.grad_score_pairs.resize((t.rows + 1) / 2 * ldds);
     pack_rows_in_pairs(ds, ldds, t.rows, t.cols, st.grad_score_pairs.data(), ldds);
     const uint32_t* q_pairs = pairs_of_rows(query_rows_, p_.q, t.b, t.h, t.i, t.rows, p_.dk, st.query_pairs);
     bf16_gemm(t.cols, p_.dk, (t.rows + 1) / 2, p_.scale,
@@ -99,18 +106,15 @@ class PairProducts {
   }
   /// dQ += scale · dS·K with dS rounded; only after key_block() found the block's keys finite.
   void add_grad_queries(Scratch& st, const TileAt& t, const float* ds, int64_t ldds, float* dq, int64_t lddq) const {
-    st.grad_scores.resize(kBackwardQueryBlock * kGradScoresLd);
+    const int64_t ld = ldds + 2;  // the zero pad element of an odd count, and pairs kept aligned
+    st.grad_scores.resize(t.rows * ld);
     BFloat16* rounded = st.grad_scores.data();
-    for (int64_t r = 0; r < t.rows; ++r) round_to_bfloat16(ds + r * ldds, t.cols, rounded + r * kGradScoresLd);
-    bf16_gemm(t.rows, p_.dk, (t.cols + 1) / 2, p_.scale, LeftOperand{rounded, kGradScoresLd, 2},
+    for (int64_t r = 0; r < t.rows; ++r) round_to_bfloat16(ds + r * ldds, t.cols, rounded + r * ld);
+    bf16_gemm(t.rows, p_.dk, (t.cols + 1) / 2, p_.scale, LeftOperand{rounded, ld, 2},
               PairsOperand{st.key_block_pairs, key_rows_.ld}, 1.0f, dq, lddq);
   }
 
  private:
-  /// Row lengths of the rounded left operands: a key block and the zero pad element of an odd count.
-  static constexpr int64_t kProbsLd = kKeyBlock + 2;
-  static constexpr int64_t kGradScoresLd = kBackwardKeyBlock + 2;
-
   /// Right operands packed once per call: for each of `heads` heads of every batch row (h = b · heads + head),
   /// either the transpose of its [rows, width] matrix in pairs layout (Kᵀ for Q·Kᵀ, Vᵀ for dO·Vᵀ: pairs along
   /// width, a column per row) or the matrix itself in pairs of rows (V for P·V, K for dS·K, Q and dO for the
@@ -173,15 +177,10 @@ class PairProducts {
     return scratch.data();
   }
 
-  static BFloat16* probs_row(Scratch& st, int64_t r) {
-    st.probs.resize(kQueryBlock * kProbsLd);
-    return st.probs.data() + r * kProbsLd;
-  }
-
   const BFloat16* q(const TileAt& t) const { return p_.q.row(t.b, t.h, t.i); }
   const BFloat16* dout(const TileAt& t) const { return grad_out_.row(t.b, t.h, t.i); }
 
-  const FlashProblem<float, BFloat16>& p_;
+  const TileOperands<float, BFloat16>& p_;
   View4<const BFloat16> grad_out_;
   PackedPairs keys_t_, value_rows_, values_t_, key_rows_, query_rows_, grad_out_rows_;
 };

@@ -26,7 +26,7 @@ ProductRoute flash_product_route(at::ScalarType input, bool pairs_fit);
 bool linear_rows_take_pairs(at::ScalarType weight);
 
 /// How much faster vdpbf16ps must measure than the float FMA (bf16_pair_speed) for bfloat16 to take the pairs
-/// (bench/RESULTS.md, "The bfloat16 route's threshold").
+/// (bench/RESULTS.md, "Where the kernels' constants come from").
 inline constexpr double kBf16RouteMargin = 1.5;
 /// Whether bfloat16 takes the pairs: forced with force_capability(Avx512Bf16) or ATTN_CPU_CAPABILITY=
 /// avx512_bf16; otherwise where the CPU has AVX512-BF16 and bf16_pair_speed() >= kBf16RouteMargin. The first
@@ -37,7 +37,7 @@ bool bf16_route_chosen();
 double bf16_pair_speed();
 
 /// The products of float tiles on the AVX-512 variant: attn's register tiles unless ATTN_FLOAT_PRODUCTS=blas or
-/// forced (bench/RESULTS.md, issue 15, has the measurement behind the default).
+/// forced (bench/RESULTS.md, "Where the kernels' constants come from").
 enum class FloatProducts { Tiles, Blas };
 FloatProducts float_products();
 /// Forces the float products (tests run both); `reset_float_products()` undoes it.

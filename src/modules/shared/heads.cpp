@@ -1,8 +1,8 @@
-#include "modules/common/heads.h"
+#include "modules/shared/heads.h"
 
 #include "backends/cache.h"
 #include "backends/dispatch.h"
-#include "backends/projection.h"
+#include "backends/linear.h"
 #include "common/checks.h"
 
 #include <ATen/ATen.h>

@@ -1,4 +1,4 @@
-#include "backends/projection.h"
+#include "backends/linear.h"
 
 #include <attn/ops/linear_rows.h>
 

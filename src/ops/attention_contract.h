@@ -1,8 +1,9 @@
 #pragma once
-// What every kernel of the attn::flash_attention ops agrees on: the checks of their arguments (the op is a
-// public entry point of its own, reached from C++, Python and TorchScript) and the shapes, dtypes and strides
-// of their results. The CPU kernels (ops/cpu/) and the Meta kernels (ops/meta/, which torch.compile and
-// torch.export trace with) both use it, so the traced shapes are the computed ones.
+// What every kernel of the attention ops agrees on, attn::flash_attention's and attn::decode_attention's: the
+// checks of their arguments (each op is a public entry point of its own, reached from C++, Python and
+// TorchScript) and the shapes, dtypes and strides of their results. The CPU, CUDA and Meta kernels (ops/meta/,
+// which torch.compile and torch.export trace with) all use it, so the traced shapes are the computed ones; the
+// backends check a call on a KV cache with it too.
 
 #include <attn/ops/flash_attention.h>
 
@@ -52,5 +53,28 @@ double resolved_scale(c10::optional<double> scale, int64_t dk);
 /// `lse_type` (compute_type of the query).
 std::tuple<at::Tensor, at::Tensor> empty_forward_results(const FlashSizes& s, const at::TensorOptions& options,
                                                          at::ScalarType lse_type);
+
+// ---- attn::decode_attention: a call on a KV cache ----
+struct CacheSizes {
+  int64_t batch, heads, tq, dk, kv_heads, capacity, dv;
+};
+
+/// Checks query [B, H, Tq, d_k] (floating, d_k > 0), key_cache [B, H_kv, capacity, d_k] and value_cache
+/// [B, H_kv, capacity, d_v] (H_kv dividing H; the query's device and dtype), query_starts and key_lengths [B]
+/// integer tensors with query_starts[b] >= 0 and 0 <= key_lengths[b] <= capacity. `fn` names the caller.
+CacheSizes check_cache_call(const char* fn, const at::Tensor& query, const at::Tensor& key_cache,
+                            const at::Tensor& value_cache, const at::Tensor& query_starts,
+                            const at::Tensor& key_lengths);
+
+/// The decode op's variants (its arguments after the positions) as a fused call's arguments, checked as the
+/// fused op checks its own (check_variant_args), the scale included.
+FlashArguments check_decode_variants(const char* fn, const CacheSizes& s, const at::Tensor& query, bool is_causal,
+                                     c10::optional<double> scale, int64_t window_left, int64_t window_right,
+                                     double softcap, const c10::optional<at::Tensor>& alibi_slopes,
+                                     const c10::optional<at::Tensor>& sinks);
+
+/// Positions as the kernels read them: [B] int64 on the CPU, contiguous. `t` itself where it is so already (a
+/// KVCache's lengths are), else a converted copy.
+at::Tensor host_positions(const at::Tensor& t);
 
 }  // namespace attn::ops

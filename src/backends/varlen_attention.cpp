@@ -1,4 +1,4 @@
-#include "backends/varlen.h"
+#include "backends/varlen_attention.h"
 
 #include "backends/dispatch.h"
 #include "backends/implementations.h"

@@ -1,4 +1,4 @@
-#include "io/names.h"
+#include "io/parameter_names.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>

@@ -1,4 +1,4 @@
-#include "modules/common/settings.h"
+#include "modules/shared/settings.h"
 
 #include "common/alibi_slopes.h"
 
@@ -27,10 +27,6 @@ SdpaOptions sdpa_options(const AttentionOptions& attention, bool training, const
 torch::Tensor register_sinks(torch::nn::Module& module, bool sinks, int64_t num_heads) {
   if (!sinks) return {};
   return module.register_parameter("sinks", torch::zeros({num_heads}));
-}
-
-void check_positive(const char* module, const char* option, int64_t value) {
-  TORCH_CHECK(value > 0, module, ": ", option, " must be positive, got ", value);
 }
 
 void check_attention_options(const char* module, const AttentionOptions& attention) {

@@ -28,9 +28,8 @@ SdpaOptions sdpa_options(const AttentionOptions& attention, bool training, const
 /// Registers (or, when off, leaves out) the `sinks` parameter [num_heads] in zeros, as reset() does.
 torch::Tensor register_sinks(torch::nn::Module& module, bool sinks, int64_t num_heads);
 
-/// Validation shared by the modules' reset().
-void check_positive(const char* module, const char* option, int64_t value);
-/// dropout in [0, 1], a finite scale.
+/// Validation shared by the modules' reset() (besides common::check_positive): dropout in [0, 1], a finite
+/// scale.
 void check_attention_options(const char* module, const AttentionOptions& attention);
 /// a * b for a layer width, refusing int64 overflow; `what` spells the product, e.g. "num_heads * head_dim".
 int64_t checked_width(const char* module, const char* what, int64_t a, int64_t b);

@@ -1,0 +1,33 @@
+#pragma once
+// Which of attn's CPU kernels run on this machine: the instruction-set variant, the product routes of the fused
+// kernels, and whether their loops run threaded. For logs and benchmarks (attn-bench prints it).
+
+#include <string>
+
+namespace attn {
+
+/// Which fused CPU kernel runs here, for logs and benchmarks.
+struct CpuKernelInfo {
+  /// The instruction-set variant: "default", "avx2", "avx512" or "avx512_bf16".
+  std::string variant;
+  /// Whether a bfloat16 forward pass multiplies bfloat16 pairs (AVX512-BF16) rather than widening its inputs
+  /// to float: taken where the CPU has the instructions and they measured faster, at first use.
+  bool bfloat16_route = false;
+  /// That measurement: the FLOP rate of AVX512-BF16's pair product (vdpbf16ps) over the float FMA's, in
+  /// register-only loops; the route is taken at 1.5 or more (0 where not measured).
+  double bfloat16_pair_speed = 0.0;
+  /// The fused kernel's float tile products, forward and backward: "tiles" (attn's own register tiles, the
+  /// AVX-512 variant's default) or "blas" (LibTorch's BLAS once per tile: the other variants, or
+  /// ATTN_FLOAT_PRODUCTS=blas).
+  std::string float_products;
+  /// Whether the kernels spread their tiles over LibTorch's intra-op threads. True when attn was built with
+  /// OpenMP (GCC); a build without it (clang) runs the tile loops on the calling thread, and only the tile
+  /// GEMMs run threaded, inside the BLAS, whose rounding may then depend on the thread count.
+  bool parallel_loops = true;
+  /// One line that says the above, e.g. "avx512 (bfloat16 widened to float: AVX512-BF16 measured 0.52x),
+  /// float products on attn's tiles".
+  std::string summary;
+};
+CpuKernelInfo cpu_kernel_info();
+
+}  // namespace attn

@@ -1,0 +1,45 @@
+// attn::cpu_kernel_info (<attn/cpu_kernel_info.h>): what the CPU kernels' choices (ops/cpu/isa/capability.h,
+// ops/cpu/products/route.h) come to on this machine, in the public header's words.
+
+#include <attn/cpu_kernel_info.h>
+
+#include "ops/cpu/isa/capability.h"
+#include "ops/cpu/products/route.h"
+
+#include <cstdio>
+
+namespace attn {
+
+CpuKernelInfo cpu_kernel_info() {
+  using ops::cpu::Capability;
+  CpuKernelInfo info;
+  const Capability active = ops::cpu::active_capability();
+  info.bfloat16_route = ops::cpu::bf16_route_chosen();
+  info.variant = info.bfloat16_route                     ? "avx512_bf16"
+                 : active == Capability::Avx512Bf16 ? "avx512"
+                                                     : ops::cpu::capability_name(active);
+  info.bfloat16_pair_speed = ops::cpu::bf16_pair_speed();
+  char measured[64] = "";
+  if (info.bfloat16_pair_speed > 0) {
+    std::snprintf(measured, sizeof(measured), ": AVX512-BF16 measured %.2fx", info.bfloat16_pair_speed);
+  }
+  if (info.bfloat16_route) {
+    info.summary = info.variant + " (bfloat16 multiplied as bfloat16 pairs" + measured + ")";
+  } else if (ops::cpu::hardware_capability_limit() == Capability::Avx512Bf16) {
+    info.summary = info.variant + " (bfloat16 widened to float" + measured + ")";
+  } else {
+    info.summary = info.variant + " (bfloat16 widened to float: no AVX512-BF16)";
+  }
+  const bool tiles = ops::cpu::flash_product_route(at::kFloat, /*pairs_fit=*/true) == ops::cpu::ProductRoute::FloatTiles;
+  info.float_products = tiles ? "tiles" : "blas";
+  info.summary += info.float_products == "tiles" ? ", float products on attn's tiles" : ", float products on BLAS";
+#ifdef _OPENMP
+  info.parallel_loops = true;
+#else
+  info.parallel_loops = false;
+  info.summary += ", tile loops on the calling thread (built without OpenMP)";
+#endif
+  return info;
+}
+
+}  // namespace attn
