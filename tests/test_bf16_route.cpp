@@ -79,6 +79,40 @@ TEST(FloatProducts, KernelInfoSaysWhichProductsRun) {
   ops::cpu::reset_float_products();
 }
 
+// A fused call's product route is chosen once, by the op, from the inputs' dtype, what the CPU runs and the
+// settings: the rule of products/route.h, for every variant this CPU can force.
+TEST(ProductRoute, ChosenFromTheDtypeTheCpuAndTheSettings) {
+  using ops::cpu::ProductRoute;
+  const bool avx512 = ops::cpu::hardware_capability_limit() >= Capability::Avx512;
+  {
+    CapabilityScope avx2(Capability::Avx2);
+    EXPECT_EQ(ops::cpu::flash_product_route(at::kFloat, true), ProductRoute::Blas);
+    EXPECT_EQ(ops::cpu::flash_product_route(at::kBFloat16, true), ProductRoute::Blas);  // widened, on BLAS
+  }
+  EXPECT_EQ(ops::cpu::flash_product_route(at::kDouble, true), ProductRoute::Blas);
+  if (!avx512) {
+    std::printf("[ NOTE     ] this CPU has no AVX-512: only the BLAS route can run here\n");
+    EXPECT_EQ(ops::cpu::flash_product_route(at::kFloat, true), ProductRoute::Blas);
+    return;
+  }
+  CapabilityScope scope(Capability::Avx512);
+  EXPECT_EQ(ops::cpu::flash_product_route(at::kFloat, true), ProductRoute::FloatTiles);
+  // bfloat16 widened to float takes the float route of the variant.
+  EXPECT_EQ(ops::cpu::flash_product_route(at::kBFloat16, true), ProductRoute::FloatTiles);
+  ops::cpu::force_float_products(ops::cpu::FloatProducts::Blas);
+  EXPECT_EQ(ops::cpu::flash_product_route(at::kFloat, true), ProductRoute::Blas);
+  ops::cpu::reset_float_products();
+  if (!cpu_has_bf16_route()) {
+    std::printf("[ NOTE     ] this CPU has no AVX512-BF16: the pairs route cannot run here\n");
+    return;
+  }
+  CapabilityScope pairs(Capability::Avx512Bf16);
+  EXPECT_EQ(ops::cpu::flash_product_route(at::kBFloat16, true), ProductRoute::BfloatPairs);
+  // Odd pair dimensions widen instead; float never takes the pairs.
+  EXPECT_EQ(ops::cpu::flash_product_route(at::kBFloat16, false), ProductRoute::FloatTiles);
+  EXPECT_EQ(ops::cpu::flash_product_route(at::kFloat, true), ProductRoute::FloatTiles);
+}
+
 #ifdef ATTN_HAVE_BF16_DOT
 
 // The probe that chooses the route: a FLOP-rate ratio that can only lie between 0 and 4 (a pair product is two

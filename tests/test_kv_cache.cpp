@@ -116,6 +116,20 @@ TEST_P(DecodeKernel, ANonFiniteValueAtABlockedKeyContributesNothing) {
 INSTANTIATE_TEST_SUITE_P(Variants, DecodeKernel, ::testing::ValuesIn(kernel_grid()), kernel_param_name);
 
 
+// The positions may be any integer tensor: the op reads int64 CPU positions (a KVCache's lengths) in place and
+// converts the others, with the same result.
+TEST(DecodeKernel, TakesPositionsOfAnyIntegerType) {
+  torch::manual_seed(6);
+  const torch::Tensor q = torch::randn({2, 4, 1, 8}), kc = torch::randn({2, 2, 10, 8}), vc = torch::randn({2, 2, 10, 8});
+  const torch::Tensor expected = ops::decode_attention(q, kc, vc, longs({4, 8}), longs({5, 9}));
+  for (const torch::Dtype type : {torch::kInt, torch::kShort, torch::kByte}) {
+    const torch::Tensor starts = longs({4, 8}).to(type), lengths = longs({5, 9}).to(type);
+    EXPECT_TRUE(torch::equal(ops::decode_attention(q, kc, vc, starts, lengths), expected)) << c10::toString(type);
+  }
+  EXPECT_ERROR_CONTAINS(ops::decode_attention(q, kc, vc, longs({4, 8}).to(torch::kFloat), longs({5, 9})),
+                        "query_starts must hold integers, got Float");
+}
+
 TEST(DecodeKernel, RefusesInconsistentArguments) {
   const torch::Tensor q = torch::randn({2, 4, 1, 8}), kc = torch::randn({2, 2, 10, 8});
   EXPECT_ERROR_CONTAINS(ops::decode_attention(q, kc, kc, longs({0, 0}), longs({3, 11})),
@@ -143,8 +157,10 @@ TEST(KVCache, AppendWritesInPlaceAndOverflowWritesNothing) {
   KVCache cache(KVCacheOptions(2, 2, 3, 4, 8));
   const torch::Tensor buffer = cache.keys(1);
   const void* storage = buffer.data_ptr();
+  const void* lengths_storage = cache.lengths(1).data_ptr();
   const torch::Tensor k = torch::randn({2, 3, 6, 4}), v = torch::randn({2, 3, 6, 4});
   cache.append(1, k, v, {6, 2});
+  EXPECT_EQ(cache.lengths(1).data_ptr(), lengths_storage);  // the lengths advance in place, one tensor throughout
   EXPECT_EQ(values_of(cache.lengths(1)), (std::vector<int64_t>{6, 2}));
   EXPECT_EQ(values_of(cache.lengths(0)), (std::vector<int64_t>{0, 0}));
   EXPECT_EQ(cache.keys(1).data_ptr(), storage);  // no reallocation

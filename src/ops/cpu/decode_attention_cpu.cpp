@@ -22,6 +22,9 @@ View4<T> view(const at::Tensor& t) {
   return {t.data_ptr<std::remove_const_t<T>>(), t.stride(0), t.stride(1), t.stride(2), 1};
 }
 
+/// A cache as the kernel reads it, in its own element type.
+CacheView cache_view(const at::Tensor& t) { return {t.data_ptr(), t.stride(0), t.stride(1), t.stride(2), t.scalar_type()}; }
+
 at::Tensor decode_attention_cpu(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
                                 const at::Tensor& query_starts, const at::Tensor& key_lengths, bool is_causal,
                                 c10::optional<double> scale, int64_t window_left, int64_t window_right,
@@ -63,24 +66,15 @@ at::Tensor decode_attention_cpu(const at::Tensor& query, const at::Tensor& key_c
     }
     if (sink_logits.defined()) args.sinks = sink_logits.data_ptr<std::remove_const_t<T>>();
   };
-  if (bf16) {
-    DecodeArgs<float, c10::BFloat16> args;
-    fill(args);
-    args.q = view<const float>(q), args.k = view<const c10::BFloat16>(k), args.v = view<const c10::BFloat16>(v);
-    args.scale = static_cast<float>(sc);
-    args.out = view<float>(out);
-    decode_forward(args);
-    return out.to(at::kBFloat16);
-  }
   AT_DISPATCH_FLOATING_TYPES(compute, kOp, [&] {
-    DecodeArgs<scalar_t, scalar_t> args;
+    DecodeArgs<scalar_t> args;
     fill(args);
-    args.q = view<const scalar_t>(q), args.k = view<const scalar_t>(k), args.v = view<const scalar_t>(v);
+    args.q = view<const scalar_t>(q), args.k = cache_view(k), args.v = cache_view(v);
     args.scale = static_cast<scalar_t>(sc);
     args.out = view<scalar_t>(out);
     decode_forward(args);
   });
-  return out;
+  return bf16 ? out.to(at::kBFloat16) : out;
 }
 
 }  // namespace

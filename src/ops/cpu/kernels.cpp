@@ -39,15 +39,8 @@ void flash_backward(const FlashBackward<float, c10::BFloat16>& a) {
   check_pairs_route(a, true);
   on_active_variant([&](auto v) { decltype(v)::flash_backward(a); });
 }
-void decode_forward(const DecodeArgs<float, float>& a) {
-  on_active_variant([&](auto v) { decltype(v)::decode_forward(a); });
-}
-void decode_forward(const DecodeArgs<double, double>& a) {
-  on_active_variant([&](auto v) { decltype(v)::decode_forward(a); });
-}
-void decode_forward(const DecodeArgs<float, c10::BFloat16>& a) {
-  on_active_variant([&](auto v) { decltype(v)::decode_forward(a); });
-}
+void decode_forward(const DecodeArgs<float>& a) { on_active_variant([&](auto v) { decltype(v)::decode_forward(a); }); }
+void decode_forward(const DecodeArgs<double>& a) { on_active_variant([&](auto v) { decltype(v)::decode_forward(a); }); }
 void linear_rows(const LinearRowsArgs<float>& a) { on_active_variant([&](auto v) { decltype(v)::linear_rows(a); }); }
 void linear_rows(const LinearRowsArgs<c10::BFloat16>& a) {
   on_active_variant([&](auto v) { decltype(v)::linear_rows(a); });

@@ -21,9 +21,9 @@ void flash_forward(const FlashForward<float, c10::BFloat16>& args);
 void flash_backward(const FlashBackward<float>& args);
 void flash_backward(const FlashBackward<double>& args);
 void flash_backward(const FlashBackward<float, c10::BFloat16>& args);
-void decode_forward(const DecodeArgs<float, float>& args);
-void decode_forward(const DecodeArgs<double, double>& args);
-void decode_forward(const DecodeArgs<float, c10::BFloat16>& args);
+/// The decode kernel, in float for float and bfloat16 caches, in float64 for float64 ones.
+void decode_forward(const DecodeArgs<float>& args);
+void decode_forward(const DecodeArgs<double>& args);
 void linear_rows(const LinearRowsArgs<float>& args);
 void linear_rows(const LinearRowsArgs<c10::BFloat16>& args);
 /// x = cap · tanh(x / cap) over n floats, exactly as the active variant's kernels soft-cap a score row, with

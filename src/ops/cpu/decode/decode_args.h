@@ -3,20 +3,34 @@
 #include "common/band.h"
 #include "ops/cpu/math/kernel_layout.h"
 
+#include <c10/core/ScalarType.h>
+
 #include <cstdint>
 
 namespace attn::ops::cpu {
 
+/// A cache [B, H_kv, capacity, width] whose element type is a value: the decode kernel reads it as
+/// View4<const KV> for the KV that `type` names (decode/decode_kernel.h lists the element types it reads).
+struct CacheView {
+  const void* data = nullptr;
+  int64_t sb = 0, sh = 0, si = 0;
+  at::ScalarType type = at::kFloat;
+
+  template <typename KV>
+  View4<const KV> as() const {
+    return {static_cast<const KV*>(data), sb, sh, si, 1};
+  }
+};
+
 /// The decode kernel: few queries (Tq <= 16 or so) per batch row against a KV cache. Query t of row b sits at
 /// position p = query_starts[b] + t; it may attend key j iff j < key_lengths[b] and j lies in the band around
 /// p: when causal j <= p, with a window p - window_left <= j <= p + window_right (backends/masks.h,
-/// cache_blocked, states the same rule). The cache element type
-/// KV is the compute type T, or bfloat16 for T = float.
-template <typename T, typename KV>
+/// cache_blocked, states the same rule). T is the compute type; the caches keep their own element type.
+template <typename T>
 struct DecodeArgs {
   int64_t batch = 0, heads = 0, kv_heads = 0, tq = 0, dk = 0, dv = 0;
   View4<const T> q;          // [B, H, Tq, dk]
-  View4<const KV> k, v;      // [B, H_kv, capacity, dk|dv]
+  CacheView k, v;            // [B, H_kv, capacity, dk|dv]
   const int64_t* query_starts = nullptr;  // [B]
   const int64_t* key_lengths = nullptr;   // [B], each <= capacity
   bool causal = true;

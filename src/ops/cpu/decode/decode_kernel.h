@@ -24,6 +24,8 @@
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <cmath>
@@ -36,8 +38,8 @@ namespace {
 
 /// The keys [begin, end) query t of row b may attend: the cache rule of DecodeArgs (and of backends/masks.h),
 /// the band around the query's position p, cut to the written keys.
-template <typename T, typename KV>
-std::pair<int64_t, int64_t> key_band(const DecodeArgs<T, KV>& a, int64_t b, int64_t t) {
+template <typename T>
+std::pair<int64_t, int64_t> key_band(const DecodeArgs<T>& a, int64_t b, int64_t t) {
   const int64_t p = a.query_starts[b] + t, length = a.key_lengths[b], right = a.right_bound();
   const int64_t begin = a.window_left >= 0 ? std::clamp<int64_t>(p - a.window_left, 0, length) : 0;
   const int64_t end = right >= 0 ? std::clamp<int64_t>(p + right + 1, 0, length) : length;
@@ -110,8 +112,9 @@ struct DecodeState {
   std::vector<int64_t> begin, end;  // each packed row's allowed keys in the split, [begin, end)
 };
 
+/// The decode of caches whose elements are KV (k and v: a.k and a.v, typed).
 template <typename T, typename KV>
-void decode(const DecodeArgs<T, KV>& a) {
+void decode(const DecodeArgs<T>& a, const View4<const KV>& keys, const View4<const KV>& values) {
   const int64_t group = a.heads / a.kv_heads, rows = group * a.tq;
   // Row b's splits are [first_split[b], first_split[b + 1]); a row with no key still has one (empty) split.
   std::vector<int64_t> first_split(a.batch + 1, 0);
@@ -163,10 +166,10 @@ void decode(const DecodeArgs<T, KV>& a) {
     const int64_t lds = std::max<int64_t>(cols, 1);
     st.scores.resize(rows * lds);
     T* s = st.scores.data();
-    const KV* k = a.k.row(b, hk, j0);
-    const KV* v = a.v.row(b, hk, j0);
+    const KV* k = keys.row(b, hk, j0);
+    const KV* v = values.row(b, hk, j0);
     for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
-      score_rows(std::min<int64_t>(kTileRows, rows - r0), st.q.data() + r0 * a.dk, k, a.k.si, v, a.v.si, cols, a.dk,
+      score_rows(std::min<int64_t>(kTileRows, rows - r0), st.q.data() + r0 * a.dk, k, keys.si, v, values.si, cols, a.dk,
                  a.dv, a.scale, s + r0 * lds, lds);
     }
 
@@ -197,12 +200,12 @@ void decode(const DecodeArgs<T, KV>& a) {
       const int64_t common_begin = *std::max_element(st.begin.begin() + r0, st.begin.begin() + r0 + tile);
       const int64_t common_end = std::max(common_begin, *std::min_element(st.end.begin() + r0, st.end.begin() + r0 + tile));
       if (common_end > common_begin) {
-        weighted_sum_rows(tile, s + r0 * lds + common_begin, lds, common_end - common_begin, v + common_begin * a.v.si,
-                          a.v.si, a.dv, acc + r0 * a.dv);
+        weighted_sum_rows(tile, s + r0 * lds + common_begin, lds, common_end - common_begin,
+                          v + common_begin * values.si, values.si, a.dv, acc + r0 * a.dv);
       }
       for (int64_t r = r0; r < r0 + tile; ++r) {
         const auto add = [&](int64_t c) {
-          if (s[r * lds + c] != T(0)) axpy(s[r * lds + c], v + c * a.v.si, acc + r * a.dv, a.dv);
+          if (s[r * lds + c] != T(0)) axpy(s[r * lds + c], v + c * values.si, acc + r * a.dv, a.dv);
         };
         for (int64_t c = st.begin[r]; c < std::min(common_begin, st.end[r]); ++c) add(c);
         for (int64_t c = std::max(common_end, st.begin[r]); c < st.end[r]; ++c) add(c);
@@ -247,15 +250,34 @@ void decode(const DecodeArgs<T, KV>& a) {
   });
 }
 
+/// The cache element types the kernel reads, and the compute type each is read in: the one list of them. A new
+/// element type is a case here and its widening load in products/row_tiles.h.
+template <typename T>
+void decode_cache(const DecodeArgs<T>& a) {
+  const CacheView &k = a.k, &v = a.v;
+  TORCH_INTERNAL_ASSERT(k.type == v.type, "attn: the key and value caches' element types differ");
+  switch (k.type) {
+    case at::kFloat:
+      if constexpr (std::is_same_v<T, float>) return decode(a, k.as<float>(), v.as<float>());
+      break;
+    case at::kDouble:
+      if constexpr (std::is_same_v<T, double>) return decode(a, k.as<double>(), v.as<double>());
+      break;
+    case at::kBFloat16:
+      if constexpr (std::is_same_v<T, float>) return decode(a, k.as<c10::BFloat16>(), v.as<c10::BFloat16>());
+      break;
+    default: break;
+  }
+  TORCH_INTERNAL_ASSERT(false, "attn: the decode kernel reads no ", c10::toString(k.type), " cache in ",
+                        c10::toString(c10::CppTypeToScalarType<T>::value));
+}
+
 }  // namespace
 }  // namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE
 
 namespace attn::ops::cpu {
-void ATTN_KERNEL_VARIANT::decode_forward(const DecodeArgs<float, float>& args) { ATTN_KERNEL_NAMESPACE::decode(args); }
-void ATTN_KERNEL_VARIANT::decode_forward(const DecodeArgs<double, double>& args) {
-  ATTN_KERNEL_NAMESPACE::decode(args);
-}
-void ATTN_KERNEL_VARIANT::decode_forward(const DecodeArgs<float, c10::BFloat16>& args) {
-  ATTN_KERNEL_NAMESPACE::decode(args);
+void ATTN_KERNEL_VARIANT::decode_forward(const DecodeArgs<float>& args) { ATTN_KERNEL_NAMESPACE::decode_cache(args); }
+void ATTN_KERNEL_VARIANT::decode_forward(const DecodeArgs<double>& args) {
+  ATTN_KERNEL_NAMESPACE::decode_cache(args);
 }
 }  // namespace attn::ops::cpu

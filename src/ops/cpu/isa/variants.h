@@ -15,7 +15,7 @@ template <typename T, typename In>
 struct FlashForward;
 template <typename T, typename In>
 struct FlashBackward;
-template <typename T, typename KV>
+template <typename T>
 struct DecodeArgs;
 template <typename W>
 struct LinearRowsArgs;
@@ -27,9 +27,8 @@ struct LinearRowsArgs;
   static void flash_backward(const FlashBackward<float, float>& args);     \
   static void flash_backward(const FlashBackward<double, double>& args);   \
   static void flash_backward(const FlashBackward<float, c10::BFloat16>& args); \
-  static void decode_forward(const DecodeArgs<float, float>& args);        \
-  static void decode_forward(const DecodeArgs<double, double>& args);      \
-  static void decode_forward(const DecodeArgs<float, c10::BFloat16>& args); \
+  static void decode_forward(const DecodeArgs<float>& args);               \
+  static void decode_forward(const DecodeArgs<double>& args);              \
   static void linear_rows(const LinearRowsArgs<float>& args);              \
   static void linear_rows(const LinearRowsArgs<c10::BFloat16>& args);      \
   static void softcap_values(float* x, int64_t n, float cap, float* tanh_out);
