@@ -1,6 +1,9 @@
 #include <attn/device.h>
 
 #include <torch/cuda.h>
+#include <torch/version.h>
+
+#include <ATen/Context.h>
 
 #include <c10/util/Exception.h>
 
@@ -10,6 +13,19 @@
 namespace attn {
 
 bool cuda_available() { return torch::cuda::is_available() && torch::cuda::device_count() > 0; }
+
+void check_device_usable(const char* fn, const torch::Device& device) {
+  if (device.is_cpu()) return;
+  TORCH_CHECK(device.is_cuda(), fn, ": device ", device, " is not supported; attn runs on cpu and cuda");
+  TORCH_CHECK(at::globalContext().hasCUDA(), fn, ": device ", device, " is not usable: this LibTorch (",
+              TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR, ".", TORCH_VERSION_PATCH,
+              ") was built without CUDA; use torch::kCPU, or build attn against a CUDA LibTorch");
+  const int64_t count = static_cast<int64_t>(torch::cuda::device_count());
+  TORCH_CHECK(count > 0, fn, ": device ", device, " is not usable: this LibTorch (", TORCH_VERSION_MAJOR, ".",
+              TORCH_VERSION_MINOR, ".", TORCH_VERSION_PATCH, ") has CUDA but sees no GPU");
+  TORCH_CHECK(!device.has_index() || device.index() < count, fn, ": device ", device, " is not usable: ", count,
+              " CUDA device(s) are visible (cuda:0 .. cuda:", count - 1, ")");
+}
 
 torch::Device resolve_device(const std::string& spec) {
   if (spec == "auto") return cuda_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);

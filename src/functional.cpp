@@ -38,6 +38,17 @@ torch::Tensor attention_with_kv_cache(const torch::Tensor& query, const torch::T
   return backends::cache_attention(kWithCache, query, key_cache, value_cache, query_starts, key_lengths, options);
 }
 
+torch::Tensor attention_with_kv_cache(const torch::Tensor& query, const KVCache& cache, int64_t layer,
+                                      const torch::Tensor& query_starts, const SdpaOptions& options) {
+  TORCH_CHECK(layer >= 0 && layer < cache.num_layers(), kWithCache, ": layer must be in [0, ", cache.num_layers(),
+              ") for this cache of ", cache.num_layers(), " layers, got ", layer);
+  const torch::Tensor &keys = cache.keys(layer), &values = cache.values(layer), &lengths = cache.lengths(layer);
+  backends::check_cache_inputs(kWithCache, query, keys, values, query_starts, lengths, options, cache.key_scales(layer),
+                               cache.value_scales(layer));
+  return backends::cache_attention(kWithCache, query, keys, values, query_starts, lengths, options,
+                                   cache.key_scales(layer), cache.value_scales(layer));
+}
+
 torch::Tensor varlen_attention(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
                                const torch::Tensor& cu_seqlens_q, const torch::Tensor& cu_seqlens_k,
                                int64_t max_seqlen_q, int64_t max_seqlen_k, const SdpaOptions& options) {

@@ -1,15 +1,37 @@
 #include <attn/kv_cache.h>
 
+#include <attn/device.h>
+
 #include "common/checks.h"
 #include "common/dtypes.h"
 
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 namespace attn {
 namespace {
 constexpr const char* kCache = "attn::KVCache";
+
+/// A cache row as it is stored: the rows themselves, or for an int8 cache int8 rows and their scales.
+struct StoredRows {
+  torch::Tensor rows, scales;
+};
+
+/// x [B, H_kv, T, d] as an int8 cache stores it: per (token, head) row, scale s = max|x| / 127 and elements
+/// round(x / s) in [-127, 127] (an all-zero row has s = 0). Symmetric per row, as llama.cpp's q8_0 is per
+/// block of 32: a row of a head is the unit the decode kernel reads, so one scale per row costs one multiply
+/// per score.
+StoredRows quantize_rows(const char* arg, const torch::Tensor& x) {
+  const torch::Tensor wide = x.to(torch::kFloat32);
+  TORCH_CHECK(wide.isfinite().all().item<bool>(), kCache, "::append: ", arg,
+              " holds a non-finite value, which an int8 cache cannot store; nothing was written");
+  const torch::Tensor amax = wide.abs().amax(-1);  // [B, H_kv, T]
+  const torch::Tensor inverse = at::where(amax > 0, 127.0 / amax, at::zeros_like(amax));
+  return {(wide * inverse.unsqueeze(-1)).round_().clamp_(-127, 127).to(torch::kInt8), amax / 127.0};
+}
 }  // namespace
 
 KVCache::KVCache(const KVCacheOptions& options) : options_(options) {
@@ -21,15 +43,24 @@ KVCache::KVCache(const KVCacheOptions& options) : options_(options) {
   check_positive(kCache, "capacity", options.capacity());
   const int64_t value_dim = options.value_dim().value_or(options.head_dim());
   check_positive(kCache, "value_dim", value_dim);
-  TORCH_CHECK(common::is_attention_dtype(options.dtype()), kCache,
-              ": dtype must be float32, float64, bfloat16 or float16, got ", common::dtype_name(options.dtype()));
+  TORCH_CHECK(common::is_attention_dtype(options.dtype()) || options.dtype() == torch::kInt8, kCache,
+              ": dtype must be float32, float64, bfloat16, float16 or int8, got ", common::dtype_name(options.dtype()));
+  check_device_usable(kCache, options.device());
+  TORCH_CHECK(!quantized() || options.device().is_cpu(), kCache, ": an int8 cache is read by the CPU decode kernel "
+              "only, got device ", options.device(), "; keep a cache on ", options.device(), " in the model's dtype");
   const auto tensor_options = torch::TensorOptions().dtype(options.dtype()).device(options.device());
+  const int64_t B = options.batch(), H = options.num_kv_heads(), capacity = options.capacity();
   for (int64_t l = 0; l < options.num_layers(); ++l) {
     // Zeroed, not empty: the kernels never read past a row's length, but a caller reading the buffer may.
-    keys_.push_back(at::zeros({options.batch(), options.num_kv_heads(), options.capacity(), options.head_dim()},
-                              tensor_options));
-    values_.push_back(
-        at::zeros({options.batch(), options.num_kv_heads(), options.capacity(), value_dim}, tensor_options));
+    keys_.push_back(at::zeros({B, H, capacity, options.head_dim()}, tensor_options));
+    values_.push_back(at::zeros({B, H, capacity, value_dim}, tensor_options));
+    if (quantized()) {
+      key_scales_.push_back(at::zeros({B, H, capacity}, torch::kFloat32));
+      value_scales_.push_back(at::zeros({B, H, capacity}, torch::kFloat32));
+    } else {
+      key_scales_.emplace_back();
+      value_scales_.emplace_back();
+    }
   }
   for (int64_t l = 0; l < options.num_layers(); ++l) lengths_.push_back(at::zeros({options.batch()}, at::kLong));
 }
@@ -47,6 +78,16 @@ const torch::Tensor& KVCache::keys(int64_t layer) const {
 const torch::Tensor& KVCache::values(int64_t layer) const {
   check_layer("values", layer);
   return values_[layer];
+}
+
+const torch::Tensor& KVCache::key_scales(int64_t layer) const {
+  check_layer("key_scales", layer);
+  return key_scales_[layer];
+}
+
+const torch::Tensor& KVCache::value_scales(int64_t layer) const {
+  check_layer("value_scales", layer);
+  return value_scales_[layer];
 }
 
 const torch::Tensor& KVCache::lengths(int64_t layer) const {
@@ -70,10 +111,16 @@ void KVCache::append(int64_t layer, const torch::Tensor& key, const torch::Tenso
               kCache, "::append: value must be [B, H_kv, T, value_dim] = [", B, ", ", H, ", ", T, ", ", vbuf.size(3),
               "], got ", value.defined() ? value.sizes() : at::IntArrayRef{});
   for (const torch::Tensor* t : {&key, &value}) {
-    TORCH_CHECK(t->scalar_type() == kbuf.scalar_type() && t->device() == kbuf.device(), kCache, "::append: ",
-                t == &key ? "key" : "value", " is ", common::dtype_name(*t), " on ", t->device(),
-                " but the cache holds ", common::dtype_name(kbuf), " on ", kbuf.device(),
-                "; build the cache with the model's dtype and device");
+    const char* arg = t == &key ? "key" : "value";
+    if (quantized()) {
+      TORCH_CHECK(common::is_attention_dtype(t->scalar_type()) && t->device() == kbuf.device(), kCache, "::append: ",
+                  arg, " is ", common::dtype_name(*t), " on ", t->device(), " but an int8 cache on ", kbuf.device(),
+                  " takes float32, float64, bfloat16 or float16 there");
+    } else {
+      TORCH_CHECK(t->scalar_type() == kbuf.scalar_type() && t->device() == kbuf.device(), kCache, "::append: ", arg,
+                  " is ", common::dtype_name(*t), " on ", t->device(), " but the cache holds ",
+                  common::dtype_name(kbuf), " on ", kbuf.device(), "; build the cache with the model's dtype and device");
+    }
   }
   std::vector<int64_t> n = counts.empty() ? std::vector<int64_t>(B, T) : counts;
   TORCH_CHECK(static_cast<int64_t>(n.size()) == B, kCache, "::append: counts must have one entry per batch row (",
@@ -87,18 +134,23 @@ void KVCache::append(int64_t layer, const torch::Tensor& key, const torch::Tenso
                 "capacity, or truncate/reset it)");
   }
   torch::NoGradGuard no_grad;  // the cache holds values, not a graph
+  // (buffer, new rows) pairs, positions along dimension 2; an int8 cache's scales are written alike.
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> writes;
+  if (quantized()) {
+    const StoredRows k = quantize_rows("key", key), v = quantize_rows("value", value);  // may throw: before any write
+    writes = {{kbuf, k.rows}, {vbuf, v.rows}, {key_scales_[layer], k.scales}, {value_scales_[layer], v.scales}};
+  } else {
+    writes = {{kbuf, key}, {vbuf, value}};
+  }
   const bool uniform = std::all_of(n.begin(), n.end(), [&](int64_t c) { return c == n[0]; }) &&
                        std::all_of(len, len + B, [&](int64_t l) { return l == len[0]; });
-  if (uniform) {
-    if (n[0] > 0) {
-      kbuf.narrow(2, len[0], n[0]).copy_(key.narrow(2, 0, n[0]));
-      vbuf.narrow(2, len[0], n[0]).copy_(value.narrow(2, 0, n[0]));
+  for (auto& [buffer, rows] : writes) {
+    if (uniform) {
+      if (n[0] > 0) buffer.narrow(2, len[0], n[0]).copy_(rows.narrow(2, 0, n[0]));
+      continue;
     }
-  } else {
     for (int64_t b = 0; b < B; ++b) {
-      if (n[b] == 0) continue;
-      kbuf[b].narrow(1, len[b], n[b]).copy_(key[b].narrow(1, 0, n[b]));
-      vbuf[b].narrow(1, len[b], n[b]).copy_(value[b].narrow(1, 0, n[b]));
+      if (n[b] > 0) buffer[b].narrow(1, len[b], n[b]).copy_(rows[b].narrow(1, 0, n[b]));
     }
   }
   for (int64_t b = 0; b < B; ++b) len[b] += n[b];
@@ -123,7 +175,8 @@ void KVCache::reorder(const torch::Tensor& indices) {
     const int64_t used = *std::max_element(len, len + B);
     if (used > 0) {
       // Only the used prefix moves; index_select gathers into a new tensor first, so rows may repeat.
-      for (torch::Tensor* buf : {&keys_[l], &values_[l]}) {
+      for (torch::Tensor* buf : {&keys_[l], &values_[l], &key_scales_[l], &value_scales_[l]}) {
+        if (!buf->defined()) continue;  // the scales of a cache that is not int8
         torch::Tensor prefix = buf->narrow(2, 0, used);
         prefix.copy_(prefix.index_select(0, device_idx));
       }

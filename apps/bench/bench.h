@@ -48,6 +48,9 @@ struct Config {
   int64_t window = -1;
   std::string term;
   std::vector<int64_t> lengths;
+  // Decode: how the cache is kept, "" for a contiguous cache in the query's dtype, "int8" for a KVCache of int8
+  // rows with a scale per row.
+  std::string cache;
   // Caps on the suite's warm-up runs and reps, for the configurations that take many seconds (-1: none).
   int max_warmup = -1, max_reps = -1;
   // A configuration of the GPU suite: attention runs blockwise there whatever the implementation, so no row is

@@ -131,6 +131,12 @@ Suite build_decode_suite() {
             c.causal = true;
             c.dtype = dtype;
             out.push_back(c);
+            // The same step of a bfloat16 model over an int8 cache (KVCacheOptions().dtype(torch::kInt8)).
+            if (impl == "decode" && dtype == "bfloat16") {
+              c.name += "/int8-cache";
+              c.cache = "int8";
+              out.push_back(c);
+            }
           }
   // A decoding step's products, x [rows, in] times a weight [out, in]: SmolLM2-135M's LM head and MLP, and a
   // 7B model's square projection; attn::linear against at::linear (what torch::nn::Linear calls).
@@ -367,7 +373,9 @@ double bytes_read(const Config& c) {
       keys = 0;
       for (int64_t length : c.lengths) keys += static_cast<double>(length);
     }
-    return element * kv_heads(c) * keys * 2.0 * c.d;
+    // An int8 row: one byte per element and its float32 scale.
+    const double row = c.cache == "int8" ? c.d + 4.0 : element * c.d;
+    return kv_heads(c) * keys * 2.0 * row;
   }
   if (c.kind == Kind::Linear) return element * c.Tk * c.d;  // the weight, read once
   return 0;

@@ -36,7 +36,8 @@ const Record* find_peer(const std::vector<Record>& records, const Config& c, con
   for (const Record& r : records) {
     const Config& p = r.config;
     if (p.kind == c.kind && p.impl == impl && p.B == c.B && p.H == c.H && p.Hkv == c.Hkv && p.Tq == c.Tq &&
-        p.Tk == c.Tk && p.d == c.d && p.causal == c.causal && p.dtype == c.dtype && p.lengths == c.lengths)
+        p.Tk == c.Tk && p.d == c.d && p.causal == c.causal && p.dtype == c.dtype && p.lengths == c.lengths &&
+        p.cache == c.cache)
       return r.measurement ? &r : nullptr;
   }
   return nullptr;
@@ -241,7 +242,7 @@ void print_ratios(const std::vector<Record>& records, const Ceilings& ceilings) 
   // One decode step: ours vs the math path and LibTorch's SDPA on the same cache, and our share of the ceiling.
   for (const Record& r : records) {
     const Config& c = r.config;
-    if (c.kind != Kind::Decode || c.impl != "decode" || !r.measurement) continue;
+    if (c.kind != Kind::Decode || c.impl != "decode" || !c.cache.empty() || !r.measurement) continue;
     const Record* kernel = find_peer(records, c, "decode_kernel");
     fmt::print("  decode B={} H={} Hkv={} L={}{}{}: {:.3f} ms/token, {:.1f} GB/s ({} of the ceiling); vs math {}, "
                "vs torch_sdpa {}{}{}\n",
@@ -253,6 +254,19 @@ void print_ratios(const std::vector<Record>& records, const Ceilings& ceilings) 
                                     number_or_dash(kernel->gbps() / bandwidth * 100, "{:.0f}%"))
                       : "",
                kernel ? fmt::format(", {} vs torch_sdpa", speedup(kernel, find_peer(records, c, "torch_sdpa"))) : "");
+  }
+  // Another cache form against the contiguous cache of the query's dtype, on the same step.
+  for (const Record& r : records) {
+    const Config& c = r.config;
+    if (c.kind != Kind::Decode || c.cache.empty() || !r.measurement) continue;
+    Config plain = c;
+    plain.cache.clear();
+    const Record* peer = find_peer(records, plain, c.impl);
+    fmt::print("  decode B={} H={} Hkv={} L={}{} over a {} cache: {:.3f} ms/token, {:.1f} GB/s ({} of the ceiling) "
+               "in {:.2f}x the bytes of the{} cache; {} its speed\n",
+               c.B, c.H, kv_heads(c), c.Tk, dtype_suffix(c), c.cache, r.measurement->ms_median, r.gbps(),
+               number_or_dash(r.gbps() / bandwidth * 100, "{:.0f}%"), bytes_read(c) / bytes_read(plain),
+               dtype_suffix(c), speedup(&r, peer));
   }
   // A decoding step's product: attn::linear against at::linear on the same weight, and its share of the ceiling.
   for (const Record& r : records) {

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <fstream>
 #include <functional>
 #include <stdexcept>
@@ -140,6 +141,20 @@ std::function<void()> make_workload(const Config& c, const torch::Device& device
     case Kind::Decode: {
       // A full cache of Tk positions and the step's one query per head (the newest position).
       const torch::Tensor q = torch::randn({c.B, c.H, 1, c.d}, opts);
+      if (c.cache == "int8") {
+        if (!c.lengths.empty() || c.impl != "decode") throw std::invalid_argument("int8 cache rows: impl decode, full rows");
+        auto cache = std::make_shared<attn::KVCache>(
+            attn::KVCacheOptions(1, c.B, kv_heads(c), c.d, c.Tk).dtype(torch::kInt8).device(device));
+        for (int64_t filled = 0; filled < c.Tk; filled += 1024) {  // quantized a slice at a time
+          const int64_t n = std::min<int64_t>(1024, c.Tk - filled);
+          cache->append(0, torch::empty({c.B, kv_heads(c), n, c.d}, opts).uniform_(-1, 1),
+                        torch::empty({c.B, kv_heads(c), n, c.d}, opts).uniform_(-1, 1));
+        }
+        const torch::Tensor starts = torch::full({c.B}, c.Tk - 1, torch::kLong);
+        const auto options = attn::SdpaOptions().causal(true);
+        return [=] { attn::attention_with_kv_cache(q, *cache, 0, starts, options); };
+      }
+      if (!c.cache.empty()) throw std::invalid_argument("unknown cache '" + c.cache + "'");
       const torch::Tensor k = torch::empty({c.B, kv_heads(c), c.Tk, c.d}, opts).uniform_(-1, 1);
       const torch::Tensor v = torch::empty({c.B, kv_heads(c), c.Tk, c.d}, opts).uniform_(-1, 1);
       // A ragged batch (c.lengths) fills row b's cache up to lengths[b].

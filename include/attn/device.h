@@ -18,4 +18,9 @@ torch::Device resolve_device(const std::string& spec);
 /// True when this LibTorch was built with CUDA and at least one device is visible.
 bool cuda_available();
 
+/// Throws a c10::Error naming `fn`, the device and this LibTorch (its version, and whether it was built with
+/// CUDA) when tensors cannot be made on `device`: a CUDA device on a CPU-only LibTorch, with no GPU visible, or
+/// past the last one.
+void check_device_usable(const char* fn, const torch::Device& device);
+
 }  // namespace attn

@@ -1,6 +1,7 @@
 #pragma once
 // The functional core: scaled dot-product attention on already-projected q, k, v.
 
+#include <attn/kv_cache.h>
 #include <attn/ops/linear_rows.h>
 #include <attn/options.h>
 
@@ -47,6 +48,11 @@ std::tuple<torch::Tensor, torch::Tensor> scaled_dot_product_attention_with_weigh
 torch::Tensor attention_with_kv_cache(const torch::Tensor& query, const torch::Tensor& key_cache,
                                       const torch::Tensor& value_cache, const torch::Tensor& query_starts,
                                       const torch::Tensor& key_lengths, const SdpaOptions& options = {});
+
+/// The same over layer `layer` of a KVCache: its keys, values and lengths, and an int8 cache's scales (an int8
+/// cache is read by the CPU decode kernel, for any Tq, without a gradient).
+torch::Tensor attention_with_kv_cache(const torch::Tensor& query, const KVCache& cache, int64_t layer,
+                                      const torch::Tensor& query_starts, const SdpaOptions& options = {});
 
 /// Attention over a packed batch of variable-length sequences, as FlashAttention's flash_attn_varlen_func:
 ///

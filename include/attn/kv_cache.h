@@ -26,8 +26,11 @@ struct KVCacheOptions {
   TORCH_ARG(int64_t, capacity);
   /// Width of each value head. Default: head_dim.
   TORCH_ARG(std::optional<int64_t>, value_dim) = std::nullopt;
-  /// The model's dtype and device.
+  /// What the cache stores: the model's dtype (float32, float64, bfloat16, float16), or torch::kInt8 for
+  /// int8 rows with a float32 scale per (token, head) on the CPU (keys and values of a float32 or bfloat16
+  /// model are quantized as they are appended: docs/decoding.md says how, and the error it adds).
   TORCH_ARG(torch::Dtype, dtype) = torch::kFloat32;
+  /// The model's device.
   TORCH_ARG(torch::Device, device) = torch::kCPU;
 };
 
@@ -52,6 +55,12 @@ class KVCache {
   /// The whole buffers of `layer` (all `capacity` positions; only each row's first length(s) are valid).
   const torch::Tensor& keys(int64_t layer) const;
   const torch::Tensor& values(int64_t layer) const;
+  /// An int8 cache's scales [B, H_kv, capacity] float32: row (b, h, j) of keys(layer) stands for
+  /// key_scales(layer)[b, h, j] times its elements. Undefined tensors for a cache of another dtype.
+  const torch::Tensor& key_scales(int64_t layer) const;
+  const torch::Tensor& value_scales(int64_t layer) const;
+  /// Whether the cache stores int8 rows with scales (options().dtype() == torch::kInt8).
+  bool quantized() const { return options_.dtype() == torch::kInt8; }
   /// Valid positions of each batch row in `layer`: [B] int64 on the CPU, the form attention_with_kv_cache and
   /// the decode kernel read in place. append, reorder, truncate and reset update it in place: clone it to keep
   /// one step's values.
@@ -60,6 +69,8 @@ class KVCache {
   /// Writes key [B, H_kv, T, head_dim] and value [B, H_kv, T, value_dim] after each row's current length and
   /// advances it: row b takes its first `counts[b]` positions of T (default: all T; fewer for a right-padded
   /// ragged batch). Checks every row's room first: when any would overflow, throws and writes nothing.
+  /// An int8 cache takes float32, bfloat16, float16 or float64 keys and values, all finite, and stores each
+  /// (token, head) row as round(x / s) with s = max|x| / 127.
   void append(int64_t layer, const torch::Tensor& key, const torch::Tensor& value,
               const std::vector<int64_t>& counts = {});
 
@@ -76,6 +87,7 @@ class KVCache {
 
   KVCacheOptions options_;
   std::vector<torch::Tensor> keys_, values_;
+  std::vector<torch::Tensor> key_scales_, value_scales_;  // int8 caches only
   std::vector<torch::Tensor> lengths_;
 };
 

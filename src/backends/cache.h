@@ -16,15 +16,19 @@ inline constexpr int64_t kDecodeMaxQueries = 16;
 
 /// Checks query [B, H, Tq, d_k], key_cache [B, H_kv, capacity, d_k], value_cache [B, H_kv, capacity, d_v],
 /// query_starts and key_lengths ([B] integers; 0 <= key_lengths[b] <= capacity) and the options (no masks:
-/// the positions are the masking). `fn` names the caller in errors.
+/// the positions are the masking). An int8 cache comes with its scales [B, H_kv, capacity] and is read by the
+/// CPU decode kernel only, so it also needs a CPU query, Backend::Auto or Fused, no dropout and no gradient.
+/// `fn` names the caller in errors.
 void check_cache_inputs(const char* fn, const torch::Tensor& query, const torch::Tensor& key_cache,
                         const torch::Tensor& value_cache, const torch::Tensor& query_starts,
-                        const torch::Tensor& key_lengths, const SdpaOptions& options);
+                        const torch::Tensor& key_lengths, const SdpaOptions& options,
+                        const torch::Tensor& key_scales = {}, const torch::Tensor& value_scales = {});
 
 /// Attention on checked inputs by the backend that options.backend() (or Auto) selects for the cache.
 torch::Tensor cache_attention(const char* fn, const torch::Tensor& query, const torch::Tensor& key_cache,
                               const torch::Tensor& value_cache, const torch::Tensor& query_starts,
-                              const torch::Tensor& key_lengths, const SdpaOptions& options);
+                              const torch::Tensor& key_lengths, const SdpaOptions& options,
+                              const torch::Tensor& key_scales = {}, const torch::Tensor& value_scales = {});
 
 /// What cache_attention runs for these inputs, as dispatch.h's route() names it, or "decode (cpu|cuda)".
 std::string cache_route(const char* fn, const torch::Tensor& query, const torch::Tensor& key_cache,

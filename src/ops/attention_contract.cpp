@@ -175,7 +175,8 @@ at::Tensor host_positions(const at::Tensor& t) { return t.to(at::kCPU, at::kLong
 
 CacheSizes check_cache_call(const char* fn, const at::Tensor& query, const at::Tensor& key_cache,
                             const at::Tensor& value_cache, const at::Tensor& query_starts,
-                            const at::Tensor& key_lengths) {
+                            const at::Tensor& key_lengths, const at::Tensor& key_scales,
+                            const at::Tensor& value_scales) {
   TORCH_CHECK(query.defined() && key_cache.defined() && value_cache.defined(), fn,
               ": query, key_cache and value_cache must be defined");
   TORCH_CHECK(query.dim() == 4, fn, ": query must be [B, H, Tq, d_k], got shape ", query.sizes());
@@ -183,10 +184,39 @@ CacheSizes check_cache_call(const char* fn, const at::Tensor& query, const at::T
   TORCH_CHECK(value_cache.dim() == 4, fn, ": value_cache must be [B, H_kv, capacity, d_v], got shape ",
               value_cache.sizes());
   common::check_floating(fn, "query", query);
-  common::check_same_device_dtype(fn, "key_cache", key_cache, "query", query);
-  common::check_same_device_dtype(fn, "value_cache", value_cache, "query", query);
+  const bool int8 = is_int8_cache(key_cache) || is_int8_cache(value_cache);
+  if (int8) {
+    TORCH_CHECK(is_int8_cache(key_cache) && is_int8_cache(value_cache), fn,
+                ": key_cache and value_cache must both be int8 or neither, got ", common::dtype_name(key_cache),
+                " and ", common::dtype_name(value_cache));
+    TORCH_CHECK(query.scalar_type() == at::kFloat || query.scalar_type() == at::kBFloat16, fn,
+                ": an int8 cache is read by a float32 or bfloat16 query, got ", common::dtype_name(query));
+    for (const auto& [arg, t] : {std::pair<const char*, const at::Tensor&>{"key_cache", key_cache},
+                                 std::pair<const char*, const at::Tensor&>{"value_cache", value_cache}}) {
+      TORCH_CHECK(t.device() == query.device(), fn, ": ", arg, " is on ", t.device(), " but query is on ",
+                  query.device());
+    }
+  } else {
+    common::check_same_device_dtype(fn, "key_cache", key_cache, "query", query);
+    common::check_same_device_dtype(fn, "value_cache", value_cache, "query", query);
+  }
   const CacheSizes s{query.size(0), query.size(1),     query.size(2),      query.size(3),
                      key_cache.size(1), key_cache.size(2), value_cache.size(3)};
+  for (const auto& [arg, t] : {std::pair<const char*, const at::Tensor&>{"key_scales", key_scales},
+                               std::pair<const char*, const at::Tensor&>{"value_scales", value_scales}}) {
+    if (!int8) {
+      TORCH_CHECK(!t.defined(), fn, ": ", arg, " is given only with an int8 cache, but the caches are ",
+                  common::dtype_name(key_cache));
+      continue;
+    }
+    TORCH_CHECK(t.defined(), fn, ": an int8 cache needs ", arg, " [B, H_kv, capacity] = [", key_cache.size(0), ", ",
+                s.kv_heads, ", ", s.capacity, "] (float32), got none");
+    TORCH_CHECK(t.dim() == 3 && t.size(0) == key_cache.size(0) && t.size(1) == s.kv_heads && t.size(2) == s.capacity,
+                fn, ": ", arg, " must be [B, H_kv, capacity] = [", key_cache.size(0), ", ", s.kv_heads, ", ",
+                s.capacity, "], got ", t.sizes());
+    TORCH_CHECK(t.scalar_type() == at::kFloat && t.device() == query.device(), fn, ": ", arg,
+                " must be float32 on ", query.device(), ", got ", common::dtype_name(t), " on ", t.device());
+  }
   TORCH_CHECK(key_cache.size(0) == s.batch && s.kv_heads > 0 && s.heads % s.kv_heads == 0 && key_cache.size(3) == s.dk,
               fn, ": key_cache must be [B, H_kv, capacity, d_k] = [", s.batch, ", H_kv, capacity, ", s.dk,
               "] with H_kv dividing the query's ", s.heads, " heads, got key_cache ", key_cache.sizes(), " for query ",
@@ -212,6 +242,8 @@ CacheSizes check_cache_call(const char* fn, const at::Tensor& query, const at::T
   }
   return s;
 }
+
+bool is_int8_cache(const at::Tensor& cache) { return cache.defined() && cache.scalar_type() == at::kChar; }
 
 FlashArguments check_decode_variants(const char* fn, const CacheSizes& s, const at::Tensor& query, bool is_causal,
                                      c10::optional<double> scale, int64_t window_left, int64_t window_right,

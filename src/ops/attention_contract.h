@@ -60,11 +60,19 @@ struct CacheSizes {
 };
 
 /// Checks query [B, H, Tq, d_k] (floating, d_k > 0), key_cache [B, H_kv, capacity, d_k] and value_cache
-/// [B, H_kv, capacity, d_v] (H_kv dividing H; the query's device and dtype), query_starts and key_lengths [B]
-/// integer tensors with query_starts[b] >= 0 and 0 <= key_lengths[b] <= capacity. `fn` names the caller.
+/// [B, H_kv, capacity, d_v] (H_kv dividing H; the query's device and dtype, or int8 with scales),
+/// query_starts and key_lengths [B] integer tensors with query_starts[b] >= 0 and 0 <= key_lengths[b] <=
+/// capacity. `fn` names the caller.
+/// The caches' element type, the one rule: the query's dtype, and then key_scales and value_scales are
+/// undefined; or int8 caches (is_int8_cache) read by a float32 or bfloat16 query, each with its float32 scales
+/// [B, H_kv, capacity] on the query's device: element i of row (b, h, j) stands for scales[b, h, j] · cache[..., i].
 CacheSizes check_cache_call(const char* fn, const at::Tensor& query, const at::Tensor& key_cache,
                             const at::Tensor& value_cache, const at::Tensor& query_starts,
-                            const at::Tensor& key_lengths);
+                            const at::Tensor& key_lengths, const at::Tensor& key_scales = {},
+                            const at::Tensor& value_scales = {});
+
+/// Whether a cache holds int8 rows with a scale per row (KVCacheOptions().dtype(torch::kInt8)).
+bool is_int8_cache(const at::Tensor& cache);
 
 /// The decode op's variants (its arguments after the positions) as a fused call's arguments, checked as the
 /// fused op checks its own (check_variant_args), the scale included.

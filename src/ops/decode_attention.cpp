@@ -11,12 +11,14 @@ torch::Tensor decode_attention(const torch::Tensor& query, const torch::Tensor& 
                                const torch::Tensor& key_lengths, bool is_causal, c10::optional<double> scale,
                                int64_t window_left, int64_t window_right, double softcap,
                                const c10::optional<torch::Tensor>& alibi_slopes,
-                               const c10::optional<torch::Tensor>& sinks) {
+                               const c10::optional<torch::Tensor>& sinks,
+                               const c10::optional<torch::Tensor>& key_scales,
+                               const c10::optional<torch::Tensor>& value_scales) {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("attn::decode_attention", "")
                              .typed<decltype(decode_attention)>();
   return op.call(query, key_cache, value_cache, query_starts, key_lengths, is_causal, scale, window_left,
-                 window_right, softcap, alibi_slopes, sinks);
+                 window_right, softcap, alibi_slopes, sinks, key_scales, value_scales);
 }
 
 }  // namespace attn::ops

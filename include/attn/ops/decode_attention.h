@@ -20,6 +20,10 @@ namespace attn::ops {
 /// The variants of attn::flash_attention apply around each query's position p: window_left/right (key j
 /// allowed iff p - left <= j <= p + right, -1 unbounded, is_causal bounds right at 0), softcap, alibi_slopes
 /// ([H] or [B, H]: bias -slope · |p - j|) and sinks ([H]).
+/// On the CPU the caches may also be int8 (a KVCache built with dtype torch::kInt8) with key_scales and
+/// value_scales, float32 [B, H_kv, capacity]: row (b, h, j) stands for scales[b, h, j] times its int8
+/// elements. The kernel widens them in its registers (no float copy of the cache is made); the query is float32
+/// or bfloat16.
 /// Not differentiable: an inference kernel. A query with no allowed key gets a zero row.
 torch::Tensor decode_attention(const torch::Tensor& query, const torch::Tensor& key_cache,
                                const torch::Tensor& value_cache, const torch::Tensor& query_starts,
@@ -27,7 +31,9 @@ torch::Tensor decode_attention(const torch::Tensor& query, const torch::Tensor& 
                                c10::optional<double> scale = c10::nullopt, int64_t window_left = -1,
                                int64_t window_right = -1, double softcap = 0.0,
                                const c10::optional<torch::Tensor>& alibi_slopes = c10::nullopt,
-                               const c10::optional<torch::Tensor>& sinks = c10::nullopt);
+                               const c10::optional<torch::Tensor>& sinks = c10::nullopt,
+                               const c10::optional<torch::Tensor>& key_scales = c10::nullopt,
+                               const c10::optional<torch::Tensor>& value_scales = c10::nullopt);
 
 }  // namespace attn::ops
 

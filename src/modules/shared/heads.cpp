@@ -159,15 +159,23 @@ torch::Tensor attend_with_cache(const ModuleLayout& layout, const torch::Tensor&
               "], got ", x.defined() ? x.sizes() : at::IntArrayRef{});
   const CallShape shape = check_inputs(layout, x, x, x, projections.q.weight);
   const KVCacheOptions& c = cache.options();
+  TORCH_CHECK(layer >= 0 && layer < c.num_layers(), layout.module, ": layer must be in [0, ", c.num_layers(),
+              ") for this cache of ", c.num_layers(), " layers, got ", layer);
   const int64_t value_dim = c.value_dim().value_or(c.head_dim());
   TORCH_CHECK(c.batch() == shape.batch && c.num_kv_heads() == w.kv_heads() && c.head_dim() == w.head_dim_qk &&
                   value_dim == w.head_dim_v,
               layout.module, ": the cache holds [B, H_kv, capacity, head_dim] = [", c.batch(), ", ", c.num_kv_heads(),
               ", ", c.capacity(), ", ", c.head_dim(), "] (value_dim ", value_dim, "), but this call needs [",
               shape.batch, ", ", w.kv_heads(), ", capacity, ", w.head_dim_qk, "] (value_dim ", w.head_dim_v, ")");
-  TORCH_CHECK(c.dtype() == x.scalar_type() && c.device() == x.device(), layout.module, ": the cache holds ",
-              c10::toString(c.dtype()), " on ", c.device(), " but x is ", common::dtype_name(x), " on ", x.device(),
-              "; build the cache with the model's dtype and device");
+  if (cache.quantized()) {
+    TORCH_CHECK((x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16) && x.is_cpu(),
+                layout.module, ": an int8 cache serves a float32 or bfloat16 model on the CPU, but x is ",
+                common::dtype_name(x), " on ", x.device());
+  } else {
+    TORCH_CHECK(c.dtype() == x.scalar_type() && c.device() == x.device(), layout.module, ": the cache holds ",
+                c10::toString(c.dtype()), " on ", c.device(), " but x is ", common::dtype_name(x), " on ",
+                x.device(), "; build the cache with the model's dtype and device");
+  }
   const int64_t T = shape.tq;
   TORCH_CHECK(counts.empty() || static_cast<int64_t>(counts.size()) == shape.batch, layout.module,
               ": new_lengths must have one entry per batch row (", shape.batch, "), got ", counts.size());
@@ -179,9 +187,14 @@ torch::Tensor attend_with_cache(const ModuleLayout& layout, const torch::Tensor&
     const torch::Tensor positions = starts.unsqueeze(1) + torch::arange(T).unsqueeze(0);  // [B, T]
     rotate(rotary, heads, positions, positions);
   }
+  if (cache.quantized()) {  // what only the decode kernel can read, refused before the cache changes
+    backends::check_cache_inputs(layout.module, heads.q, cache.keys(layer), cache.values(layer), starts, starts,
+                                 options, cache.key_scales(layer), cache.value_scales(layer));
+  }
   cache.append(layer, heads.k.detach(), heads.v.detach(), counts);  // checks every row's room before writing
   torch::Tensor out = backends::cache_attention(layout.module, heads.q, cache.keys(layer), cache.values(layer),
-                                                starts, cache.lengths(layer), options);
+                                                starts, cache.lengths(layer), options, cache.key_scales(layer),
+                                                cache.value_scales(layer));
   if (!counts.empty()) {
     // Positions past a row's count are padding: zero, not whatever the rule gives them.
     const torch::Tensor count_tensor = torch::tensor(at::ArrayRef<int64_t>(counts), torch::kLong).to(x.device());

@@ -427,8 +427,13 @@ at::Tensor decode_attention_cuda(const at::Tensor& query, const at::Tensor& key_
                                  const at::Tensor& query_starts, const at::Tensor& key_lengths, bool is_causal,
                                  c10::optional<double> scale, int64_t window_left, int64_t window_right,
                                  double softcap, const c10::optional<at::Tensor>& alibi_slopes,
-                                 const c10::optional<at::Tensor>& sinks) {
+                                 const c10::optional<at::Tensor>& sinks, const c10::optional<at::Tensor>& key_scales,
+                                 const c10::optional<at::Tensor>& value_scales) {
   check_input_defined(query, key_cache, value_cache);
+  TORCH_CHECK(!is_int8_cache(key_cache) && !is_int8_cache(value_cache) && !(key_scales && key_scales->defined()) &&
+                  !(value_scales && value_scales->defined()),
+              kOp, ": an int8 cache is read by the CPU kernel only; on ", query.device(),
+              " keep the cache in the model's dtype");
   const DecodeKernelSupport support = decode_support(query, key_cache, value_cache);
   TORCH_CHECK(support.supported, kOp, ": no CUDA kernel for these inputs: ", support.reason,
               "; attn::attention_with_kv_cache takes the general backends for them");

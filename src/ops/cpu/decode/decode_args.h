@@ -11,15 +11,20 @@ namespace attn::ops::cpu {
 
 /// A cache [B, H_kv, capacity, width] whose element type is a value: the decode kernel reads it as
 /// View4<const KV> for the KV that `type` names (decode/decode_kernel.h lists the element types it reads).
+/// An int8 cache also has a float scale per row, scales [B, H_kv, capacity] (strides ssb, ssh, 1).
 struct CacheView {
   const void* data = nullptr;
   int64_t sb = 0, sh = 0, si = 0;
   at::ScalarType type = at::kFloat;
+  const float* scales = nullptr;
+  int64_t ssb = 0, ssh = 0;
 
   template <typename KV>
   View4<const KV> as() const {
     return {static_cast<const KV*>(data), sb, sh, si, 1};
   }
+  /// The scales of row (b, h)'s positions from j on.
+  const float* row_scales(int64_t b, int64_t h, int64_t j) const { return scales + b * ssb + h * ssh + j; }
 };
 
 /// The decode kernel: few queries (Tq <= 16 or so) per batch row against a KV cache. Query t of row b sits at

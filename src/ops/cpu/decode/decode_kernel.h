@@ -106,6 +106,19 @@ void weighted_sum_rows(int64_t rows, const T* w, int64_t ldw, int64_t n, const K
   }
 }
 
+/// Whether a cache element type carries a scale per row (CacheView::scales).
+template <typename KV>
+inline constexpr bool kHasRowScales = std::is_same_v<KV, int8_t>;
+
+/// s[r · lds + c] *= scales[c] for every row r < rows and column c < cols.
+template <typename T>
+void scale_columns(T* s, int64_t rows, int64_t cols, int64_t lds, const float* scales) {
+  for (int64_t r = 0; r < rows; ++r) {
+    T* row = s + r * lds;
+    for (int64_t c = 0; c < cols; ++c) row[c] *= static_cast<T>(scales[c]);
+  }
+}
+
 template <typename T>
 struct DecodeState {
   std::vector<T> q, scores;
@@ -172,6 +185,9 @@ void decode(const DecodeArgs<T>& a, const View4<const KV>& keys, const View4<con
       score_rows(std::min<int64_t>(kTileRows, rows - r0), st.q.data() + r0 * a.dk, k, keys.si, v, values.si, cols, a.dk,
                  a.dv, a.scale, s + r0 * lds, lds);
     }
+    // An int8 row stands for its scale times its elements: the scale multiplies the row's score (and, below,
+    // its probability), so the products read the int8 elements as they are.
+    if constexpr (kHasRowScales<KV>) scale_columns(s, rows, cols, lds, a.k.row_scales(b, hk, j0));
 
     for (int64_t r = 0; r < rows; ++r) {
       T* row = s + r * lds;
@@ -190,6 +206,8 @@ void decode(const DecodeArgs<T>& a, const View4<const KV>& keys, const View4<con
         l[r] = exp_shifted_sum(row, cols, m[r]);
       }
     }
+
+    if constexpr (kHasRowScales<KV>) scale_columns(s, rows, cols, lds, a.v.row_scales(b, hk, j0));
 
     // The keys every row of a tile may attend go through the tile; a row's other allowed keys (causal rows of
     // a multi-query step, window edges) go row by row. A blocked key never enters a product, so a NaN or Inf
@@ -265,6 +283,9 @@ void decode_cache(const DecodeArgs<T>& a) {
       break;
     case at::kBFloat16:
       if constexpr (std::is_same_v<T, float>) return decode(a, k.as<c10::BFloat16>(), v.as<c10::BFloat16>());
+      break;
+    case at::kChar:  // with a scale per row (CacheView::scales)
+      if constexpr (std::is_same_v<T, float>) return decode(a, k.as<int8_t>(), v.as<int8_t>());
       break;
     default: break;
   }

@@ -2,7 +2,7 @@
 // Register tiles for the decode kernel, compiled once per instruction set (CPU_CAPABILITY_*) as part of its
 // variant file. Decoding streams each K/V row once and uses it for every query row of its group, so the
 // arithmetic must keep up with memory: a tile keeps its accumulators in registers for a whole sweep of keys,
-// widens a bfloat16 cache on the load, and sums the lanes of four dot products with one shuffle tree
+// widens a bfloat16 or int8 cache on the load, and sums the lanes of four dot products with one shuffle tree
 // instead of four.
 
 #include <ATen/cpu/vec/vec.h>
@@ -33,12 +33,30 @@ inline constexpr int kValueVectors = 2;
 /// Query rows per tile (both kinds).
 inline constexpr int kTileRows = 4;
 
-/// Two vectors of T from the 2 · Vectorized<T>::size() elements at p, widened from bfloat16 if KV is.
+/// Vectorized<float>::size() int8 elements at p as floats, sign-extended on the load where the ISA has it (an int8 cache's row scale
+/// is applied by the caller, decode/decode_kernel.h).
+inline Vectorized<float> widen_int8(const int8_t* p) {
+#if defined(CPU_CAPABILITY_AVX512)
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+#elif defined(CPU_CAPABILITY_AVX2)
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+#else
+  float wide[Vectorized<float>::size()];
+  for (int64_t i = 0; i < Vectorized<float>::size(); ++i) wide[i] = static_cast<float>(p[i]);
+  return Vectorized<float>::loadu(wide);
+#endif
+}
+
+/// Two vectors of T from the 2 · Vectorized<T>::size() elements at p, widened from bfloat16 or int8 if KV is.
 template <typename T, typename KV>
 inline void load_two(const KV* p, Vectorized<T>& lo, Vectorized<T>& hi) {
   if constexpr (std::is_same_v<T, KV>) {
     lo = Vectorized<T>::loadu(p);
     hi = Vectorized<T>::loadu(p + Vectorized<T>::size());
+  } else if constexpr (std::is_same_v<KV, int8_t>) {
+    static_assert(std::is_same_v<T, float>, "float from int8 only");
+    lo = widen_int8(p);
+    hi = widen_int8(p + Vectorized<float>::size());
   } else {
     static_assert(std::is_same_v<T, float> && std::is_same_v<KV, c10::BFloat16>, "float from bfloat16 only");
     std::tie(lo, hi) = at::vec::convert_bfloat16_float(Vectorized<c10::BFloat16>::loadu(p));
@@ -50,6 +68,9 @@ template <typename T, typename KV>
 inline Vectorized<T> load_one(const KV* p) {
   if constexpr (std::is_same_v<T, KV>) {
     return Vectorized<T>::loadu(p);
+  } else if constexpr (std::is_same_v<KV, int8_t>) {
+    static_assert(std::is_same_v<T, float>, "float from int8 only");
+    return widen_int8(p);
   } else {
     Vectorized<T> lo, hi;
     std::tie(lo, hi) = at::vec::convert_bfloat16_float(Vectorized<c10::BFloat16>::loadu(p, Vectorized<T>::size()));

@@ -1,0 +1,274 @@
+// The int8 KV cache: KVCache(dtype kInt8) quantizes each (token, head) row on append, and the decode kernel
+// reads the int8 rows with their scales. References: the quantization's definition written out in float64,
+// and attention in float64 over the dequantized rows (the cache's own int8 elements times its own scales).
+
+#include "kernel_variants.h"
+#include "support.h"
+
+#include <attn/attn.h>
+#include <attn/ops/decode_attention.h>
+
+#include <cmath>
+#include <iostream>
+#include <vector>
+
+namespace attn::test {
+namespace {
+
+torch::Tensor longs(const std::vector<int64_t>& v) { return torch::tensor(at::ArrayRef<int64_t>(v), torch::kLong); }
+
+/// [B, 1, Tq, Tk] bool: query t of row b may attend key j (the cache rule, written out).
+torch::Tensor allowed_pairs(const std::vector<int64_t>& starts, const std::vector<int64_t>& lengths, int64_t tq,
+                            int64_t tk, bool causal) {
+  const int64_t B = static_cast<int64_t>(lengths.size());
+  torch::Tensor allowed = torch::zeros({B, 1, tq, tk}, torch::kBool);
+  auto a = allowed.accessor<bool, 4>();
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < tq; ++t) {
+      for (int64_t j = 0; j < tk; ++j) a[b][0][t][j] = j < lengths[b] && (!causal || j <= starts[b] + t);
+    }
+  }
+  return allowed;
+}
+
+/// What an int8 row stands for, in float64: its elements times its scale.
+torch::Tensor dequantized(const torch::Tensor& rows, const torch::Tensor& scales) {
+  return rows.to(torch::kFloat64) * scales.to(torch::kFloat64).unsqueeze(-1);
+}
+
+TEST(Int8Cache, AppendStoresEachRowWithinHalfAStepOfItsScale) {
+  torch::manual_seed(41);
+  KVCache cache(KVCacheOptions(2, 2, 3, 40, 16).value_dim(24).dtype(torch::kInt8));
+  ASSERT_TRUE(cache.quantized());
+  torch::Tensor key = torch::randn({2, 3, 5, 40}) * 3.0;
+  key[0][1][2].zero_();      // an all-zero row: scale 0, elements 0
+  key[1][2][2][7] = -250.0;  // one large element sets its row's scale
+  const torch::Tensor value = torch::randn({2, 3, 5, 24}, torch::kFloat64);  // any floating dtype is quantized
+  cache.append(1, key.to(torch::kBFloat16), value, {5, 3});
+
+  EXPECT_EQ(cache.keys(1).scalar_type(), torch::kInt8);
+  EXPECT_EQ(cache.key_scales(1).sizes(), (std::vector<int64_t>{2, 3, 16}));
+  EXPECT_EQ(cache.lengths(1)[0].item<int64_t>(), 5);
+  EXPECT_EQ(cache.lengths(1)[1].item<int64_t>(), 3);
+  const torch::Tensor kb = key.to(torch::kBFloat16).to(torch::kFloat64);
+  for (const auto& [x, rows, scales, n] :
+       {std::tuple{kb, cache.keys(1), cache.key_scales(1), std::vector<int64_t>{5, 3}},
+        std::tuple{value, cache.values(1), cache.value_scales(1), std::vector<int64_t>{5, 3}}}) {
+    for (int64_t b = 0; b < 2; ++b) {
+      const torch::Tensor written = x[b].narrow(1, 0, n[b]);                 // [H, n, d]
+      const torch::Tensor q = rows[b].narrow(1, 0, n[b]).to(torch::kFloat64);
+      const torch::Tensor s = scales[b].narrow(1, 0, n[b]).to(torch::kFloat64);
+      const torch::Tensor expected_scale = std::get<0>(written.abs().max(-1)) / 127.0;
+      EXPECT_TRUE(torch::allclose(s, expected_scale, 1e-6, 0.0)) << "b=" << b;
+      EXPECT_LE(q.abs().max().item<double>(), 127.0);
+      const torch::Tensor error = (q * s.unsqueeze(-1) - written).abs();
+      EXPECT_TRUE((error <= s.unsqueeze(-1) * (0.5 + 1e-5) + 1e-30).all().item<bool>()) << "b=" << b;
+      // Positions past a row's count are not written.
+      EXPECT_EQ(rows[b].narrow(1, n[b], 16 - n[b]).abs().sum().item<int64_t>(), 0);
+    }
+  }
+  EXPECT_EQ(cache.key_scales(1)[0][1][2].item<float>(), 0.0f);
+  EXPECT_EQ(cache.keys(1)[0][1][2].abs().sum().item<int64_t>(), 0);
+  EXPECT_NEAR(cache.key_scales(1)[1][2][2].item<float>(), 250.0 / 127.0, 1e-5);
+  EXPECT_FALSE(cache.key_scales(0).sum().item<float>() != 0.0f);  // the other layer untouched
+}
+
+TEST(Int8Cache, RefusesWhatItCannotStoreAndLeavesItselfAsItWas) {
+  KVCache cache(KVCacheOptions(1, 1, 2, 8, 4).dtype(torch::kInt8));
+  cache.append(0, torch::ones({1, 2, 2, 8}), torch::ones({1, 2, 2, 8}));
+  const torch::Tensor keys = cache.keys(0).clone(), scales = cache.key_scales(0).clone();
+  torch::Tensor bad = torch::ones({1, 2, 1, 8});
+  bad[0][1][0][3] = std::nan("");
+  EXPECT_ERROR_CONTAINS(cache.append(0, bad, torch::ones({1, 2, 1, 8})), "key holds a non-finite value");
+  bad[0][1][0][3] = INFINITY;
+  EXPECT_ERROR_CONTAINS(cache.append(0, torch::ones({1, 2, 1, 8}), bad), "value holds a non-finite value");
+  EXPECT_ERROR_CONTAINS(cache.append(0, torch::ones({1, 2, 1, 8}, torch::kInt32), torch::ones({1, 2, 1, 8})),
+                        "takes float32, float64, bfloat16 or float16");
+  EXPECT_EQ(cache.lengths(0)[0].item<int64_t>(), 2);
+  EXPECT_TRUE(torch::equal(cache.keys(0), keys));
+  EXPECT_TRUE(torch::equal(cache.key_scales(0), scales));
+  EXPECT_FALSE(KVCache(KVCacheOptions(1, 1, 2, 8, 4)).key_scales(0).defined());
+  EXPECT_ERROR_CONTAINS(KVCache(KVCacheOptions(1, 1, 2, 8, 4).dtype(torch::kInt32)), "float16 or int8, got Int");
+}
+
+struct Int8Param {
+  ops::cpu::Capability capability;
+  torch::Dtype query_dtype;
+};
+
+void PrintTo(const Int8Param& p, std::ostream* os) {
+  *os << ops::cpu::capability_name(p.capability) << " " << c10::toString(p.query_dtype);
+}
+
+std::string int8_param_name(const ::testing::TestParamInfo<Int8Param>& info) {
+  return std::string(ops::cpu::capability_name(info.param.capability)) + "_" + c10::toString(info.param.query_dtype);
+}
+
+class Int8DecodeKernel : public ::testing::TestWithParam<Int8Param> {
+ protected:
+  void SetUp() override { scope_ = std::make_unique<CapabilityScope>(GetParam().capability); }
+  void TearDown() override { scope_.reset(); }
+
+ private:
+  std::unique_ptr<CapabilityScope> scope_;
+};
+
+struct Int8Case {
+  int64_t heads, kv_heads, tq;
+  std::vector<int64_t> lengths;  // capacity: the largest + 3
+  bool causal;
+  int64_t dk, dv;
+};
+
+// The head sizes take the int8 loads' two-vector, one-vector and scalar steps on every variant (16, 24, 40,
+// 64, 72, 128); lengths cross the 256-key splits; groups of 1 to 8 query heads per cache head; Tq from 1 to
+// 40, past the decode kernel's 16 (an int8 cache is read by the decode kernel at any Tq).
+const std::vector<Int8Case> kInt8Cases = {
+    {4, 1, 1, {1}, true, 16, 16},          {8, 2, 1, {1000}, true, 128, 128}, {6, 3, 1, {257, 3}, true, 40, 40},
+    {8, 8, 3, {513, 77}, true, 64, 24},    {2, 2, 4, {9, 600}, false, 128, 72}, {8, 1, 1, {700}, false, 24, 40},
+    {4, 2, 40, {300, 45}, true, 64, 64},
+};
+
+TEST_P(Int8DecodeKernel, MatchesFloat64AttentionOverTheDequantizedRows) {
+  const torch::Dtype dtype = GetParam().query_dtype;
+  uint64_t seed = 70;
+  for (const Int8Case& c : kInt8Cases) {
+    const int64_t B = static_cast<int64_t>(c.lengths.size());
+    const int64_t capacity = *std::max_element(c.lengths.begin(), c.lengths.end()) + 3;
+    SCOPED_TRACE(::testing::Message() << "H=" << c.heads << " H_kv=" << c.kv_heads << " Tq=" << c.tq
+                                      << " first length " << c.lengths[0] << " dk=" << c.dk << " dv=" << c.dv);
+    torch::manual_seed(++seed);
+    const torch::Tensor kc = torch::randint(-127, 128, {B, c.kv_heads, capacity, c.dk}).to(torch::kInt8);
+    const torch::Tensor vc = torch::randint(-127, 128, {B, c.kv_heads, capacity, c.dv}).to(torch::kInt8);
+    const torch::Tensor ks = torch::rand({B, c.kv_heads, capacity}) * 0.02 + 0.001;
+    const torch::Tensor vs = torch::rand({B, c.kv_heads, capacity}) * 0.05;
+    const torch::Tensor q = torch::randn({B, c.heads, c.tq, c.dk}).to(dtype);
+    std::vector<int64_t> starts;
+    for (int64_t l : c.lengths) starts.push_back(std::max<int64_t>(l - c.tq, 0));
+    const int64_t group = c.heads / c.kv_heads;
+    const torch::Tensor expected = std::get<0>(float64_attention(
+        q.to(torch::kFloat64), dequantized(kc, ks).repeat_interleave(group, 1),
+        dequantized(vc, vs).repeat_interleave(group, 1), allowed_pairs(starts, c.lengths, c.tq, capacity, c.causal),
+        1.0 / std::sqrt(double(c.dk))));
+    const torch::Tensor out =
+        ops::decode_attention(q, kc, vc, longs(starts), longs(c.lengths), c.causal, c10::nullopt, -1, -1, 0.0,
+                              c10::nullopt, c10::nullopt, ks, vs);
+    ASSERT_EQ(out.scalar_type(), dtype);
+    EXPECT_CLOSE(out.to(torch::kFloat64), expected, dtype == torch::kBFloat16 ? tolerance(dtype) : 1e-5);
+  }
+}
+
+// The variants (window, softcap, ALiBi, sinks) on an int8 cache give what they give on a float32 cache that
+// holds the same dequantized rows (itself checked against float64 in test_variants.cpp).
+TEST_P(Int8DecodeKernel, VariantsMatchAFloatCacheOfTheSameRows) {
+  torch::manual_seed(5);
+  const int64_t B = 2, H = 6, H_kv = 2, L = 700, d = 48;
+  const torch::Tensor kc = torch::randint(-127, 128, {B, H_kv, L, d}).to(torch::kInt8);
+  const torch::Tensor vc = torch::randint(-127, 128, {B, H_kv, L, d}).to(torch::kInt8);
+  const torch::Tensor ks = torch::rand({B, H_kv, L}) * 0.02, vs = torch::rand({B, H_kv, L}) * 0.05;
+  const torch::Tensor q = torch::randn({B, H, 3, d});
+  const torch::Tensor slopes = torch::rand({H}) * 0.1, sinks = torch::randn({H});
+  const torch::Tensor query = q.to(GetParam().query_dtype);
+  const auto run = [&](const torch::Tensor& query, const torch::Tensor& k, const torch::Tensor& v,
+                       const c10::optional<torch::Tensor>& k_scales, const c10::optional<torch::Tensor>& v_scales) {
+    return ops::decode_attention(query, k, v, longs({400, 690}), longs({403, 693}), true, 0.2, 100, 0, 30.0, slopes,
+                                 sinks, k_scales, v_scales)
+        .to(torch::kFloat64);
+  };
+  // The float cache's query: the same values in float32 (a float32 cache is read by a float32 query).
+  const torch::Tensor expected = run(query.to(torch::kFloat32), dequantized(kc, ks).to(torch::kFloat32),
+                                     dequantized(vc, vs).to(torch::kFloat32), c10::nullopt, c10::nullopt);
+  const torch::Tensor int8 = run(query, kc, vc, ks, vs);
+  EXPECT_CLOSE(int8, expected, GetParam().query_dtype == torch::kBFloat16 ? tolerance(torch::kBFloat16) : 1e-5);
+}
+
+std::vector<Int8Param> int8_grid() {
+  std::vector<Int8Param> grid;
+  for (auto c : {ops::cpu::Capability::Default, ops::cpu::Capability::Avx2, ops::cpu::Capability::Avx512}) {
+    for (torch::Dtype d : {torch::kFloat32, torch::kBFloat16}) grid.push_back({c, d});
+  }
+  return grid;
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, Int8DecodeKernel, ::testing::ValuesIn(int8_grid()), int8_param_name);
+
+TEST(Int8Cache, TheOpRefusesMismatchedCachesAndScalesClearly) {
+  const torch::Tensor q = torch::randn({1, 2, 1, 8});
+  const torch::Tensor k8 = torch::zeros({1, 2, 5, 8}, torch::kInt8);
+  const torch::Tensor s = torch::ones({1, 2, 5});
+  const auto call = [&](const torch::Tensor& query, const torch::Tensor& k, const torch::Tensor& v,
+                        const c10::optional<torch::Tensor>& ks, const c10::optional<torch::Tensor>& vs) {
+    return ops::decode_attention(query, k, v, longs({2}), longs({3}), true, c10::nullopt, -1, -1, 0.0, c10::nullopt,
+                                 c10::nullopt, ks, vs);
+  };
+  EXPECT_ERROR_CONTAINS(call(q, k8, k8, c10::nullopt, s), "an int8 cache needs key_scales [B, H_kv, capacity] = [1, 2, 5]");
+  EXPECT_ERROR_CONTAINS(call(q, k8, k8, s, torch::ones({1, 2, 4})),
+                        "value_scales must be [B, H_kv, capacity] = [1, 2, 5], got [1, 2, 4]");
+  EXPECT_ERROR_CONTAINS(call(q, k8, k8, s, s.to(torch::kFloat64)), "value_scales must be float32");
+  EXPECT_ERROR_CONTAINS(call(q, k8, torch::zeros({1, 2, 5, 8}), s, s), "must both be int8 or neither");
+  EXPECT_ERROR_CONTAINS(call(q.to(torch::kFloat64), k8, k8, s, s), "read by a float32 or bfloat16 query, got Double");
+  EXPECT_ERROR_CONTAINS(call(q, torch::zeros({1, 2, 5, 8}), torch::zeros({1, 2, 5, 8}), s, c10::nullopt),
+                        "key_scales is given only with an int8 cache");
+}
+
+TEST(Int8Cache, FunctionalAndModuleRefuseWhatTheDecodeKernelCannotDo) {
+  KVCache cache(KVCacheOptions(1, 1, 2, 8, 8).dtype(torch::kInt8));
+  cache.append(0, torch::randn({1, 2, 3, 8}), torch::randn({1, 2, 3, 8}));
+  const torch::Tensor q = torch::randn({1, 4, 1, 8});
+  EXPECT_ERROR_CONTAINS(attention_with_kv_cache(q, cache, 0, longs({2}), SdpaOptions().backend(Backend::Math)),
+                        "read by attn's decode kernel only (Backend::Auto or Backend::Fused), not by Backend::Math");
+  EXPECT_ERROR_CONTAINS(attention_with_kv_cache(q, cache, 0, longs({2}), SdpaOptions().dropout(0.1)),
+                        "dropout must be 0");
+  EXPECT_ERROR_CONTAINS(attention_with_kv_cache(q.clone().requires_grad_(), cache, 0, longs({2})),
+                        "computes no gradient");
+  EXPECT_ERROR_CONTAINS(attention_with_kv_cache(q, cache, 1, longs({2})),
+                        "attn::attention_with_kv_cache: layer must be in [0, 1) for this cache of 1 layers, got 1");
+  EXPECT_ERROR_CONTAINS(attention_with_kv_cache(q, cache.keys(0), cache.values(0), longs({2}), cache.lengths(0)),
+                        "an int8 cache needs key_scales");
+
+  MultiHeadAttention mha(MultiHeadAttentionOptions(32, 4).num_kv_heads(2));
+  KVCache for_mha(KVCacheOptions(1, 1, 2, 8, 8).dtype(torch::kInt8));
+  const torch::Tensor x = torch::randn({1, 3, 32});
+  // With a gradient: refused before the cache changes.
+  EXPECT_ERROR_CONTAINS(mha->forward_with_cache(x, for_mha, 0), "computes no gradient");
+  EXPECT_EQ(for_mha.lengths(0)[0].item<int64_t>(), 0);
+  torch::NoGradGuard no_grad;
+  mha->to(torch::kFloat64);
+  EXPECT_ERROR_CONTAINS(mha->forward_with_cache(x.to(torch::kFloat64), for_mha, 0),
+                        "an int8 cache serves a float32 or bfloat16 model on the CPU, but x is Double");
+  mha->to(torch::kFloat32);
+  EXPECT_EQ(mha->forward_with_cache(x, for_mha, 0).sizes(), x.sizes());
+  EXPECT_EQ(for_mha.lengths(0)[0].item<int64_t>(), 3);
+}
+
+// Decoding token by token through MultiHeadAttention: an int8 cache stays within its quantization error of
+// the cache-less float64 forward, at most a few times the error of a bfloat16 cache on a bfloat16 model.
+TEST(Int8Cache, ModuleDecodingStaysCloseToTheFloat64Forward) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(3);
+  const int64_t E = 256, H = 4, H_kv = 2, T = 40;  // head size 64, as SmolLM2's
+  MultiHeadAttention mha(MultiHeadAttentionOptions(E, H).num_kv_heads(H_kv).causal(true));
+  const torch::Tensor x = torch::randn({2, T, E});
+  mha->to(torch::kFloat64);
+  const torch::Tensor x64 = x.to(torch::kFloat64);
+  const torch::Tensor expected = mha->forward(x64, x64, x64);
+  const auto decode = [&](torch::Dtype model, torch::Dtype cache_dtype) {
+    mha->to(model);
+    KVCache cache(KVCacheOptions(1, 2, H_kv, E / H, T).dtype(cache_dtype));
+    std::vector<torch::Tensor> steps = {mha->forward_with_cache(x.narrow(1, 0, 8).to(model), cache, 0)};
+    for (int64_t t = 8; t < T; ++t) steps.push_back(mha->forward_with_cache(x.narrow(1, t, 1).to(model), cache, 0));
+    return (torch::cat(steps, 1).to(torch::kFloat64) - expected).abs().max().item<double>();
+  };
+  const double int8_f32 = decode(torch::kFloat32, torch::kInt8);
+  const double int8_bf16 = decode(torch::kBFloat16, torch::kInt8);
+  const double bf16_bf16 = decode(torch::kBFloat16, torch::kBFloat16);
+  const double scale = expected.abs().max().item<double>();
+  EXPECT_LT(int8_f32, 2e-2 * scale);
+  EXPECT_LT(int8_bf16, 2.0 * bf16_bf16) << "int8 " << int8_bf16 << " bfloat16 " << bf16_bf16;
+  std::cout << "[ info ] largest error against the float64 forward: int8 cache, float32 model " << int8_f32
+            << "; int8 cache, bfloat16 model " << int8_bf16 << "; bfloat16 cache and model " << bf16_bf16
+            << " (outputs up to " << scale << ")\n";
+}
+
+}  // namespace
+}  // namespace attn::test
