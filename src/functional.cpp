@@ -43,10 +43,47 @@ torch::Tensor attention_with_kv_cache(const torch::Tensor& query, const KVCache&
   TORCH_CHECK(layer >= 0 && layer < cache.num_layers(), kWithCache, ": layer must be in [0, ", cache.num_layers(),
               ") for this cache of ", cache.num_layers(), " layers, got ", layer);
   const torch::Tensor &keys = cache.keys(layer), &values = cache.values(layer), &lengths = cache.lengths(layer);
-  backends::check_cache_inputs(kWithCache, query, keys, values, query_starts, lengths, options, cache.key_scales(layer),
-                               cache.value_scales(layer));
-  return backends::cache_attention(kWithCache, query, keys, values, query_starts, lengths, options,
-                                   cache.key_scales(layer), cache.value_scales(layer));
+  ops::DecodeOnlyInputs decode_only;
+  decode_only.key_scales = cache.key_scales(layer), decode_only.value_scales = cache.value_scales(layer);
+  backends::check_cache_inputs(kWithCache, query, keys, values, query_starts, lengths, options, decode_only);
+  return backends::cache_attention(kWithCache, query, keys, values, query_starts, lengths, options, decode_only);
+}
+
+torch::Tensor attention_with_kv_cache(const torch::Tensor& query, const PagedKVCache& cache, const PagedBatch& batch,
+                                      const torch::Tensor& query_starts, const SdpaOptions& options) {
+  TORCH_CHECK(batch.version == cache.version(), kWithCache,
+              ": the PagedBatch is stale: the cache changed (append, fork or release) after PagedKVCache::batch made "
+              "it, so its block tables may name blocks that now hold other positions; make a new one");
+  const int64_t layer = batch.layer;
+  ops::DecodeOnlyInputs decode_only;
+  decode_only.key_scales = cache.key_scales(layer), decode_only.value_scales = cache.value_scales(layer);
+  decode_only.block_table = batch.block_table;
+  const torch::Tensor &keys = cache.key_blocks(layer), &values = cache.value_blocks(layer);
+  backends::check_cache_inputs(kWithCache, query, keys, values, query_starts, batch.lengths, options, decode_only);
+  return backends::cache_attention(kWithCache, query, keys, values, query_starts, batch.lengths, options, decode_only);
+}
+
+torch::Tensor attention_over_token_tree(const torch::Tensor& query, const KVCache& cache, int64_t layer,
+                                        const TokenTree& tree, const SdpaOptions& options) {
+  constexpr const char* fn = "attn::attention_over_token_tree";
+  TORCH_CHECK(layer >= 0 && layer < cache.num_layers(), fn, ": layer must be in [0, ", cache.num_layers(),
+              ") for this cache of ", cache.num_layers(), " layers, got ", layer);
+  TORCH_CHECK(query.defined() && query.dim() == 4 && query.size(2) == tree.size(), fn,
+              ": query must be [B, H, N, d_k] with N = ", tree.size(), " candidates, got ",
+              query.defined() ? query.sizes() : at::IntArrayRef{});
+  const torch::Tensor& lengths = cache.lengths(layer);
+  const int64_t* length = lengths.data_ptr<int64_t>();
+  for (int64_t b = 0; b < lengths.size(0); ++b) {
+    TORCH_CHECK(length[b] >= tree.size(), fn, ": row ", b, " holds ", length[b], " positions, fewer than the ",
+                tree.size(), " candidates it should end with");
+  }
+  ops::DecodeOnlyInputs decode_only;
+  decode_only.key_scales = cache.key_scales(layer), decode_only.value_scales = cache.value_scales(layer);
+  decode_only.tree_mask = tree.ancestor_mask();
+  const torch::Tensor starts = lengths - tree.size();
+  const torch::Tensor &keys = cache.keys(layer), &values = cache.values(layer);
+  backends::check_cache_inputs(fn, query, keys, values, starts, lengths, options, decode_only);
+  return backends::cache_attention(fn, query, keys, values, starts, lengths, options, decode_only);
 }
 
 torch::Tensor varlen_attention(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,

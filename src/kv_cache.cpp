@@ -3,6 +3,7 @@
 #include <attn/device.h>
 
 #include "common/checks.h"
+#include "int8_rows.h"
 #include "common/dtypes.h"
 
 #include <ATen/ATen.h>
@@ -15,23 +16,6 @@ namespace attn {
 namespace {
 constexpr const char* kCache = "attn::KVCache";
 
-/// A cache row as it is stored: the rows themselves, or for an int8 cache int8 rows and their scales.
-struct StoredRows {
-  torch::Tensor rows, scales;
-};
-
-/// x [B, H_kv, T, d] as an int8 cache stores it: per (token, head) row, scale s = max|x| / 127 and elements
-/// round(x / s) in [-127, 127] (an all-zero row has s = 0). Symmetric per row, as llama.cpp's q8_0 is per
-/// block of 32: a row of a head is the unit the decode kernel reads, so one scale per row costs one multiply
-/// per score.
-StoredRows quantize_rows(const char* arg, const torch::Tensor& x) {
-  const torch::Tensor wide = x.to(torch::kFloat32);
-  TORCH_CHECK(wide.isfinite().all().item<bool>(), kCache, "::append: ", arg,
-              " holds a non-finite value, which an int8 cache cannot store; nothing was written");
-  const torch::Tensor amax = wide.abs().amax(-1);  // [B, H_kv, T]
-  const torch::Tensor inverse = at::where(amax > 0, 127.0 / amax, at::zeros_like(amax));
-  return {(wide * inverse.unsqueeze(-1)).round_().clamp_(-127, 127).to(torch::kInt8), amax / 127.0};
-}
 }  // namespace
 
 KVCache::KVCache(const KVCacheOptions& options) : options_(options) {
@@ -63,6 +47,7 @@ KVCache::KVCache(const KVCacheOptions& options) : options_(options) {
     }
   }
   for (int64_t l = 0; l < options.num_layers(); ++l) lengths_.push_back(at::zeros({options.batch()}, at::kLong));
+  writers_.assign(options.num_layers(), nullptr);
 }
 
 void KVCache::check_layer(const char* fn, int64_t layer) const {
@@ -137,7 +122,8 @@ void KVCache::append(int64_t layer, const torch::Tensor& key, const torch::Tenso
   // (buffer, new rows) pairs, positions along dimension 2; an int8 cache's scales are written alike.
   std::vector<std::pair<torch::Tensor, torch::Tensor>> writes;
   if (quantized()) {
-    const StoredRows k = quantize_rows("key", key), v = quantize_rows("value", value);  // may throw: before any write
+    const StoredRows k = quantize_rows("attn::KVCache::append", "key", key),
+                     v = quantize_rows("attn::KVCache::append", "value", value);  // may throw: before any write
     writes = {{kbuf, k.rows}, {vbuf, v.rows}, {key_scales_[layer], k.scales}, {value_scales_[layer], v.scales}};
   } else {
     writes = {{kbuf, key}, {vbuf, value}};
@@ -195,6 +181,56 @@ void KVCache::truncate(int64_t length) {
   }
 }
 
-void KVCache::reset() { truncate(0); }
+void KVCache::reset() {
+  truncate(0);
+  std::fill(writers_.begin(), writers_.end(), nullptr);
+}
+
+void KVCache::claim_layer(int64_t layer, const void* module, const char* caller) {
+  check_layer("claim_layer", layer);
+  const void*& writer = writers_[layer];
+  TORCH_CHECK(writer == nullptr || writer == module, caller, ": cache layer ", layer,
+              " was already written by another module since the cache was built or reset: give each attention "
+              "module its own layer index (or reset() the cache before handing it to other modules)");
+  writer = module;
+}
+
+void KVCache::keep_candidates(int64_t num_candidates, const std::vector<std::vector<int64_t>>& accepted) {
+  const int64_t B = batch();
+  TORCH_CHECK(num_candidates >= 1, kCache, "::keep_candidates: num_candidates must be >= 1, got ", num_candidates);
+  TORCH_CHECK(static_cast<int64_t>(accepted.size()) == B, kCache,
+              "::keep_candidates: accepted must have one list per batch row (", B, "), got ", accepted.size());
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t previous = -1;
+    for (int64_t index : accepted[b]) {
+      TORCH_CHECK(index > previous && index < num_candidates, kCache, "::keep_candidates: accepted[", b,
+                  "] must hold increasing candidate indices in [0, ", num_candidates, "), got ", index, " after ",
+                  previous);
+      previous = index;
+    }
+    for (int64_t l = 0; l < num_layers(); ++l) {
+      const int64_t length = lengths_[l].data_ptr<int64_t>()[b];
+      TORCH_CHECK(length >= num_candidates, kCache, "::keep_candidates: layer ", l, " row ", b, " holds ", length,
+                  " positions, fewer than the ", num_candidates, " candidates");
+    }
+  }
+  torch::NoGradGuard no_grad;
+  for (int64_t l = 0; l < num_layers(); ++l) {
+    int64_t* len = lengths_[l].data_ptr<int64_t>();
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t prefix = len[b] - num_candidates, kept = static_cast<int64_t>(accepted[b].size());
+      if (kept > 0) {
+        const torch::Tensor sources =
+            (torch::tensor(accepted[b], torch::kLong) + prefix).to(options_.device());
+        for (torch::Tensor* buf : {&keys_[l], &values_[l], &key_scales_[l], &value_scales_[l]}) {
+          if (!buf->defined()) continue;
+          torch::Tensor row = (*buf)[b];  // [H_kv, capacity(, d)]
+          row.narrow(1, prefix, kept).copy_(row.index_select(1, sources));  // gathered first: sources may overlap
+        }
+      }
+      len[b] = prefix + kept;
+    }
+  }
+}
 
 }  // namespace attn

@@ -131,11 +131,15 @@ Suite build_decode_suite() {
             c.causal = true;
             c.dtype = dtype;
             out.push_back(c);
-            // The same step of a bfloat16 model over an int8 cache (KVCacheOptions().dtype(torch::kInt8)).
+            // The same step of a bfloat16 model over an int8 cache (KVCacheOptions().dtype(torch::kInt8)) and
+            // over a paged cache (PagedKVCache, blocks of kPagedBlockSize).
             if (impl == "decode" && dtype == "bfloat16") {
-              c.name += "/int8-cache";
-              c.cache = "int8";
-              out.push_back(c);
+              for (const std::string cache : {"int8", "paged"}) {
+                Config form = c;
+                form.name += "/" + cache + "-cache";
+                form.cache = cache;
+                out.push_back(form);
+              }
             }
           }
   // A decoding step's products, x [rows, in] times a weight [out, in]: SmolLM2-135M's LM head and MLP, and a

@@ -262,7 +262,7 @@ void print_ratios(const std::vector<Record>& records, const Ceilings& ceilings) 
     Config plain = c;
     plain.cache.clear();
     const Record* peer = find_peer(records, plain, c.impl);
-    fmt::print("  decode B={} H={} Hkv={} L={}{} over a {} cache: {:.3f} ms/token, {:.1f} GB/s ({} of the ceiling) "
+    fmt::print("  decode B={} H={} Hkv={} L={}{} over the {} cache: {:.3f} ms/token, {:.1f} GB/s ({} of the ceiling) "
                "in {:.2f}x the bytes of the{} cache; {} its speed\n",
                c.B, c.H, kv_heads(c), c.Tk, dtype_suffix(c), c.cache, r.measurement->ms_median, r.gbps(),
                number_or_dash(r.gbps() / bandwidth * 100, "{:.0f}%"), bytes_read(c) / bytes_read(plain),

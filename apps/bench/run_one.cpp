@@ -154,6 +154,24 @@ std::function<void()> make_workload(const Config& c, const torch::Device& device
         const auto options = attn::SdpaOptions().causal(true);
         return [=] { attn::attention_with_kv_cache(q, *cache, 0, starts, options); };
       }
+      if (c.cache == "paged") {
+        if (!c.lengths.empty() || c.impl != "decode") throw std::invalid_argument("paged cache rows: impl decode, full rows");
+        if (!device.is_cpu()) throw std::invalid_argument("a PagedKVCache lives on the CPU");
+        const int64_t blocks = c.B * ((c.Tk + kPagedBlockSize - 1) / kPagedBlockSize);
+        auto cache = std::make_shared<attn::PagedKVCache>(
+            attn::PagedKVCacheOptions(1, kv_heads(c), c.d, blocks, kPagedBlockSize).dtype(opts.dtype().toScalarType()));
+        std::vector<int64_t> ids;
+        for (int64_t b = 0; b < c.B; ++b) ids.push_back(cache->add_sequence());
+        for (int64_t filled = 0; filled < c.Tk; filled += 1024) {
+          const int64_t n = std::min<int64_t>(1024, c.Tk - filled);
+          cache->append(0, ids, torch::empty({c.B, kv_heads(c), n, c.d}, opts).uniform_(-1, 1),
+                        torch::empty({c.B, kv_heads(c), n, c.d}, opts).uniform_(-1, 1));
+        }
+        const attn::PagedBatch batch = cache->batch(0, ids);
+        const torch::Tensor starts = torch::full({c.B}, c.Tk - 1, torch::kLong);
+        const auto options = attn::SdpaOptions().causal(true);
+        return [=] { attn::attention_with_kv_cache(q, *cache, batch, starts, options); };
+      }
       if (!c.cache.empty()) throw std::invalid_argument("unknown cache '" + c.cache + "'");
       const torch::Tensor k = torch::empty({c.B, kv_heads(c), c.Tk, c.d}, opts).uniform_(-1, 1);
       const torch::Tensor v = torch::empty({c.B, kv_heads(c), c.Tk, c.d}, opts).uniform_(-1, 1);

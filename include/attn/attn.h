@@ -12,6 +12,8 @@
 #include <attn/modules/multi_head_attention.h>
 #include <attn/modules/rotary_embedding.h>
 #include <attn/options.h>
+#include <attn/paged_kv_cache.h>
 #include <attn/rotary.h>
+#include <attn/token_tree.h>
 #include <attn/varlen.h>
 #include <attn/version.h>

@@ -4,6 +4,8 @@
 #include <attn/kv_cache.h>
 #include <attn/ops/linear_rows.h>
 #include <attn/options.h>
+#include <attn/paged_kv_cache.h>
+#include <attn/token_tree.h>
 
 #include <torch/types.h>
 
@@ -53,6 +55,20 @@ torch::Tensor attention_with_kv_cache(const torch::Tensor& query, const torch::T
 /// cache is read by the CPU decode kernel, for any Tq, without a gradient).
 torch::Tensor attention_with_kv_cache(const torch::Tensor& query, const KVCache& cache, int64_t layer,
                                       const torch::Tensor& query_starts, const SdpaOptions& options = {});
+
+/// The same over a PagedKVCache: `batch` (cache.batch(layer, sequences), made after the step's append) names
+/// the layer and the sequences, query row b being sequences[b]'s. The decode kernel reads the blocks in place,
+/// for any Tq, without a gradient. A batch made before the cache last changed is refused as stale.
+torch::Tensor attention_with_kv_cache(const torch::Tensor& query, const PagedKVCache& cache, const PagedBatch& batch,
+                                      const torch::Tensor& query_starts, const SdpaOptions& options = {});
+
+/// Token tree verification (speculative decoding) over layer `layer` of a KVCache whose last tree.size()
+/// positions of every row hold the tree's candidates (appended in the tree's order): query [B, H, N, d_k], one
+/// row per candidate; candidate t attends every position before the candidates, its ancestors and itself.
+/// Returns [B, H, N, d_v]. options must be causal, without a window or ALiBi; the decode kernel computes it
+/// (CPU, no gradient). MultiHeadAttentionImpl::forward_with_tree is the module's form.
+torch::Tensor attention_over_token_tree(const torch::Tensor& query, const KVCache& cache, int64_t layer,
+                                        const TokenTree& tree, const SdpaOptions& options = SdpaOptions().causal(true));
 
 /// Attention over a packed batch of variable-length sequences, as FlashAttention's flash_attn_varlen_func:
 ///

@@ -79,8 +79,20 @@ class KVCache {
   void reorder(const torch::Tensor& indices);
   /// Shortens every row of every layer to at most `length` positions (speculative decoding's rollback).
   void truncate(int64_t length);
-  /// Empties every row (the buffers stay allocated).
+  /// Speculative decoding's commit: the last `num_candidates` positions of each row, in every layer, hold the
+  /// candidates of a TokenTree (MultiHeadAttentionImpl::forward_with_tree appended them). Row b keeps the
+  /// candidates accepted[b] (increasing candidate indices, a root-to-node path: TokenTree::path_to) right after
+  /// its prefix and drops the rest. Only the accepted rows move; the prefix is not copied. Checks everything
+  /// before changing anything.
+  void keep_candidates(int64_t num_candidates, const std::vector<std::vector<int64_t>>& accepted);
+  /// Empties every row (the buffers stay allocated) and forgets which module wrote each layer.
   void reset();
+
+  /// A module's call on `layer` claims it for `module`: two modules configured with the same layer index
+  /// would interleave their keys in one layer and decode wrong tokens without an error. Throws, naming
+  /// `caller`, when another module already wrote the layer since the cache was built or last reset. (The
+  /// modules call this; a caller appending by hand need not.)
+  void claim_layer(int64_t layer, const void* module, const char* caller);
 
  private:
   void check_layer(const char* fn, int64_t layer) const;
@@ -89,6 +101,7 @@ class KVCache {
   std::vector<torch::Tensor> keys_, values_;
   std::vector<torch::Tensor> key_scales_, value_scales_;  // int8 caches only
   std::vector<torch::Tensor> lengths_;
+  std::vector<const void*> writers_;  // per layer: the module that wrote it, or nullptr
 };
 
 /// An encoder memory projected once by a cross-attention module, so that a decoder's every step reuses it

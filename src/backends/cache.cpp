@@ -20,11 +20,11 @@ namespace attn::backends {
 
 void check_cache_inputs(const char* fn, const torch::Tensor& query, const torch::Tensor& key_cache,
                         const torch::Tensor& value_cache, const torch::Tensor& query_starts,
-                        const torch::Tensor& key_lengths, const SdpaOptions& options, const torch::Tensor& key_scales,
-                        const torch::Tensor& value_scales) {
-  const int64_t B =
-      ops::check_cache_call(fn, query, key_cache, value_cache, query_starts, key_lengths, key_scales, value_scales)
-          .batch;
+                        const torch::Tensor& key_lengths, const SdpaOptions& options,
+                        const ops::DecodeOnlyInputs& decode_only) {
+  const ops::CacheSizes sizes =
+      ops::check_cache_call(fn, query, key_cache, value_cache, query_starts, key_lengths, decode_only);
+  const int64_t B = sizes.batch;
   check_score_options(fn, query, options, query.size(1), B);
   TORCH_CHECK(options.masks().empty(), fn,
               ": takes no masks: query_starts and key_lengths say which keys each query sees (use "
@@ -32,18 +32,24 @@ void check_cache_inputs(const char* fn, const torch::Tensor& query, const torch:
   if (options.scale()) TORCH_CHECK(std::isfinite(*options.scale()), fn, ": scale must be finite, got ", *options.scale());
   TORCH_CHECK(options.dropout() >= 0.0 && options.dropout() <= 1.0, fn, ": dropout must be in [0, 1], got ",
               options.dropout());
-  if (ops::is_int8_cache(key_cache)) {
-    TORCH_CHECK(query.is_cpu(), fn, ": an int8 cache is read by attn's CPU decode kernel only, and the query is on ",
-                query.device(), "; keep a cache on ", query.device(), " in the model's dtype");
-    TORCH_CHECK(options.backend() == Backend::Auto || options.backend() == Backend::Fused, fn,
-                ": an int8 cache is read by attn's decode kernel only (Backend::Auto or Backend::Fused), not by ",
-                "Backend::", to_string(options.backend()));
-    TORCH_CHECK(options.dropout() == 0.0, fn, ": an int8 cache is read by an inference kernel: dropout must be 0, got ",
+  if (decode_only.any()) {
+    const char* what = decode_only.tree_mask.defined()     ? "a token tree"
+                       : decode_only.block_table.defined() ? "a paged cache"
+                                                           : "an int8 cache";
+    TORCH_CHECK(query.is_cpu(), fn, ": ", what, " is read by attn's CPU decode kernel only, and the query is on ",
+                query.device());
+    TORCH_CHECK(options.backend() == Backend::Auto || options.backend() == Backend::Fused, fn, ": ", what,
+                " is read by attn's decode kernel only (Backend::Auto or Backend::Fused), not by Backend::",
+                to_string(options.backend()));
+    TORCH_CHECK(options.dropout() == 0.0, fn, ": ", what, " is read by an inference kernel: dropout must be 0, got ",
                 options.dropout());
     const bool needs_grad = at::GradMode::is_enabled() &&
                             (query.requires_grad() || (options.sinks().defined() && options.sinks().requires_grad()));
-    TORCH_CHECK(!needs_grad, fn, ": an int8 cache is read by an inference kernel, which computes no gradient; ",
-                "call it under torch::NoGradGuard or keep the cache in the model's dtype");
+    TORCH_CHECK(!needs_grad, fn, ": ", what, " is read by an inference kernel, which computes no gradient; ",
+                "call it under torch::NoGradGuard");
+    ops::check_decode_variants(fn, sizes, query, options.causal(), optional_scale(options), options.window_left(),
+                               options.window_right(), options.softcap(), optional_tensor(options.alibi_slopes()),
+                               optional_tensor(options.sinks()), decode_only.tree_mask);
   }
 }
 
@@ -60,11 +66,11 @@ bool uniform_rows(at::ArrayRef<int64_t> starts, at::ArrayRef<int64_t> lengths, i
 }  // namespace
 
 bool uses_decode_kernel(const torch::Tensor& query, const torch::Tensor& key_cache, const torch::Tensor& value_cache,
-                        const SdpaOptions& options) {
+                        const SdpaOptions& options, const ops::DecodeOnlyInputs& decode_only) {
   const bool sinks_need_grad = options.sinks().defined() && options.sinks().requires_grad();
   const bool needs_grad = at::GradMode::is_enabled() && (query.requires_grad() || key_cache.requires_grad() ||
                                                          value_cache.requires_grad() || sinks_need_grad);
-  if (ops::is_int8_cache(key_cache)) return true;  // only the decode kernel reads one (check_cache_inputs)
+  if (decode_only.any() || ops::is_int8_cache(key_cache)) return true;  // only the decode kernel reads them
   const bool backend_ok = options.backend() == Backend::Auto || options.backend() == Backend::Fused;
   if (!backend_ok || options.dropout() != 0.0 || query.size(2) > kDecodeMaxQueries || needs_grad ||
       !ops::decode_attention_support(query, key_cache, value_cache).supported) {
@@ -119,14 +125,15 @@ GeneralCall general_call(const torch::Tensor& query, const torch::Tensor& key_ca
 torch::Tensor cache_attention(const char* fn, const torch::Tensor& query, const torch::Tensor& key_cache,
                               const torch::Tensor& value_cache, const torch::Tensor& query_starts,
                               const torch::Tensor& key_lengths, const SdpaOptions& options,
-                              const torch::Tensor& key_scales, const torch::Tensor& value_scales) {
-  if (uses_decode_kernel(query, key_cache, value_cache, options)) {
+                              const ops::DecodeOnlyInputs& decode_only) {
+  if (uses_decode_kernel(query, key_cache, value_cache, options, decode_only)) {
     // The op reads the positions where they lie when they are int64 on the CPU, as a KVCache's are.
     return ops::decode_attention(query, key_cache, value_cache, query_starts, key_lengths,
                                  options.causal(), optional_scale(options), options.window_left(),
                                  options.window_right(), options.softcap(), optional_tensor(options.alibi_slopes()),
-                                 optional_tensor(options.sinks()), optional_tensor(key_scales),
-                                 optional_tensor(value_scales));
+                                 optional_tensor(options.sinks()), optional_tensor(decode_only.key_scales),
+                                 optional_tensor(decode_only.value_scales), optional_tensor(decode_only.block_table),
+                                 optional_tensor(decode_only.tree_mask));
   }
   const GeneralCall call = general_call(query, key_cache, value_cache, query_starts, key_lengths, options);
   return std::get<0>(attention(fn, query, call.key, call.value, call.options, /*need_weights=*/false));

@@ -4,6 +4,8 @@
 
 #include <attn/options.h>
 
+#include "ops/attention_contract.h"
+
 #include <torch/types.h>
 
 #include <string>
@@ -16,19 +18,19 @@ inline constexpr int64_t kDecodeMaxQueries = 16;
 
 /// Checks query [B, H, Tq, d_k], key_cache [B, H_kv, capacity, d_k], value_cache [B, H_kv, capacity, d_v],
 /// query_starts and key_lengths ([B] integers; 0 <= key_lengths[b] <= capacity) and the options (no masks:
-/// the positions are the masking). An int8 cache comes with its scales [B, H_kv, capacity] and is read by the
-/// CPU decode kernel only, so it also needs a CPU query, Backend::Auto or Fused, no dropout and no gradient.
-/// `fn` names the caller in errors.
+/// the positions are the masking). What only the decode kernel reads (an int8 cache's scales, a paged cache's
+/// block table, a token tree: ops::DecodeOnlyInputs) also needs a CPU query, Backend::Auto or Fused, no dropout
+/// and no gradient. `fn` names the caller in errors.
 void check_cache_inputs(const char* fn, const torch::Tensor& query, const torch::Tensor& key_cache,
                         const torch::Tensor& value_cache, const torch::Tensor& query_starts,
                         const torch::Tensor& key_lengths, const SdpaOptions& options,
-                        const torch::Tensor& key_scales = {}, const torch::Tensor& value_scales = {});
+                        const ops::DecodeOnlyInputs& decode_only = {});
 
 /// Attention on checked inputs by the backend that options.backend() (or Auto) selects for the cache.
 torch::Tensor cache_attention(const char* fn, const torch::Tensor& query, const torch::Tensor& key_cache,
                               const torch::Tensor& value_cache, const torch::Tensor& query_starts,
                               const torch::Tensor& key_lengths, const SdpaOptions& options,
-                              const torch::Tensor& key_scales = {}, const torch::Tensor& value_scales = {});
+                              const ops::DecodeOnlyInputs& decode_only = {});
 
 /// What cache_attention runs for these inputs, as dispatch.h's route() names it, or "decode (cpu|cuda)".
 std::string cache_route(const char* fn, const torch::Tensor& query, const torch::Tensor& key_cache,
@@ -37,6 +39,6 @@ std::string cache_route(const char* fn, const torch::Tensor& query, const torch:
 
 /// Whether cache_attention would run the decode kernel for this query and these options.
 bool uses_decode_kernel(const torch::Tensor& query, const torch::Tensor& key_cache, const torch::Tensor& value_cache,
-                        const SdpaOptions& options);
+                        const SdpaOptions& options, const ops::DecodeOnlyInputs& decode_only = {});
 
 }  // namespace attn::backends

@@ -119,13 +119,52 @@ std::tuple<torch::Tensor, torch::Tensor> MultiHeadAttentionImpl::attend(
 
 torch::Tensor MultiHeadAttentionImpl::forward_with_cache(const torch::Tensor& x, KVCache& cache, int64_t layer,
                                                          const std::vector<int64_t>& new_lengths) {
-  TORCH_CHECK(options.kdim() == options.embed_dim() && options.vdim() == options.embed_dim(), kMultiHeadAttention,
-              ": forward with a KV cache is self-attention, which needs kdim == vdim == embed_dim (got kdim ",
-              options.kdim(), ", vdim ", options.vdim(), ", embed_dim ", options.embed_dim(), ")");
+  check_self_attention("forward_with_cache");
   const SdpaOptions sdpa = modules::sdpa_options(options.attention(), is_training(), score_terms());
   torch::Tensor out = modules::attend_with_cache(layout(), x, {*q_proj, *k_proj, *v_proj}, cache, layer, new_lengths,
-                                                 sdpa, rotary.is_empty() ? nullptr : rotary.get());
+                                                 sdpa, rotary.is_empty() ? nullptr : rotary.get(), this);
   return out_proj ? backends::project_rows(out, out_proj->weight, out_proj->bias) : out;
+}
+
+torch::Tensor MultiHeadAttentionImpl::forward_with_cache(const torch::Tensor& x, PagedKVCache& cache, int64_t layer,
+                                                         const std::vector<int64_t>& sequences) {
+  check_self_attention("forward_with_cache");
+  const SdpaOptions sdpa = modules::sdpa_options(options.attention(), is_training(), score_terms());
+  torch::Tensor out = modules::attend_with_paged_cache(layout(), x, {*q_proj, *k_proj, *v_proj}, cache, layer,
+                                                       sequences, sdpa, rotary.is_empty() ? nullptr : rotary.get());
+  return out_proj ? backends::project_rows(out, out_proj->weight, out_proj->bias) : out;
+}
+
+torch::Tensor MultiHeadAttentionImpl::forward_with_tree(const torch::Tensor& x, KVCache& cache, int64_t layer,
+                                                        const TokenTree& tree) {
+  check_self_attention("forward_with_tree");
+  const SdpaOptions sdpa = modules::sdpa_options(options.attention(), is_training(), score_terms());
+  torch::Tensor out = modules::attend_with_tree(layout(), x, {*q_proj, *k_proj, *v_proj}, cache, layer, tree, sdpa,
+                                                rotary.is_empty() ? nullptr : rotary.get(), this);
+  return out_proj ? backends::project_rows(out, out_proj->weight, out_proj->bias) : out;
+}
+
+void MultiHeadAttentionImpl::check_self_attention(const char* method) const {
+  TORCH_CHECK(options.kdim() == options.embed_dim() && options.vdim() == options.embed_dim(), kMultiHeadAttention,
+              "::", method, ": a call on a KV cache is self-attention, which needs kdim == vdim == embed_dim (got kdim ",
+              options.kdim(), ", vdim ", options.vdim(), ", embed_dim ", options.embed_dim(), ")");
+}
+
+KVCacheOptions MultiHeadAttentionImpl::cache_options(int64_t num_layers, int64_t batch, int64_t capacity) const {
+  const modules::ProjectionWidths& w = layout().widths;
+  const torch::Tensor& weight = k_proj->weight;
+  return KVCacheOptions(num_layers, batch, w.kv_heads(), w.head_dim_qk, capacity)
+      .value_dim(w.head_dim_v)
+      .dtype(weight.scalar_type())
+      .device(weight.device());
+}
+
+PagedKVCacheOptions MultiHeadAttentionImpl::paged_cache_options(int64_t num_layers, int64_t num_blocks,
+                                                                int64_t block_size) const {
+  const modules::ProjectionWidths& w = layout().widths;
+  return PagedKVCacheOptions(num_layers, w.kv_heads(), w.head_dim_qk, num_blocks, block_size)
+      .value_dim(w.head_dim_v)
+      .dtype(k_proj->weight.scalar_type());
 }
 
 ProjectedMemory MultiHeadAttentionImpl::project_memory(const torch::Tensor& key, const torch::Tensor& value) const {

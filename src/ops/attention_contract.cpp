@@ -175,14 +175,17 @@ at::Tensor host_positions(const at::Tensor& t) { return t.to(at::kCPU, at::kLong
 
 CacheSizes check_cache_call(const char* fn, const at::Tensor& query, const at::Tensor& key_cache,
                             const at::Tensor& value_cache, const at::Tensor& query_starts,
-                            const at::Tensor& key_lengths, const at::Tensor& key_scales,
-                            const at::Tensor& value_scales) {
+                            const at::Tensor& key_lengths, const DecodeOnlyInputs& decode_only) {
+  const at::Tensor& table = decode_only.block_table;
+  const bool paged = table.defined();
+  // How the caches' dimensions are named in messages: per batch row, or per block of a paged cache.
+  const char* k_layout = paged ? "[num_blocks, H_kv, block_size, d_k]" : "[B, H_kv, capacity, d_k]";
+  const char* v_layout = paged ? "[num_blocks, H_kv, block_size, d_v]" : "[B, H_kv, capacity, d_v]";
   TORCH_CHECK(query.defined() && key_cache.defined() && value_cache.defined(), fn,
               ": query, key_cache and value_cache must be defined");
   TORCH_CHECK(query.dim() == 4, fn, ": query must be [B, H, Tq, d_k], got shape ", query.sizes());
-  TORCH_CHECK(key_cache.dim() == 4, fn, ": key_cache must be [B, H_kv, capacity, d_k], got shape ", key_cache.sizes());
-  TORCH_CHECK(value_cache.dim() == 4, fn, ": value_cache must be [B, H_kv, capacity, d_v], got shape ",
-              value_cache.sizes());
+  TORCH_CHECK(key_cache.dim() == 4, fn, ": key_cache must be ", k_layout, ", got shape ", key_cache.sizes());
+  TORCH_CHECK(value_cache.dim() == 4, fn, ": value_cache must be ", v_layout, ", got shape ", value_cache.sizes());
   common::check_floating(fn, "query", query);
   const bool int8 = is_int8_cache(key_cache) || is_int8_cache(value_cache);
   if (int8) {
@@ -200,29 +203,42 @@ CacheSizes check_cache_call(const char* fn, const at::Tensor& query, const at::T
     common::check_same_device_dtype(fn, "key_cache", key_cache, "query", query);
     common::check_same_device_dtype(fn, "value_cache", value_cache, "query", query);
   }
-  const CacheSizes s{query.size(0), query.size(1),     query.size(2),      query.size(3),
-                     key_cache.size(1), key_cache.size(2), value_cache.size(3)};
-  for (const auto& [arg, t] : {std::pair<const char*, const at::Tensor&>{"key_scales", key_scales},
-                               std::pair<const char*, const at::Tensor&>{"value_scales", value_scales}}) {
+  CacheSizes s{query.size(0), query.size(1), query.size(2), query.size(3), key_cache.size(1), key_cache.size(2),
+               value_cache.size(3)};
+  // The first dimension of the caches and scales: B, or the blocks of a paged cache.
+  const int64_t rows = paged ? key_cache.size(0) : s.batch;
+  const int64_t positions = key_cache.size(2);  // per row, or per block
+  if (paged) {
+    TORCH_CHECK(table.dim() == 2 && table.size(0) == s.batch, fn, ": block_table must be [B, max_blocks] = [", s.batch,
+                ", max_blocks], got ", table.sizes());
+    TORCH_CHECK(at::isIntegralType(table.scalar_type(), /*includeBool=*/false) && table.device().is_cpu(), fn,
+                ": block_table must hold integers on the CPU, got ", common::dtype_name(table), " on ", table.device());
+    TORCH_CHECK(positions > 0, fn, ": a paged cache's blocks must hold at least one position, got key_cache ",
+                key_cache.sizes());
+    s.block_size = positions;
+    s.capacity = table.size(1) * positions;
+  }
+  for (const auto& [arg, t] : {std::pair<const char*, const at::Tensor&>{"key_scales", decode_only.key_scales},
+                               std::pair<const char*, const at::Tensor&>{"value_scales", decode_only.value_scales}}) {
+    const char* layout = paged ? "[num_blocks, H_kv, block_size]" : "[B, H_kv, capacity]";
     if (!int8) {
       TORCH_CHECK(!t.defined(), fn, ": ", arg, " is given only with an int8 cache, but the caches are ",
                   common::dtype_name(key_cache));
       continue;
     }
-    TORCH_CHECK(t.defined(), fn, ": an int8 cache needs ", arg, " [B, H_kv, capacity] = [", key_cache.size(0), ", ",
-                s.kv_heads, ", ", s.capacity, "] (float32), got none");
-    TORCH_CHECK(t.dim() == 3 && t.size(0) == key_cache.size(0) && t.size(1) == s.kv_heads && t.size(2) == s.capacity,
-                fn, ": ", arg, " must be [B, H_kv, capacity] = [", key_cache.size(0), ", ", s.kv_heads, ", ",
-                s.capacity, "], got ", t.sizes());
+    TORCH_CHECK(t.defined(), fn, ": an int8 cache needs ", arg, " ", layout, " = [", rows, ", ", s.kv_heads, ", ",
+                positions, "] (float32), got none");
+    TORCH_CHECK(t.dim() == 3 && t.size(0) == rows && t.size(1) == s.kv_heads && t.size(2) == positions, fn, ": ", arg,
+                " must be ", layout, " = [", rows, ", ", s.kv_heads, ", ", positions, "], got ", t.sizes());
     TORCH_CHECK(t.scalar_type() == at::kFloat && t.device() == query.device(), fn, ": ", arg,
                 " must be float32 on ", query.device(), ", got ", common::dtype_name(t), " on ", t.device());
   }
-  TORCH_CHECK(key_cache.size(0) == s.batch && s.kv_heads > 0 && s.heads % s.kv_heads == 0 && key_cache.size(3) == s.dk,
-              fn, ": key_cache must be [B, H_kv, capacity, d_k] = [", s.batch, ", H_kv, capacity, ", s.dk,
-              "] with H_kv dividing the query's ", s.heads, " heads, got key_cache ", key_cache.sizes(), " for query ",
-              query.sizes());
-  TORCH_CHECK(value_cache.size(0) == s.batch && value_cache.size(1) == s.kv_heads && value_cache.size(2) == s.capacity,
-              fn, ": value_cache must be [B, H_kv, capacity, d_v] = [", s.batch, ", ", s.kv_heads, ", ", s.capacity,
+  TORCH_CHECK(key_cache.size(0) == rows && s.kv_heads > 0 && s.heads % s.kv_heads == 0 && key_cache.size(3) == s.dk,
+              fn, ": key_cache must be ", k_layout, " = [", paged ? std::string("num_blocks") : std::to_string(s.batch),
+              ", H_kv, ", paged ? "block_size" : "capacity", ", ", s.dk, "] with H_kv dividing the query's ", s.heads,
+              " heads, got key_cache ", key_cache.sizes(), " for query ", query.sizes());
+  TORCH_CHECK(value_cache.size(0) == rows && value_cache.size(1) == s.kv_heads && value_cache.size(2) == positions, fn,
+              ": value_cache must be ", v_layout, " = [", rows, ", ", s.kv_heads, ", ", positions,
               ", d_v] to match key_cache, got value_cache ", value_cache.sizes());
   TORCH_CHECK(s.dk > 0, fn, ": d_k (query's last dimension) must be positive, got query ", query.sizes());
   for (const auto& [arg, t] : {std::pair<const char*, const at::Tensor&>{"query_starts", query_starts},
@@ -237,8 +253,19 @@ CacheSizes check_cache_call(const char* fn, const at::Tensor& query, const at::T
   const int64_t* length = lengths.data_ptr<int64_t>();
   for (int64_t b = 0; b < s.batch; ++b) {
     TORCH_CHECK(length[b] >= 0 && length[b] <= s.capacity, fn, ": key_lengths[", b, "] = ", length[b],
-                " must be in [0, capacity = ", s.capacity, "]");
+                " must be in [0, capacity = ", s.capacity, "]", paged ? " (max_blocks · block_size)" : "");
     TORCH_CHECK(start[b] >= 0, fn, ": query_starts[", b, "] = ", start[b], " must be >= 0");
+  }
+  if (paged) {
+    const at::Tensor blocks = host_positions(table.flatten()).view(table.sizes());
+    const int64_t* block = blocks.data_ptr<int64_t>();
+    for (int64_t b = 0; b < s.batch; ++b) {
+      for (int64_t i = 0; i * s.block_size < length[b]; ++i) {
+        const int64_t id = block[b * table.size(1) + i];
+        TORCH_CHECK(id >= 0 && id < rows, fn, ": block_table[", b, ", ", i, "] = ", id, " is not a block in [0, ", rows,
+                    ") (row ", b, " holds ", length[b], " positions, in blocks of ", s.block_size, ")");
+      }
+    }
   }
   return s;
 }
@@ -248,8 +275,27 @@ bool is_int8_cache(const at::Tensor& cache) { return cache.defined() && cache.sc
 FlashArguments check_decode_variants(const char* fn, const CacheSizes& s, const at::Tensor& query, bool is_causal,
                                      c10::optional<double> scale, int64_t window_left, int64_t window_right,
                                      double softcap, const c10::optional<at::Tensor>& alibi_slopes,
-                                     const c10::optional<at::Tensor>& sinks) {
+                                     const c10::optional<at::Tensor>& sinks, const at::Tensor& tree_mask) {
   if (scale) TORCH_CHECK(std::isfinite(*scale), fn, ": scale must be finite, got ", *scale);
+  if (tree_mask.defined()) {
+    const int64_t n = s.tq;
+    TORCH_CHECK(tree_mask.scalar_type() == at::kBool && tree_mask.device().is_cpu(), fn,
+                ": tree_mask must be bool on the CPU, got ", common::dtype_name(tree_mask), " on ", tree_mask.device());
+    TORCH_CHECK((tree_mask.dim() == 2 || (tree_mask.dim() == 3 && tree_mask.size(0) == s.batch)) &&
+                    tree_mask.size(-1) == n && tree_mask.size(-2) == n,
+                fn, ": tree_mask must be [Tq, Tq] or [B, Tq, Tq] = [", s.batch, ", ", n, ", ", n, "], got ",
+                tree_mask.sizes());
+    TORCH_CHECK(is_causal, fn, ": tree_mask needs is_causal (the candidates attend the cache before them)");
+    TORCH_CHECK(window_left < 0 && window_right < 0 && !(alibi_slopes && alibi_slopes->defined()), fn,
+                ": tree_mask takes no window and no ALiBi: a candidate's distance to a key is its depth in the tree, "
+                "not its index");
+    const at::Tensor mask = tree_mask.reshape({-1, n, n});
+    const at::Tensor diagonal = mask.diagonal(0, 1, 2);
+    TORCH_CHECK(diagonal.all().item<bool>(), fn, ": tree_mask must let each candidate attend itself (true on the "
+                "diagonal)");
+    TORCH_CHECK(!mask.triu(1).any().item<bool>(), fn, ": tree_mask lets a candidate attend a later one (true above "
+                "the diagonal): list each candidate after its parent");
+  }
   FlashArguments a;
   a.is_causal = is_causal, a.scale = scale;
   a.window_left = window_left, a.window_right = window_right, a.softcap = softcap;

@@ -57,29 +57,44 @@ std::tuple<at::Tensor, at::Tensor> empty_forward_results(const FlashSizes& s, co
 // ---- attn::decode_attention: a call on a KV cache ----
 struct CacheSizes {
   int64_t batch, heads, tq, dk, kv_heads, capacity, dv;
+  int64_t block_size = 0;  ///< a paged cache's positions per block; 0 when contiguous
+};
+
+/// What only the decode kernel reads, each undefined when unused: an int8 cache's row scales, a paged cache's
+/// block table, and a token tree's mask over its candidates.
+struct DecodeOnlyInputs {
+  at::Tensor key_scales, value_scales, block_table, tree_mask;
+  bool any() const { return key_scales.defined() || value_scales.defined() || block_table.defined() || tree_mask.defined(); }
 };
 
 /// Checks query [B, H, Tq, d_k] (floating, d_k > 0), key_cache [B, H_kv, capacity, d_k] and value_cache
 /// [B, H_kv, capacity, d_v] (H_kv dividing H; the query's device and dtype, or int8 with scales),
 /// query_starts and key_lengths [B] integer tensors with query_starts[b] >= 0 and 0 <= key_lengths[b] <=
-/// capacity. `fn` names the caller.
-/// The caches' element type, the one rule: the query's dtype, and then key_scales and value_scales are
-/// undefined; or int8 caches (is_int8_cache) read by a float32 or bfloat16 query, each with its float32 scales
-/// [B, H_kv, capacity] on the query's device: element i of row (b, h, j) stands for scales[b, h, j] · cache[..., i].
+/// capacity, and the decode kernel's own inputs. `fn` names the caller.
+/// The caches' element type, the one rule: the query's dtype, and then the scales are undefined; or int8
+/// caches (is_int8_cache) read by a float32 or bfloat16 query, each with its float32 scales [B, H_kv, capacity]
+/// on the query's device: element i of row (b, h, j) stands for scales[b, h, j] · cache[..., i].
+/// A paged cache (block_table [B, max_blocks] integers on the CPU) is given as its blocks: key_cache
+/// [num_blocks, H_kv, block_size, d_k], value_cache [num_blocks, H_kv, block_size, d_v], the scales
+/// [num_blocks, H_kv, block_size]; row b's position j is in block block_table[b, j / block_size], and capacity is
+/// max_blocks · block_size. The blocks holding each row's key_lengths[b] positions must be in [0, num_blocks).
+/// A tree_mask is checked by check_decode_variants.
 CacheSizes check_cache_call(const char* fn, const at::Tensor& query, const at::Tensor& key_cache,
                             const at::Tensor& value_cache, const at::Tensor& query_starts,
-                            const at::Tensor& key_lengths, const at::Tensor& key_scales = {},
-                            const at::Tensor& value_scales = {});
+                            const at::Tensor& key_lengths, const DecodeOnlyInputs& decode_only = {});
 
 /// Whether a cache holds int8 rows with a scale per row (KVCacheOptions().dtype(torch::kInt8)).
 bool is_int8_cache(const at::Tensor& cache);
 
 /// The decode op's variants (its arguments after the positions) as a fused call's arguments, checked as the
-/// fused op checks its own (check_variant_args), the scale included.
+/// fused op checks its own (check_variant_args), the scale included. A tree_mask (token tree verification) is
+/// bool [Tq, Tq] or [B, Tq, Tq]: candidate t, at position query_starts[b] + t, attends candidate u iff
+/// tree_mask[(b,) t, u]; true on the diagonal, false above it (a parent comes before its child). It needs
+/// is_causal, and takes no window and no ALiBi (a candidate's distance to a key is its depth, not its index).
 FlashArguments check_decode_variants(const char* fn, const CacheSizes& s, const at::Tensor& query, bool is_causal,
                                      c10::optional<double> scale, int64_t window_left, int64_t window_right,
                                      double softcap, const c10::optional<at::Tensor>& alibi_slopes,
-                                     const c10::optional<at::Tensor>& sinks);
+                                     const c10::optional<at::Tensor>& sinks, const at::Tensor& tree_mask = {});
 
 /// Positions as the kernels read them: [B] int64 on the CPU, contiguous. `t` itself where it is so already (a
 /// KVCache's lengths are), else a converted copy.

@@ -13,12 +13,14 @@ torch::Tensor decode_attention(const torch::Tensor& query, const torch::Tensor& 
                                const c10::optional<torch::Tensor>& alibi_slopes,
                                const c10::optional<torch::Tensor>& sinks,
                                const c10::optional<torch::Tensor>& key_scales,
-                               const c10::optional<torch::Tensor>& value_scales) {
+                               const c10::optional<torch::Tensor>& value_scales,
+                               const c10::optional<torch::Tensor>& block_table,
+                               const c10::optional<torch::Tensor>& tree_mask) {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("attn::decode_attention", "")
                              .typed<decltype(decode_attention)>();
   return op.call(query, key_cache, value_cache, query_starts, key_lengths, is_causal, scale, window_left,
-                 window_right, softcap, alibi_slopes, sinks, key_scales, value_scales);
+                 window_right, softcap, alibi_slopes, sinks, key_scales, value_scales, block_table, tree_mask);
 }
 
 }  // namespace attn::ops

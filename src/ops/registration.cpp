@@ -19,6 +19,6 @@ TORCH_LIBRARY(attn, m) {
       "decode_attention(Tensor query, Tensor key_cache, Tensor value_cache, Tensor query_starts, "
       "Tensor key_lengths, bool is_causal=True, float? scale=None, int window_left=-1, int window_right=-1, "
       "float softcap=0.0, Tensor? alibi_slopes=None, Tensor? sinks=None, Tensor? key_scales=None, "
-      "Tensor? value_scales=None) -> Tensor");
+      "Tensor? value_scales=None, Tensor? block_table=None, Tensor? tree_mask=None) -> Tensor");
   m.def("linear_rows(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor");
 }

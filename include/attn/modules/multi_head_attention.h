@@ -4,6 +4,8 @@
 #include <attn/kv_cache.h>
 #include <attn/modules/rotary_embedding.h>
 #include <attn/options.h>
+#include <attn/paged_kv_cache.h>
+#include <attn/token_tree.h>
 
 #include <torch/nn/cloneable.h>
 #include <torch/nn/modules/linear.h>
@@ -59,6 +61,22 @@ class MultiHeadAttentionImpl : public torch::nn::Cloneable<MultiHeadAttentionImp
   /// (Not an overload of forward: LibTorch's ModuleHolder::operator() needs forward to be unique.)
   torch::Tensor forward_with_cache(const torch::Tensor& x, KVCache& cache, int64_t layer,
                                    const std::vector<int64_t>& new_lengths = {});
+  /// The same over a PagedKVCache: row b of x [B, T, embed_dim] continues sequences[b] (ids from
+  /// add_sequence or fork). The decode kernel serves any T (CPU, no gradient).
+  torch::Tensor forward_with_cache(const torch::Tensor& x, PagedKVCache& cache, int64_t layer,
+                                   const std::vector<int64_t>& sequences);
+  /// Token tree verification (speculative decoding): x [B, N, embed_dim] holds a TokenTree's N candidates for
+  /// every row. Candidate i is rotated at position length + depth(i), all N are appended to `layer`, and each
+  /// attends to the cached prefix, its ancestors and itself. Returns [B, N, embed_dim]; after the model's last
+  /// layer, cache.keep_candidates(N, accepted) keeps the accepted path. CPU, no gradient, options.causal.
+  torch::Tensor forward_with_tree(const torch::Tensor& x, KVCache& cache, int64_t layer, const TokenTree& tree);
+
+  /// A KVCache's options for this module: its K/V heads, head sizes, and the dtype and device of its
+  /// parameters, for num_layers layers of `batch` rows of `capacity` positions. Chain .dtype(torch::kInt8) for
+  /// an int8 cache.
+  KVCacheOptions cache_options(int64_t num_layers, int64_t batch, int64_t capacity) const;
+  /// A PagedKVCache's options for this module, in its parameters' dtype.
+  PagedKVCacheOptions paged_cache_options(int64_t num_layers, int64_t num_blocks, int64_t block_size) const;
 
   /// key [B, Tk, kdim], value [B, Tk, vdim] (or unbatched) projected into K/V heads once.
   ProjectedMemory project_memory(const torch::Tensor& key, const torch::Tensor& value) const;
@@ -86,6 +104,7 @@ class MultiHeadAttentionImpl : public torch::nn::Cloneable<MultiHeadAttentionImp
 
  private:
   modules::ModuleLayout layout() const;
+  void check_self_attention(const char* method) const;
   modules::ScoreTerms score_terms() const;
   std::tuple<torch::Tensor, torch::Tensor> attend(const torch::Tensor& query, const torch::Tensor& key,
                                                   const torch::Tensor& value, const AttentionMasks& masks,

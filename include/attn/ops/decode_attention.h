@@ -20,10 +20,16 @@ namespace attn::ops {
 /// The variants of attn::flash_attention apply around each query's position p: window_left/right (key j
 /// allowed iff p - left <= j <= p + right, -1 unbounded, is_causal bounds right at 0), softcap, alibi_slopes
 /// ([H] or [B, H]: bias -slope · |p - j|) and sinks ([H]).
-/// On the CPU the caches may also be int8 (a KVCache built with dtype torch::kInt8) with key_scales and
-/// value_scales, float32 [B, H_kv, capacity]: row (b, h, j) stands for scales[b, h, j] times its int8
-/// elements. The kernel widens them in its registers (no float copy of the cache is made); the query is float32
-/// or bfloat16.
+/// On the CPU, three more forms (ops/attention_contract.h, check_cache_call, states each rule):
+///  - int8 caches (a KVCache built with dtype torch::kInt8) with key_scales and value_scales, float32
+///    [B, H_kv, capacity]: row (b, h, j) stands for scales[b, h, j] times its int8 elements. The kernel widens
+///    them in its registers (no float copy of the cache is made); the query is float32 or bfloat16.
+///  - paged caches (PagedKVCache): key_cache [num_blocks, H_kv, block_size, d_k] and value_cache alike hold
+///    blocks, and block_table [B, max_blocks] (integers, CPU) says which block holds row b's positions
+///    [i · block_size, (i + 1) · block_size).
+///  - token tree verification: tree_mask [Tq, Tq] or [B, Tq, Tq] bool; the Tq queries are candidates at
+///    positions query_starts[b] + t, and candidate t attends the positions before query_starts[b] and the
+///    candidates u with tree_mask[t, u] (its ancestors and itself). Needs is_causal; no window, no ALiBi.
 /// Not differentiable: an inference kernel. A query with no allowed key gets a zero row.
 torch::Tensor decode_attention(const torch::Tensor& query, const torch::Tensor& key_cache,
                                const torch::Tensor& value_cache, const torch::Tensor& query_starts,
@@ -33,7 +39,9 @@ torch::Tensor decode_attention(const torch::Tensor& query, const torch::Tensor& 
                                const c10::optional<torch::Tensor>& alibi_slopes = c10::nullopt,
                                const c10::optional<torch::Tensor>& sinks = c10::nullopt,
                                const c10::optional<torch::Tensor>& key_scales = c10::nullopt,
-                               const c10::optional<torch::Tensor>& value_scales = c10::nullopt);
+                               const c10::optional<torch::Tensor>& value_scales = c10::nullopt,
+                               const c10::optional<torch::Tensor>& block_table = c10::nullopt,
+                               const c10::optional<torch::Tensor>& tree_mask = c10::nullopt);
 
 }  // namespace attn::ops
 

@@ -7,6 +7,10 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
+#include <memory>
+#include <string>
+
 #include <vector>
 
 namespace attn::modules {
@@ -151,50 +155,66 @@ std::tuple<torch::Tensor, torch::Tensor> attend_heads(const ModuleLayout& layout
   return {merge_heads(out, shape), weights};
 }
 
-torch::Tensor attend_with_cache(const ModuleLayout& layout, const torch::Tensor& x, const Projections& projections,
-                                KVCache& cache, int64_t layer, const std::vector<int64_t>& counts,
-                                const SdpaOptions& options, const RotaryEmbeddingImpl* rotary) {
+namespace {
+
+/// A module call's step over a cache, whatever the cache's form (KVCache, a token tree on one, PagedKVCache):
+/// what the call checks x against, and how it appends and attends.
+struct CacheStep {
+  int64_t batch = 0, kv_heads = 0, head_dim = 0, value_dim = 0;
+  std::string layout;  // the cache's shape, for messages
+  bool quantized = false;
+  torch::Dtype dtype = torch::kFloat32;
+  torch::Device device = torch::kCPU;
+  torch::Tensor starts;   // [B] the step's first positions (before the append)
+  torch::Tensor offsets;  // [T] each new position's offset from its row's start; undefined: 0..T-1
+  ops::DecodeOnlyInputs decode_only;  // known before the append (scales, tree); a block table comes after it
+  std::function<torch::Tensor()> keys, values;
+  std::function<void(const torch::Tensor& k, const torch::Tensor& v)> append;
+  std::function<torch::Tensor()> lengths;             // after the append
+  std::function<void(ops::DecodeOnlyInputs&)> after_append;  // adds what the append decides (a block table)
+};
+
+torch::Tensor attend_cache_step(const ModuleLayout& layout, const torch::Tensor& x, const Projections& projections,
+                                CacheStep step, const std::vector<int64_t>& counts, const SdpaOptions& options,
+                                const RotaryEmbeddingImpl* rotary) {
   const ProjectionWidths& w = layout.widths;
   TORCH_CHECK(x.defined() && x.dim() == 3, layout.module, ": with a KV cache, x must be batched [B, T, ", w.query_in,
               "], got ", x.defined() ? x.sizes() : at::IntArrayRef{});
   const CallShape shape = check_inputs(layout, x, x, x, projections.q.weight);
-  const KVCacheOptions& c = cache.options();
-  TORCH_CHECK(layer >= 0 && layer < c.num_layers(), layout.module, ": layer must be in [0, ", c.num_layers(),
-              ") for this cache of ", c.num_layers(), " layers, got ", layer);
-  const int64_t value_dim = c.value_dim().value_or(c.head_dim());
-  TORCH_CHECK(c.batch() == shape.batch && c.num_kv_heads() == w.kv_heads() && c.head_dim() == w.head_dim_qk &&
-                  value_dim == w.head_dim_v,
-              layout.module, ": the cache holds [B, H_kv, capacity, head_dim] = [", c.batch(), ", ", c.num_kv_heads(),
-              ", ", c.capacity(), ", ", c.head_dim(), "] (value_dim ", value_dim, "), but this call needs [",
-              shape.batch, ", ", w.kv_heads(), ", capacity, ", w.head_dim_qk, "] (value_dim ", w.head_dim_v, ")");
-  if (cache.quantized()) {
+  TORCH_CHECK(step.batch == shape.batch && step.kv_heads == w.kv_heads() && step.head_dim == w.head_dim_qk &&
+                  step.value_dim == w.head_dim_v,
+              layout.module, ": the cache holds ", step.layout, ", but this call needs [", shape.batch, ", ",
+              w.kv_heads(), ", ..., ", w.head_dim_qk, "] (value_dim ", w.head_dim_v, ")");
+  if (step.quantized) {
     TORCH_CHECK((x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16) && x.is_cpu(),
                 layout.module, ": an int8 cache serves a float32 or bfloat16 model on the CPU, but x is ",
                 common::dtype_name(x), " on ", x.device());
   } else {
-    TORCH_CHECK(c.dtype() == x.scalar_type() && c.device() == x.device(), layout.module, ": the cache holds ",
-                c10::toString(c.dtype()), " on ", c.device(), " but x is ", common::dtype_name(x), " on ",
-                x.device(), "; build the cache with the model's dtype and device");
+    TORCH_CHECK(step.dtype == x.scalar_type() && step.device == x.device(), layout.module, ": the cache holds ",
+                c10::toString(step.dtype), " on ", step.device, " but x is ", common::dtype_name(x), " on ",
+                x.device(), "; build the cache with the model's dtype and device (cache_options())");
   }
   const int64_t T = shape.tq;
   TORCH_CHECK(counts.empty() || static_cast<int64_t>(counts.size()) == shape.batch, layout.module,
               ": new_lengths must have one entry per batch row (", shape.batch, "), got ", counts.size());
 
   Heads heads = project(layout, shape, x, x, x, projections);
-  // The step's first positions: the lengths before append() advances them in place.
-  const torch::Tensor starts = cache.lengths(layer).clone();
   if (rotary != nullptr) {
-    const torch::Tensor positions = starts.unsqueeze(1) + torch::arange(T).unsqueeze(0);  // [B, T]
+    const torch::Tensor offsets = step.offsets.defined() ? step.offsets : torch::arange(T);
+    const torch::Tensor positions = step.starts.unsqueeze(1) + offsets.unsqueeze(0);  // [B, T]
     rotate(rotary, heads, positions, positions);
   }
-  if (cache.quantized()) {  // what only the decode kernel can read, refused before the cache changes
-    backends::check_cache_inputs(layout.module, heads.q, cache.keys(layer), cache.values(layer), starts, starts,
-                                 options, cache.key_scales(layer), cache.value_scales(layer));
+  if (step.decode_only.any()) {  // what only the decode kernel can read, refused before the cache changes
+    // As a call on empty rows: the cache's form, the query and the options, not yet the new positions.
+    const torch::Tensor empty = torch::zeros_like(step.starts);
+    backends::check_cache_inputs(layout.module, heads.q, step.keys(), step.values(), empty, empty, options,
+                                 step.decode_only);
   }
-  cache.append(layer, heads.k.detach(), heads.v.detach(), counts);  // checks every row's room before writing
-  torch::Tensor out = backends::cache_attention(layout.module, heads.q, cache.keys(layer), cache.values(layer),
-                                                starts, cache.lengths(layer), options, cache.key_scales(layer),
-                                                cache.value_scales(layer));
+  step.append(heads.k.detach(), heads.v.detach());  // checks every row's room before writing
+  ops::DecodeOnlyInputs decode_only = step.decode_only;
+  if (step.after_append) step.after_append(decode_only);
+  torch::Tensor out = backends::cache_attention(layout.module, heads.q, step.keys(), step.values(), step.starts,
+                                                step.lengths(), options, decode_only);
   if (!counts.empty()) {
     // Positions past a row's count are padding: zero, not whatever the rule gives them.
     const torch::Tensor count_tensor = torch::tensor(at::ArrayRef<int64_t>(counts), torch::kLong).to(x.device());
@@ -203,6 +223,82 @@ torch::Tensor attend_with_cache(const ModuleLayout& layout, const torch::Tensor&
     out = out.masked_fill(padding, 0.0);
   }
   return merge_heads(out, shape);
+}
+
+/// The parts of a step over layer `layer` of a KVCache that a plain step and a tree step share.
+CacheStep kv_cache_step(const char* module, KVCache& cache, int64_t layer, const void* owner) {
+  const KVCacheOptions& c = cache.options();
+  TORCH_CHECK(layer >= 0 && layer < c.num_layers(), module, ": layer must be in [0, ", c.num_layers(),
+              ") for this cache of ", c.num_layers(), " layers, got ", layer);
+  cache.claim_layer(layer, owner, module);
+  CacheStep step;
+  step.batch = c.batch(), step.kv_heads = c.num_kv_heads(), step.head_dim = c.head_dim();
+  step.value_dim = c.value_dim().value_or(c.head_dim());
+  step.layout = "[B, H_kv, capacity, head_dim] = [" + std::to_string(c.batch()) + ", " + std::to_string(c.num_kv_heads()) +
+                ", " + std::to_string(c.capacity()) + ", " + std::to_string(c.head_dim()) + "] (value_dim " +
+                std::to_string(step.value_dim) + ")";
+  step.quantized = cache.quantized(), step.dtype = c.dtype(), step.device = c.device();
+  // The lengths before the append advances them in place.
+  step.starts = cache.lengths(layer).clone();
+  step.decode_only.key_scales = cache.key_scales(layer), step.decode_only.value_scales = cache.value_scales(layer);
+  step.keys = [&cache, layer] { return cache.keys(layer); };
+  step.values = [&cache, layer] { return cache.values(layer); };
+  step.lengths = [&cache, layer] { return cache.lengths(layer); };
+  return step;
+}
+
+}  // namespace
+
+torch::Tensor attend_with_cache(const ModuleLayout& layout, const torch::Tensor& x, const Projections& projections,
+                                KVCache& cache, int64_t layer, const std::vector<int64_t>& counts,
+                                const SdpaOptions& options, const RotaryEmbeddingImpl* rotary, const void* owner) {
+  CacheStep step = kv_cache_step(layout.module, cache, layer, owner);
+  step.append = [&](const torch::Tensor& k, const torch::Tensor& v) { cache.append(layer, k, v, counts); };
+  return attend_cache_step(layout, x, projections, std::move(step), counts, options, rotary);
+}
+
+torch::Tensor attend_with_tree(const ModuleLayout& layout, const torch::Tensor& x, const Projections& projections,
+                               KVCache& cache, int64_t layer, const TokenTree& tree, const SdpaOptions& options,
+                               const RotaryEmbeddingImpl* rotary, const void* owner) {
+  TORCH_CHECK(x.defined() && x.dim() == 3 && x.size(1) == tree.size(), layout.module,
+              ": x must hold one position per candidate, [B, ", tree.size(), ", E], got ",
+              x.defined() ? x.sizes() : at::IntArrayRef{});
+  CacheStep step = kv_cache_step(layout.module, cache, layer, owner);
+  // A candidate sits at its row's length plus its depth: siblings share a position.
+  step.offsets = torch::tensor(tree.depths(), torch::kLong);
+  step.decode_only.tree_mask = tree.ancestor_mask();
+  step.append = [&](const torch::Tensor& k, const torch::Tensor& v) { cache.append(layer, k, v); };
+  return attend_cache_step(layout, x, projections, std::move(step), {}, options, rotary);
+}
+
+torch::Tensor attend_with_paged_cache(const ModuleLayout& layout, const torch::Tensor& x,
+                                      const Projections& projections, PagedKVCache& cache, int64_t layer,
+                                      const std::vector<int64_t>& sequences, const SdpaOptions& options,
+                                      const RotaryEmbeddingImpl* rotary) {
+  const PagedKVCacheOptions& c = cache.options();
+  TORCH_CHECK(layer >= 0 && layer < c.num_layers(), layout.module, ": layer must be in [0, ", c.num_layers(),
+              ") for this cache of ", c.num_layers(), " layers, got ", layer);
+  CacheStep step;
+  step.batch = static_cast<int64_t>(sequences.size());
+  step.kv_heads = c.num_kv_heads(), step.head_dim = c.head_dim(), step.value_dim = c.value_dim().value_or(c.head_dim());
+  step.layout = "blocks of [H_kv, block_size, head_dim] = [" + std::to_string(c.num_kv_heads()) + ", " +
+                std::to_string(c.block_size()) + ", " + std::to_string(c.head_dim()) + "] (value_dim " +
+                std::to_string(step.value_dim) + ") for " + std::to_string(sequences.size()) + " sequences";
+  step.quantized = cache.quantized(), step.dtype = c.dtype(), step.device = torch::kCPU;
+  step.starts = cache.batch(layer, sequences).lengths;
+  step.decode_only.key_scales = cache.key_scales(layer), step.decode_only.value_scales = cache.value_scales(layer);
+  // Checked as a paged call even where the blocks are float: a block table is what the decode kernel alone reads.
+  step.decode_only.block_table = torch::zeros({step.batch, 1}, torch::kLong);
+  step.keys = [&cache, layer] { return cache.key_blocks(layer); };
+  step.values = [&cache, layer] { return cache.value_blocks(layer); };
+  auto current = std::make_shared<PagedBatch>();
+  step.append = [&cache, layer, &sequences, current](const torch::Tensor& k, const torch::Tensor& v) {
+    cache.append(layer, sequences, k, v);
+    *current = cache.batch(layer, sequences);
+  };
+  step.lengths = [current] { return current->lengths; };
+  step.after_append = [current](ops::DecodeOnlyInputs& d) { d.block_table = current->block_table; };
+  return attend_cache_step(layout, x, projections, std::move(step), {}, options, rotary);
 }
 
 Heads project_memory(const ModuleLayout& layout, const torch::Tensor& key, const torch::Tensor& value,

@@ -10,6 +10,8 @@
 #include <attn/kv_cache.h>
 #include <attn/modules/rotary_embedding.h>
 #include <attn/options.h>
+#include <attn/paged_kv_cache.h>
+#include <attn/token_tree.h>
 
 #include <torch/nn/modules/linear.h>
 #include <torch/types.h>
@@ -89,9 +91,23 @@ std::tuple<torch::Tensor, torch::Tensor> attend_heads(const ModuleLayout& layout
 /// of T when given: a right-padded ragged batch). Projects, rotates at each row's cache positions, appends
 /// k and v to `layer` of the cache (nothing is written if a row would overflow), and attends over each row's
 /// valid prefix. Rows beyond counts[b] get zero outputs. Returns [B, T, H * d_v].
+/// `owner` (the module) claims the layer: a second module writing it is refused (KVCache::claim_layer).
 torch::Tensor attend_with_cache(const ModuleLayout& layout, const torch::Tensor& x, const Projections& projections,
                                 KVCache& cache, int64_t layer, const std::vector<int64_t>& counts,
-                                const SdpaOptions& options, const RotaryEmbeddingImpl* rotary);
+                                const SdpaOptions& options, const RotaryEmbeddingImpl* rotary, const void* owner);
+
+/// Token tree verification: x [B, N, E] holds the tree's N candidates for each row. Rotates candidate i at
+/// position length + depth(i), appends all N to `layer`, and attends with the tree's mask (each candidate sees
+/// the prefix, its ancestors and itself). Returns [B, N, H * d_v]; KVCache::keep_candidates commits a path.
+torch::Tensor attend_with_tree(const ModuleLayout& layout, const torch::Tensor& x, const Projections& projections,
+                               KVCache& cache, int64_t layer, const TokenTree& tree, const SdpaOptions& options,
+                               const RotaryEmbeddingImpl* rotary, const void* owner);
+
+/// attend_with_cache over a PagedKVCache: row b of x continues sequences[b].
+torch::Tensor attend_with_paged_cache(const ModuleLayout& layout, const torch::Tensor& x,
+                                      const Projections& projections, PagedKVCache& cache, int64_t layer,
+                                      const std::vector<int64_t>& sequences, const SdpaOptions& options,
+                                      const RotaryEmbeddingImpl* rotary);
 
 /// Keys and values of a memory (an encoder's output), projected once and reused by every decoding step.
 Heads project_memory(const ModuleLayout& layout, const torch::Tensor& key, const torch::Tensor& value,

@@ -22,10 +22,14 @@ View4<T> view(const at::Tensor& t) {
   return {t.data_ptr<std::remove_const_t<T>>(), t.stride(0), t.stride(1), t.stride(2), 1};
 }
 
-/// A cache as the kernel reads it, in its own element type, with its row scales where it is int8.
-CacheView cache_view(const at::Tensor& t, const at::Tensor& scales) {
+/// A cache as the kernel reads it, in its own element type, with its row scales where it is int8 and its block
+/// table where it is paged.
+CacheView cache_view(const at::Tensor& t, const at::Tensor& scales, const at::Tensor& blocks) {
   CacheView view{t.data_ptr(), t.stride(0), t.stride(1), t.stride(2), t.scalar_type()};
   if (scales.defined()) view.scales = scales.data_ptr<float>(), view.ssb = scales.stride(0), view.ssh = scales.stride(1);
+  if (blocks.defined()) {
+    view.blocks = blocks.data_ptr<int64_t>(), view.blocks_stride = blocks.size(1), view.block_size = t.size(2);
+  }
   return view;
 }
 
@@ -35,21 +39,31 @@ at::Tensor row_scales_layout(const c10::optional<at::Tensor>& scales) {
   return scales->stride(2) == 1 ? *scales : scales->contiguous();
 }
 
+at::Tensor given(const c10::optional<at::Tensor>& t) { return t && t->defined() ? *t : at::Tensor(); }
+
 at::Tensor decode_attention_cpu(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
                                 const at::Tensor& query_starts, const at::Tensor& key_lengths, bool is_causal,
                                 c10::optional<double> scale, int64_t window_left, int64_t window_right,
                                 double softcap, const c10::optional<at::Tensor>& alibi_slopes,
                                 const c10::optional<at::Tensor>& sinks, const c10::optional<at::Tensor>& key_scales,
-                                const c10::optional<at::Tensor>& value_scales) {
+                                const c10::optional<at::Tensor>& value_scales,
+                                const c10::optional<at::Tensor>& block_table,
+                                const c10::optional<at::Tensor>& tree_mask) {
   check_input(kOp, "query", query, "[B, H, Tq, d_k]");
   if (!is_int8_cache(key_cache)) check_input(kOp, "key_cache", key_cache, "[B, H_kv, capacity, d_k]");
   if (!is_int8_cache(value_cache)) check_input(kOp, "value_cache", value_cache, "[B, H_kv, capacity, d_v]");
-  const at::Tensor k_scales = row_scales_layout(key_scales), v_scales = row_scales_layout(value_scales);
-  const CacheSizes c =
-      check_cache_call(kOp, query, key_cache, value_cache, query_starts, key_lengths, k_scales, v_scales);
+  const DecodeOnlyInputs decode_only{row_scales_layout(key_scales), row_scales_layout(value_scales),
+                                     given(block_table), given(tree_mask)};
+  const CacheSizes c = check_cache_call(kOp, query, key_cache, value_cache, query_starts, key_lengths, decode_only);
   const int64_t B = c.batch, H = c.heads, tq = c.tq, dk = c.dk, H_kv = c.kv_heads, dv = c.dv;
   TORCH_CHECK(dv > 0, kOp, ": d_v must be positive, got value_cache ", value_cache.sizes());
-  check_decode_variants(kOp, c, query, is_causal, scale, window_left, window_right, softcap, alibi_slopes, sinks);
+  check_decode_variants(kOp, c, query, is_causal, scale, window_left, window_right, softcap, alibi_slopes, sinks,
+                        decode_only.tree_mask);
+  // A paged cache's block table as the kernel reads it, and a token tree's mask, contiguous.
+  const at::Tensor blocks = decode_only.block_table.defined()
+                                ? host_positions(decode_only.block_table.flatten()).view(decode_only.block_table.sizes())
+                                : at::Tensor();
+  const at::Tensor tree = decode_only.tree_mask.defined() ? decode_only.tree_mask.contiguous() : at::Tensor();
   // Read in place: a KVCache's lengths are int64 on the CPU already.
   const at::Tensor starts = host_positions(query_starts), lengths = host_positions(key_lengths);
 
@@ -82,7 +96,10 @@ at::Tensor decode_attention_cpu(const at::Tensor& query, const at::Tensor& key_c
   AT_DISPATCH_FLOATING_TYPES(compute, kOp, [&] {
     DecodeArgs<scalar_t> args;
     fill(args);
-    args.q = view<const scalar_t>(q), args.k = cache_view(k, k_scales), args.v = cache_view(v, v_scales);
+    args.q = view<const scalar_t>(q);
+    args.k = cache_view(k, decode_only.key_scales, blocks);
+    args.v = cache_view(v, decode_only.value_scales, blocks);
+    if (tree.defined()) args.tree = tree.data_ptr<bool>(), args.tree_stride = tree.dim() == 3 ? tq * tq : 0;
     args.scale = static_cast<scalar_t>(sc);
     args.out = view<scalar_t>(out);
     decode_forward(args);

@@ -428,12 +428,16 @@ at::Tensor decode_attention_cuda(const at::Tensor& query, const at::Tensor& key_
                                  c10::optional<double> scale, int64_t window_left, int64_t window_right,
                                  double softcap, const c10::optional<at::Tensor>& alibi_slopes,
                                  const c10::optional<at::Tensor>& sinks, const c10::optional<at::Tensor>& key_scales,
-                                 const c10::optional<at::Tensor>& value_scales) {
+                                 const c10::optional<at::Tensor>& value_scales,
+                                 const c10::optional<at::Tensor>& block_table,
+                                 const c10::optional<at::Tensor>& tree_mask) {
   check_input_defined(query, key_cache, value_cache);
-  TORCH_CHECK(!is_int8_cache(key_cache) && !is_int8_cache(value_cache) && !(key_scales && key_scales->defined()) &&
-                  !(value_scales && value_scales->defined()),
+  const auto given = [](const c10::optional<at::Tensor>& t) { return t && t->defined(); };
+  TORCH_CHECK(!is_int8_cache(key_cache) && !is_int8_cache(value_cache) && !given(key_scales) && !given(value_scales),
               kOp, ": an int8 cache is read by the CPU kernel only; on ", query.device(),
               " keep the cache in the model's dtype");
+  TORCH_CHECK(!given(block_table) && !given(tree_mask), kOp,
+              ": paged caches and token trees are read by the CPU kernel only, not on ", query.device());
   const DecodeKernelSupport support = decode_support(query, key_cache, value_cache);
   TORCH_CHECK(support.supported, kOp, ": no CUDA kernel for these inputs: ", support.reason,
               "; attn::attention_with_kv_cache takes the general backends for them");

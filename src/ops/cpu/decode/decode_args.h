@@ -6,25 +6,46 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <limits>
+#include <utility>
 
 namespace attn::ops::cpu {
 
-/// A cache [B, H_kv, capacity, width] whose element type is a value: the decode kernel reads it as
-/// View4<const KV> for the KV that `type` names (decode/decode_kernel.h lists the element types it reads).
-/// An int8 cache also has a float scale per row, scales [B, H_kv, capacity] (strides ssb, ssh, 1).
+/// A cache whose element type is a value (decode/decode_kernel.h lists the element types it reads), kept in one
+/// of two forms:
+///  - contiguous, [B, H_kv, capacity, width]: position j of row b at data + b·sb + h·sh + j·si;
+///  - paged, blocks [num_blocks, H_kv, block_size, width]: position j of row b in block
+///    blocks[b · blocks_stride + j / block_size], at slot j % block_size (sb is then the stride of a block).
+/// An int8 cache also has a float scale per row, scales [B or num_blocks, H_kv, capacity or block_size] (strides
+/// ssb, ssh, 1).
 struct CacheView {
   const void* data = nullptr;
   int64_t sb = 0, sh = 0, si = 0;
   at::ScalarType type = at::kFloat;
   const float* scales = nullptr;
   int64_t ssb = 0, ssh = 0;
+  const int64_t* blocks = nullptr;  // paged: the block table [B, blocks_stride]
+  int64_t blocks_stride = 0, block_size = 0;
 
-  template <typename KV>
-  View4<const KV> as() const {
-    return {static_cast<const KV*>(data), sb, sh, si, 1};
+  /// Where position j of row b and head h starts: its block and its offset in it.
+  std::pair<int64_t, int64_t> locate(int64_t b, int64_t j) const {
+    if (blocks == nullptr) return {b, j};
+    return {blocks[b * blocks_stride + j / block_size], j % block_size};
   }
-  /// The scales of row (b, h)'s positions from j on.
-  const float* row_scales(int64_t b, int64_t h, int64_t j) const { return scales + b * ssb + h * ssh + j; }
+  template <typename KV>
+  const KV* row(int64_t b, int64_t h, int64_t j) const {
+    const auto [block, slot] = locate(b, j);
+    return static_cast<const KV*>(data) + block * sb + h * sh + slot * si;
+  }
+  /// The scales of row (b, h)'s positions from j on (to the end of j's block when paged).
+  const float* row_scales(int64_t b, int64_t h, int64_t j) const {
+    const auto [block, slot] = locate(b, j);
+    return scales + block * ssb + h * ssh + slot;
+  }
+  /// Positions from j on that lie one after another in memory: to the end of j's block, or all of them.
+  int64_t contiguous_from(int64_t j) const {
+    return blocks == nullptr ? std::numeric_limits<int64_t>::max() : block_size - j % block_size;
+  }
 };
 
 /// The decode kernel: few queries (Tq <= 16 or so) per batch row against a KV cache. Query t of row b sits at
@@ -46,6 +67,10 @@ struct DecodeArgs {
   const T* alibi = nullptr;  // slope of (row b, head h) at alibi[b * alibi_stride + h]
   int64_t alibi_stride = 0;
   const T* sinks = nullptr;  // [H]
+  // Candidates of a token tree (speculative decoding): query t of row b may attend position query_starts[b] + u
+  // (u < Tq) only where tree[b · tree_stride + t · Tq + u]; the positions before query_starts[b] as usual.
+  const bool* tree = nullptr;
+  int64_t tree_stride = 0;
   View4<T> out;              // [B, H, Tq, dv]
 
   int64_t right_bound() const { return common::band_right(causal, window_right); }

@@ -125,9 +125,31 @@ struct DecodeState {
   std::vector<int64_t> begin, end;  // each packed row's allowed keys in the split, [begin, end)
 };
 
-/// The decode of caches whose elements are KV (k and v: a.k and a.v, typed).
+/// Calls fn(c0, c1) for the runs [c0, c1) of [begin, end) (columns of the split that starts at position j0)
+/// that lie one after another in both caches: all of it for a contiguous cache, block by block for a paged one.
+template <typename Fn>
+void for_each_run(const CacheView& k, const CacheView& v, int64_t j0, int64_t begin, int64_t end, Fn&& fn) {
+  for (int64_t c0 = begin; c0 < end;) {
+    const int64_t c1 = c0 + std::min({end - c0, k.contiguous_from(j0 + c0), v.contiguous_from(j0 + c0)});
+    fn(c0, c1);
+    c0 = c1;
+  }
+}
+
+/// Blocks, in the row of packed scores `row` (query t of a token tree whose candidates start at column
+/// `first`), the candidates that are not t's ancestors or t itself.
+template <typename T>
+void block_outside_tree(const bool* allowed, int64_t tq, int64_t t, int64_t first, int64_t cols, T* row) {
+  for (int64_t u = 0; u < tq; ++u) {
+    const int64_t c = first + u;
+    if (c >= 0 && c < cols && !allowed[t * tq + u]) row[c] = kNegInf<T>;
+  }
+}
+
+/// The decode of caches whose elements are KV (a.k and a.v, read as KV).
 template <typename T, typename KV>
-void decode(const DecodeArgs<T>& a, const View4<const KV>& keys, const View4<const KV>& values) {
+void decode(const DecodeArgs<T>& a) {
+  const CacheView &keys = a.k, &values = a.v;
   const int64_t group = a.heads / a.kv_heads, rows = group * a.tq;
   // Row b's splits are [first_split[b], first_split[b + 1]); a row with no key still has one (empty) split.
   std::vector<int64_t> first_split(a.batch + 1, 0);
@@ -179,15 +201,19 @@ void decode(const DecodeArgs<T>& a, const View4<const KV>& keys, const View4<con
     const int64_t lds = std::max<int64_t>(cols, 1);
     st.scores.resize(rows * lds);
     T* s = st.scores.data();
-    const KV* k = keys.row(b, hk, j0);
-    const KV* v = values.row(b, hk, j0);
-    for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
-      score_rows(std::min<int64_t>(kTileRows, rows - r0), st.q.data() + r0 * a.dk, k, keys.si, v, values.si, cols, a.dk,
-                 a.dv, a.scale, s + r0 * lds, lds);
-    }
-    // An int8 row stands for its scale times its elements: the scale multiplies the row's score (and, below,
-    // its probability), so the products read the int8 elements as they are.
-    if constexpr (kHasRowScales<KV>) scale_columns(s, rows, cols, lds, a.k.row_scales(b, hk, j0));
+    const auto key_row = [&](int64_t c) { return keys.row<KV>(b, hk, j0 + c); };
+    const auto value_row = [&](int64_t c) { return values.row<KV>(b, hk, j0 + c); };
+    for_each_run(keys, values, j0, 0, cols, [&](int64_t c0, int64_t c1) {
+      for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
+        score_rows(std::min<int64_t>(kTileRows, rows - r0), st.q.data() + r0 * a.dk, key_row(c0), keys.si,
+                   value_row(c0), values.si, c1 - c0, a.dk, a.dv, a.scale, s + r0 * lds + c0, lds);
+      }
+      // An int8 row stands for its scale times its elements: the scale multiplies the row's score (and, below,
+      // its probability), so the products read the int8 elements as they are.
+      if constexpr (kHasRowScales<KV>) scale_columns(s + c0, rows, c1 - c0, lds, keys.row_scales(b, hk, j0 + c0));
+    });
+    // A token tree's candidates start at this column of the split.
+    const int64_t first_candidate = a.query_starts[b] - j0;
 
     for (int64_t r = 0; r < rows; ++r) {
       T* row = s + r * lds;
@@ -197,6 +223,7 @@ void decode(const DecodeArgs<T>& a, const View4<const KV>& keys, const View4<con
       if (a.alibi) alibi_row(row, cols, a.alibi[b * a.alibi_stride + h], a.query_starts[b] + r % a.tq - j0);
       std::fill(row, row + st.begin[r], kNegInf<T>);
       std::fill(row + st.end[r], row + cols, kNegInf<T>);
+      if (a.tree) block_outside_tree(a.tree + b * a.tree_stride, a.tq, r % a.tq, first_candidate, cols, row);
       m[r] = st.end[r] > st.begin[r] ? row_max(row, cols) : kNegInf<T>;
       if (m[r] == kNegInf<T>) {  // no key of this split is allowed for this row
         std::fill(row, row + cols, T(0));
@@ -207,23 +234,27 @@ void decode(const DecodeArgs<T>& a, const View4<const KV>& keys, const View4<con
       }
     }
 
-    if constexpr (kHasRowScales<KV>) scale_columns(s, rows, cols, lds, a.v.row_scales(b, hk, j0));
+    if constexpr (kHasRowScales<KV>) {
+      for_each_run(values, values, j0, 0, cols, [&](int64_t c0, int64_t c1) {
+        scale_columns(s + c0, rows, c1 - c0, lds, values.row_scales(b, hk, j0 + c0));
+      });
+    }
 
     // The keys every row of a tile may attend go through the tile; a row's other allowed keys (causal rows of
-    // a multi-query step, window edges) go row by row. A blocked key never enters a product, so a NaN or Inf
-    // value there contributes nothing.
+    // a multi-query step, window edges, a tree's candidates) go row by row. A blocked key never enters a
+    // product, so a NaN or Inf value there contributes nothing.
     std::fill(acc, acc + rows * a.dv, T(0));
     for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
       const int64_t tile = std::min<int64_t>(kTileRows, rows - r0);
       const int64_t common_begin = *std::max_element(st.begin.begin() + r0, st.begin.begin() + r0 + tile);
-      const int64_t common_end = std::max(common_begin, *std::min_element(st.end.begin() + r0, st.end.begin() + r0 + tile));
-      if (common_end > common_begin) {
-        weighted_sum_rows(tile, s + r0 * lds + common_begin, lds, common_end - common_begin,
-                          v + common_begin * values.si, values.si, a.dv, acc + r0 * a.dv);
-      }
+      int64_t common_end = std::max(common_begin, *std::min_element(st.end.begin() + r0, st.end.begin() + r0 + tile));
+      if (a.tree) common_end = std::clamp(first_candidate, common_begin, common_end);
+      for_each_run(keys, values, j0, common_begin, common_end, [&](int64_t c0, int64_t c1) {
+        weighted_sum_rows(tile, s + r0 * lds + c0, lds, c1 - c0, value_row(c0), values.si, a.dv, acc + r0 * a.dv);
+      });
       for (int64_t r = r0; r < r0 + tile; ++r) {
         const auto add = [&](int64_t c) {
-          if (s[r * lds + c] != T(0)) axpy(s[r * lds + c], v + c * values.si, acc + r * a.dv, a.dv);
+          if (s[r * lds + c] != T(0)) axpy(s[r * lds + c], value_row(c), acc + r * a.dv, a.dv);
         };
         for (int64_t c = st.begin[r]; c < std::min(common_begin, st.end[r]); ++c) add(c);
         for (int64_t c = std::max(common_end, st.begin[r]); c < st.end[r]; ++c) add(c);
@@ -276,16 +307,16 @@ void decode_cache(const DecodeArgs<T>& a) {
   TORCH_INTERNAL_ASSERT(k.type == v.type, "attn: the key and value caches' element types differ");
   switch (k.type) {
     case at::kFloat:
-      if constexpr (std::is_same_v<T, float>) return decode(a, k.as<float>(), v.as<float>());
+      if constexpr (std::is_same_v<T, float>) return decode<T, float>(a);
       break;
     case at::kDouble:
-      if constexpr (std::is_same_v<T, double>) return decode(a, k.as<double>(), v.as<double>());
+      if constexpr (std::is_same_v<T, double>) return decode<T, double>(a);
       break;
     case at::kBFloat16:
-      if constexpr (std::is_same_v<T, float>) return decode(a, k.as<c10::BFloat16>(), v.as<c10::BFloat16>());
+      if constexpr (std::is_same_v<T, float>) return decode<T, c10::BFloat16>(a);
       break;
     case at::kChar:  // with a scale per row (CacheView::scales)
-      if constexpr (std::is_same_v<T, float>) return decode(a, k.as<int8_t>(), v.as<int8_t>());
+      if constexpr (std::is_same_v<T, float>) return decode<T, int8_t>(a);
       break;
     default: break;
   }

@@ -1,0 +1,229 @@
+#include <attn/paged_kv_cache.h>
+
+#include "common/checks.h"
+#include "common/dtypes.h"
+#include "int8_rows.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <unordered_map>
+
+namespace attn {
+namespace {
+constexpr const char* kPaged = "attn::PagedKVCache";
+}  // namespace
+
+PagedKVCache::PagedKVCache(const PagedKVCacheOptions& options) : options_(options) {
+  using common::check_positive;
+  check_positive(kPaged, "num_layers", options.num_layers());
+  check_positive(kPaged, "num_kv_heads", options.num_kv_heads());
+  check_positive(kPaged, "head_dim", options.head_dim());
+  check_positive(kPaged, "num_blocks", options.num_blocks());
+  check_positive(kPaged, "block_size", options.block_size());
+  const int64_t value_dim = options.value_dim().value_or(options.head_dim());
+  check_positive(kPaged, "value_dim", value_dim);
+  TORCH_CHECK(common::is_fused_kernel_dtype(options.dtype()) || options.dtype() == torch::kInt8, kPaged,
+              ": dtype must be float32, float64, bfloat16 or int8 (what the CPU decode kernel reads), got ",
+              common::dtype_name(options.dtype()));
+  const int64_t N = options.num_blocks(), H = options.num_kv_heads(), S = options.block_size();
+  for (int64_t l = 0; l < options.num_layers(); ++l) {
+    keys_.push_back(at::zeros({N, H, S, options.head_dim()}, options.dtype()));
+    values_.push_back(at::zeros({N, H, S, value_dim}, options.dtype()));
+    key_scales_.push_back(quantized() ? at::zeros({N, H, S}, torch::kFloat32) : torch::Tensor());
+    value_scales_.push_back(quantized() ? at::zeros({N, H, S}, torch::kFloat32) : torch::Tensor());
+  }
+  references_.assign(N, 0);
+  for (int64_t block = N - 1; block >= 0; --block) free_.push_back(block);  // taken from the back: 0, 1, ...
+}
+
+void PagedKVCache::check_layer(const char* fn, int64_t layer) const {
+  TORCH_CHECK(layer >= 0 && layer < num_layers(), kPaged, "::", fn, ": layer must be in [0, ", num_layers(), "), got ",
+              layer);
+}
+
+const PagedKVCache::Sequence& PagedKVCache::find(const char* fn, int64_t sequence) const {
+  const auto it = sequences_.find(sequence);
+  TORCH_CHECK(it != sequences_.end(), kPaged, "::", fn, ": no sequence ", sequence,
+              " (never added, or released); live sequences: ", sequences_.size());
+  return it->second;
+}
+
+int64_t PagedKVCache::take_block() {
+  const int64_t block = free_.back();
+  free_.pop_back();
+  references_[block] = 1;
+  return block;
+}
+
+void PagedKVCache::drop_block(int64_t block) {
+  if (--references_[block] == 0) free_.push_back(block);
+}
+
+int64_t PagedKVCache::add_sequence() {
+  sequences_[next_id_].lengths.assign(num_layers(), 0);
+  ++version_;
+  return next_id_++;
+}
+
+int64_t PagedKVCache::fork(int64_t sequence) {
+  Sequence copy = find("fork", sequence);
+  for (int64_t block : copy.blocks) ++references_[block];
+  sequences_[next_id_] = std::move(copy);
+  ++version_;
+  return next_id_++;
+}
+
+void PagedKVCache::release(int64_t sequence) {
+  const Sequence& s = find("release", sequence);
+  for (int64_t block : s.blocks) drop_block(block);
+  sequences_.erase(sequence);
+  ++version_;
+}
+
+std::vector<int64_t> PagedKVCache::sequences() const {
+  std::vector<int64_t> ids;
+  for (const auto& entry : sequences_) ids.push_back(entry.first);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+int64_t PagedKVCache::length(int64_t layer, int64_t sequence) const {
+  check_layer("length", layer);
+  return find("length", sequence).lengths[layer];
+}
+
+std::vector<int64_t> PagedKVCache::blocks_of(int64_t sequence) const { return find("blocks_of", sequence).blocks; }
+
+void PagedKVCache::append(int64_t layer, const std::vector<int64_t>& sequences, const torch::Tensor& key,
+                          const torch::Tensor& value, const std::vector<int64_t>& counts) {
+  constexpr const char* fn = "attn::PagedKVCache::append";
+  check_layer("append", layer);
+  const int64_t B = static_cast<int64_t>(sequences.size()), H = options_.num_kv_heads(), S = block_size();
+  const int64_t dk = keys_[layer].size(3), dv = values_[layer].size(3);
+  TORCH_CHECK(B > 0, fn, ": sequences is empty");
+  TORCH_CHECK(std::set<int64_t>(sequences.begin(), sequences.end()).size() == sequences.size(), fn,
+              ": a sequence is listed twice; each batch row writes its own sequence");
+  for (int64_t id : sequences) find("append", id);
+  TORCH_CHECK(key.defined() && key.dim() == 4 && key.size(0) == B && key.size(1) == H && key.size(3) == dk, fn,
+              ": key must be [B, H_kv, T, head_dim] = [", B, ", ", H, ", T, ", dk, "], got ",
+              key.defined() ? key.sizes() : at::IntArrayRef{});
+  const int64_t T = key.size(2);
+  TORCH_CHECK(value.defined() && value.dim() == 4 && value.size(0) == B && value.size(1) == H && value.size(2) == T &&
+                  value.size(3) == dv,
+              fn, ": value must be [B, H_kv, T, value_dim] = [", B, ", ", H, ", ", T, ", ", dv, "], got ",
+              value.defined() ? value.sizes() : at::IntArrayRef{});
+  for (const torch::Tensor* t : {&key, &value}) {
+    const char* arg = t == &key ? "key" : "value";
+    TORCH_CHECK(t->is_cpu(), fn, ": ", arg, " is on ", t->device(), "; a PagedKVCache lives on the CPU");
+    if (quantized()) {
+      TORCH_CHECK(common::is_attention_dtype(t->scalar_type()), fn, ": ", arg, " is ", common::dtype_name(*t),
+                  " but an int8 cache takes float32, float64, bfloat16 or float16");
+    } else {
+      TORCH_CHECK(t->scalar_type() == options_.dtype(), fn, ": ", arg, " is ", common::dtype_name(*t),
+                  " but the cache holds ", common::dtype_name(options_.dtype()),
+                  "; build the cache with the model's dtype");
+    }
+  }
+  const std::vector<int64_t> n = counts.empty() ? std::vector<int64_t>(B, T) : counts;
+  TORCH_CHECK(static_cast<int64_t>(n.size()) == B, fn, ": counts must have one entry per batch row (", B, "), got ",
+              n.size());
+  // The blocks the call needs: new ones past each table's end, and a copy of every shared block it writes into.
+  int64_t needed = 0;
+  std::unordered_map<int64_t, int64_t> references;  // of the shared blocks written, as the writes will leave them
+  for (int64_t b = 0; b < B; ++b) {
+    TORCH_CHECK(n[b] >= 0 && n[b] <= T, fn, ": counts[", b, "] must be in [0, T = ", T, "], got ", n[b]);
+    if (n[b] == 0) continue;
+    const Sequence& s = sequences_.at(sequences[b]);
+    const int64_t begin = s.lengths[layer], end = begin + n[b];
+    const int64_t have = static_cast<int64_t>(s.blocks.size());
+    needed += std::max<int64_t>((end + S - 1) / S - have, 0);
+    for (int64_t i = begin / S; i < std::min(have, (end + S - 1) / S); ++i) {
+      const int64_t block = s.blocks[i];
+      int64_t& r = references.emplace(block, references_[block]).first->second;
+      if (r > 1) ++needed, --r;  // copied, and one sharer fewer
+    }
+  }
+  TORCH_CHECK(needed <= free_blocks(), fn, ": the block pool is full: this append needs ", needed,
+              " more block(s) and ", free_blocks(), " of ", options_.num_blocks(),
+              " are free; nothing was written (release finished sequences, or build the cache with more blocks)");
+  torch::NoGradGuard no_grad;
+  StoredRows k{key, {}}, v{value, {}};
+  if (quantized()) k = quantize_rows(fn, "key", key), v = quantize_rows(fn, "value", value);  // before any write
+
+  for (int64_t b = 0; b < B; ++b) {
+    if (n[b] == 0) continue;
+    Sequence& s = sequences_.at(sequences[b]);
+    const int64_t begin = s.lengths[layer], end = begin + n[b];
+    for (int64_t i = begin / S; i * S < end; ++i) {
+      if (i == static_cast<int64_t>(s.blocks.size())) {
+        s.blocks.push_back(take_block());
+      } else if (references_[s.blocks[i]] > 1) {  // copy on write, every layer's rows of the block
+        const int64_t shared = s.blocks[i], own = take_block();
+        for (int64_t l = 0; l < num_layers(); ++l) {
+          for (std::vector<torch::Tensor>* pool : {&keys_, &values_, &key_scales_, &value_scales_}) {
+            if ((*pool)[l].defined()) (*pool)[l][own].copy_((*pool)[l][shared]);
+          }
+        }
+        drop_block(shared);
+        s.blocks[i] = own;
+      }
+      // Positions [first, last) of this block, from the new rows' [first - begin, last - begin).
+      const int64_t first = std::max(begin, i * S), last = std::min(end, (i + 1) * S);
+      const int64_t block = s.blocks[i], slot = first - i * S, m = last - first, from = first - begin;
+      keys_[layer][block].narrow(1, slot, m).copy_(k.rows[b].narrow(1, from, m));
+      values_[layer][block].narrow(1, slot, m).copy_(v.rows[b].narrow(1, from, m));
+      if (quantized()) {
+        key_scales_[layer][block].narrow(1, slot, m).copy_(k.scales[b].narrow(1, from, m));
+        value_scales_[layer][block].narrow(1, slot, m).copy_(v.scales[b].narrow(1, from, m));
+      }
+    }
+    s.lengths[layer] = end;
+  }
+  ++version_;
+}
+
+PagedBatch PagedKVCache::batch(int64_t layer, const std::vector<int64_t>& sequences) const {
+  check_layer("batch", layer);
+  TORCH_CHECK(!sequences.empty(), kPaged, "::batch: sequences is empty");
+  size_t widest = 1;
+  for (int64_t id : sequences) widest = std::max(widest, find("batch", id).blocks.size());
+  PagedBatch out;
+  out.sequences = sequences;
+  out.layer = layer;
+  out.version = version_;
+  const int64_t B = static_cast<int64_t>(sequences.size());
+  out.block_table = torch::zeros({B, static_cast<int64_t>(widest)}, torch::kLong);  // past a row's blocks: unread
+  out.lengths = torch::empty({B}, torch::kLong);
+  int64_t* table = out.block_table.data_ptr<int64_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    const Sequence& s = sequences_.at(sequences[b]);
+    std::copy(s.blocks.begin(), s.blocks.end(), table + b * static_cast<int64_t>(widest));
+    out.lengths.data_ptr<int64_t>()[b] = s.lengths[layer];
+  }
+  return out;
+}
+
+const torch::Tensor& PagedKVCache::key_blocks(int64_t layer) const {
+  check_layer("key_blocks", layer);
+  return keys_[layer];
+}
+
+const torch::Tensor& PagedKVCache::value_blocks(int64_t layer) const {
+  check_layer("value_blocks", layer);
+  return values_[layer];
+}
+
+const torch::Tensor& PagedKVCache::key_scales(int64_t layer) const {
+  check_layer("key_scales", layer);
+  return key_scales_[layer];
+}
+
+const torch::Tensor& PagedKVCache::value_scales(int64_t layer) const {
+  check_layer("value_scales", layer);
+  return value_scales_[layer];
+}
+
+}  // namespace attn

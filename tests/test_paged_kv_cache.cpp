@@ -1,0 +1,237 @@
+// The paged KV cache: PagedKVCache's blocks, forks and releases, and attention through its block tables.
+// References: a contiguous KVCache holding the same sequences (an independent layout of the same keys), the
+// same blocks in another order, and MultiHeadAttention over a KVCache.
+
+#include "support.h"
+
+#include <attn/attn.h>
+#include <attn/ops/decode_attention.h>
+
+#include <vector>
+
+namespace attn::test {
+namespace {
+
+torch::Tensor longs(const std::vector<int64_t>& v) { return torch::tensor(at::ArrayRef<int64_t>(v), torch::kLong); }
+
+struct Filled {
+  KVCache contiguous;
+  PagedKVCache paged;
+  std::vector<int64_t> ids;
+};
+
+/// The same ragged sequences, written in chunks of 1 to 37 positions, into a KVCache and a PagedKVCache.
+Filled fill(torch::Dtype dtype, int64_t block_size, const std::vector<int64_t>& lengths, int64_t H_kv, int64_t d) {
+  const int64_t B = static_cast<int64_t>(lengths.size());
+  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  Filled f{KVCache(KVCacheOptions(1, B, H_kv, d, longest + 8).dtype(dtype)),
+           PagedKVCache(PagedKVCacheOptions(1, H_kv, d, 4 * longest / block_size + 8, block_size).dtype(dtype)),
+           {}};
+  for (int64_t b = 0; b < B; ++b) f.ids.push_back(f.paged.add_sequence());
+  const torch::Dtype model = dtype == torch::kInt8 ? torch::kFloat32 : dtype;
+  std::vector<int64_t> written(B, 0);
+  for (int64_t chunk = 1; written != lengths; chunk = chunk % 37 + 5) {
+    const torch::Tensor k = torch::randn({B, H_kv, chunk, d}).to(model), v = torch::randn({B, H_kv, chunk, d}).to(model);
+    std::vector<int64_t> counts;
+    for (int64_t b = 0; b < B; ++b) {
+      counts.push_back(std::min(chunk, lengths[b] - written[b]));
+      written[b] += counts.back();
+    }
+    f.contiguous.append(0, k, v, counts);
+    f.paged.append(0, f.ids, k, v, counts);
+  }
+  return f;
+}
+
+// Blocks of 16 (vLLM's size) and of 5 (no divisor of the kernel's 256-key splits), float32, bfloat16 and
+// int8, one query and several: the contiguous cache's result, to rounding (a block ends a run of the
+// weighted sum, so the partial sums associate differently).
+TEST(PagedKVCache, AttentionMatchesTheContiguousCache) {
+  torch::NoGradGuard no_grad;
+  const std::vector<int64_t> lengths = {700, 1, 260, 33};
+  for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16, torch::kInt8}) {
+    for (int64_t block_size : {16, 5}) {
+      for (int64_t tq : {1, 4}) {
+        SCOPED_TRACE(::testing::Message() << c10::toString(dtype) << " blocks of " << block_size << " Tq=" << tq);
+        torch::manual_seed(8);
+        Filled f = fill(dtype, block_size, lengths, 2, 48);
+        const torch::Dtype model = dtype == torch::kInt8 ? torch::kFloat32 : dtype;
+        const torch::Tensor q = torch::randn({4, 6, tq, 48}).to(model);
+        std::vector<int64_t> starts;
+        for (int64_t l : lengths) starts.push_back(std::max<int64_t>(l - tq, 0));
+        const torch::Tensor expected = attention_with_kv_cache(q, f.contiguous, 0, longs(starts));
+        const torch::Tensor paged = attention_with_kv_cache(q, f.paged, f.paged.batch(0, f.ids), longs(starts));
+        EXPECT_CLOSE(paged.to(torch::kFloat64), expected.to(torch::kFloat64),
+                     dtype == torch::kBFloat16 ? tolerance(torch::kBFloat16) : 1e-5);
+        EXPECT_EQ(f.paged.length(0, f.ids[0]), 700);
+        EXPECT_EQ(static_cast<int64_t>(f.paged.blocks_of(f.ids[0]).size()), (700 + block_size - 1) / block_size);
+      }
+    }
+  }
+}
+
+// Where the blocks lie does not matter: the same blocks in a random order, with the table renamed, give the
+// same bits.
+TEST(PagedKVCache, ARandomPermutationOfTheBlocksGivesTheSameBits) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(4);
+  Filled f = fill(torch::kFloat32, 16, {500, 90, 333}, 2, 32);
+  const PagedBatch batch = f.paged.batch(0, f.ids);
+  const int64_t blocks = f.paged.key_blocks(0).size(0);
+  const torch::Tensor order = torch::randperm(blocks, torch::kLong);  // new block i holds old block order[i]
+  const torch::Tensor where = torch::empty_like(order).scatter_(0, order, torch::arange(blocks, torch::kLong));
+  const torch::Tensor q = torch::randn({3, 4, 2, 32});
+  const torch::Tensor starts = batch.lengths - 2;
+  const torch::Tensor expected = ops::decode_attention(q, f.paged.key_blocks(0), f.paged.value_blocks(0), starts,
+                                                       batch.lengths, true, c10::nullopt, -1, -1, 0.0, c10::nullopt,
+                                                       c10::nullopt, c10::nullopt, c10::nullopt, batch.block_table);
+  const torch::Tensor permuted = ops::decode_attention(
+      q, f.paged.key_blocks(0).index_select(0, order), f.paged.value_blocks(0).index_select(0, order), starts,
+      batch.lengths, true, c10::nullopt, -1, -1, 0.0, c10::nullopt, c10::nullopt, c10::nullopt, c10::nullopt,
+      where.index({batch.block_table}));
+  EXPECT_TRUE(torch::equal(permuted, expected));
+  ASSERT_FALSE(torch::equal(order, torch::arange(blocks, torch::kLong)));
+}
+
+// A fork shares every block of its parent: no new block until one of them writes into a shared block, then
+// exactly one copy; the parent's keys are untouched. A release gives back only the blocks nobody shares.
+TEST(PagedKVCache, ForkSharesThePrefixUntilTheFirstDivergentBlock) {
+  torch::NoGradGuard no_grad;
+  PagedKVCache cache(PagedKVCacheOptions(2, 1, 4, 20, 8));
+  const int64_t parent = cache.add_sequence();
+  for (int64_t l = 0; l < 2; ++l) cache.append(l, {parent}, torch::randn({1, 1, 20, 4}), torch::randn({1, 1, 20, 4}));
+  EXPECT_EQ(cache.blocks_in_use(), 3);  // 20 positions in blocks of 8
+  const torch::Tensor parent_keys = cache.key_blocks(1).clone();
+  const int64_t child = cache.fork(parent);
+  EXPECT_EQ(cache.blocks_in_use(), 3);
+  EXPECT_EQ(cache.blocks_of(child), cache.blocks_of(parent));
+  EXPECT_EQ(cache.length(1, child), 20);
+
+  // The child writes position 20, inside the shared third block: one copy, for every layer.
+  cache.append(0, {child}, torch::ones({1, 1, 1, 4}), torch::ones({1, 1, 1, 4}));
+  EXPECT_EQ(cache.blocks_in_use(), 4);
+  const std::vector<int64_t> pb = cache.blocks_of(parent), cb = cache.blocks_of(child);
+  EXPECT_EQ(pb[0], cb[0]);
+  EXPECT_EQ(pb[1], cb[1]);
+  EXPECT_NE(pb[2], cb[2]);
+  EXPECT_TRUE(torch::equal(cache.key_blocks(1)[cb[2]].narrow(1, 0, 4), parent_keys[pb[2]].narrow(1, 0, 4)));
+  EXPECT_TRUE(torch::equal(cache.key_blocks(1).index_select(0, longs(pb)), parent_keys.index_select(0, longs(pb))));
+  // Layer 1 of the child then writes into its own copy: no further block.
+  cache.append(1, {child}, torch::ones({1, 1, 1, 4}), torch::ones({1, 1, 1, 4}));
+  EXPECT_EQ(cache.blocks_in_use(), 4);
+
+  // A prefix that ends on a block boundary: the fork's next position opens a new block, nothing is copied.
+  const int64_t aligned = cache.add_sequence();
+  cache.append(0, {aligned}, torch::randn({1, 1, 16, 4}), torch::randn({1, 1, 16, 4}));
+  const int64_t twin = cache.fork(aligned);
+  EXPECT_EQ(cache.blocks_in_use(), 6);
+  cache.append(0, {twin}, torch::randn({1, 1, 3, 4}), torch::randn({1, 1, 3, 4}));
+  EXPECT_EQ(cache.blocks_in_use(), 7);
+
+  cache.release(parent);  // its first two blocks are still the child's
+  EXPECT_EQ(cache.blocks_in_use(), 6);
+  cache.release(child);
+  EXPECT_EQ(cache.blocks_in_use(), 3);
+  EXPECT_EQ(cache.sequences(), (std::vector<int64_t>{aligned, twin}));
+}
+
+TEST(PagedKVCache, AFullPoolAStaleBatchAndUnknownSequencesAreRefusedCleanly) {
+  torch::NoGradGuard no_grad;
+  PagedKVCache cache(PagedKVCacheOptions(1, 2, 8, 3, 4));
+  const int64_t a = cache.add_sequence(), b = cache.add_sequence();
+  cache.append(0, {a, b}, torch::randn({2, 2, 5, 8}), torch::randn({2, 2, 5, 8}), {5, 2});
+  EXPECT_EQ(cache.free_blocks(), 0);
+  const torch::Tensor keys = cache.key_blocks(0).clone();
+  EXPECT_ERROR_CONTAINS(cache.append(0, {a, b}, torch::randn({2, 2, 3, 8}), torch::randn({2, 2, 3, 8})),
+                        "the block pool is full: this append needs 1 more block(s) and 0 of 3 are free");
+  EXPECT_EQ(cache.length(0, a), 5);
+  EXPECT_EQ(cache.length(0, b), 2);
+  EXPECT_TRUE(torch::equal(cache.key_blocks(0), keys));
+  // b's block has room for 2 more: that append fits.
+  cache.append(0, {b}, torch::randn({1, 2, 2, 8}), torch::randn({1, 2, 2, 8}));
+
+  const PagedBatch stale = cache.batch(0, {a});
+  cache.release(b);
+  EXPECT_ERROR_CONTAINS(attention_with_kv_cache(torch::randn({1, 4, 1, 8}), cache, stale, longs({4})),
+                        "the PagedBatch is stale");
+  EXPECT_ERROR_CONTAINS(cache.append(0, {b}, torch::randn({1, 2, 1, 8}), torch::randn({1, 2, 1, 8})),
+                        "no sequence 1 (never added, or released)");
+  EXPECT_ERROR_CONTAINS(cache.append(0, {a, a}, torch::randn({2, 2, 1, 8}), torch::randn({2, 2, 1, 8})),
+                        "a sequence is listed twice");
+  EXPECT_ERROR_CONTAINS(cache.append(0, {a}, torch::randn({1, 3, 1, 8}), torch::randn({1, 3, 1, 8})),
+                        "key must be [B, H_kv, T, head_dim] = [1, 2, T, 8]");
+  EXPECT_ERROR_CONTAINS(cache.append(0, {a}, torch::randn({1, 2, 1, 8}, torch::kFloat64), torch::randn({1, 2, 1, 8})),
+                        "but the cache holds Float");
+  EXPECT_ERROR_CONTAINS(PagedKVCache(PagedKVCacheOptions(1, 2, 8, 0, 4)), "num_blocks must be positive");
+  // The op refuses a table whose blocks are not in the pool.
+  const PagedBatch fresh = cache.batch(0, {a});
+  torch::Tensor bad = fresh.block_table.clone();
+  bad[0][1] = 7;
+  EXPECT_ERROR_CONTAINS(ops::decode_attention(torch::randn({1, 4, 1, 8}), cache.key_blocks(0), cache.value_blocks(0),
+                                              longs({4}), fresh.lengths, true, c10::nullopt, -1, -1, 0.0, c10::nullopt,
+                                              c10::nullopt, c10::nullopt, c10::nullopt, bad),
+                        "block_table[0, 1] = 7 is not a block in [0, 3)");
+}
+
+// MultiHeadAttention over a PagedKVCache: a prefill and decode steps of two sequences, one forked from the other,
+// give what the module gives over a KVCache holding the same rows.
+TEST(PagedKVCache, ModuleDecodingMatchesTheContiguousCache) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(12);
+  MultiHeadAttention mha(MultiHeadAttentionOptions(64, 4).num_kv_heads(2).causal(true).rotary(RotaryEmbeddingOptions(16)));
+  PagedKVCache paged(mha->paged_cache_options(1, 32, 16));
+  KVCache contiguous(mha->cache_options(1, 2, 96));
+  const torch::Tensor prompt = torch::randn({1, 37, 64});
+  const int64_t first = paged.add_sequence();
+  const torch::Tensor prefill = mha->forward_with_cache(prompt, paged, 0, {first});
+  const int64_t second = paged.fork(first);
+  const torch::Tensor reference_prefill = mha->forward_with_cache(prompt.expand({2, 37, 64}).contiguous(), contiguous, 0);
+  EXPECT_CLOSE(prefill, reference_prefill.narrow(0, 0, 1), 1e-5);
+  for (int step = 0; step < 5; ++step) {
+    const torch::Tensor x = torch::randn({2, 1 + step % 2, 64});
+    const torch::Tensor out = mha->forward_with_cache(x, paged, 0, {first, second});
+    EXPECT_CLOSE(out, mha->forward_with_cache(x, contiguous, 0), 1e-5) << "step " << step;
+  }
+  EXPECT_EQ(paged.length(0, second), 37 + 7);
+}
+
+TEST(KVCacheErgonomics, OptionsFromTheModuleAndOneModulePerLayer) {
+  torch::NoGradGuard no_grad;
+  MultiHeadAttention mha(MultiHeadAttentionOptions(48, 6).num_kv_heads(3).head_dim(8));
+  mha->to(torch::kBFloat16);
+  const KVCacheOptions o = mha->cache_options(4, 2, 100);
+  EXPECT_EQ(o.num_kv_heads(), 3);
+  EXPECT_EQ(o.head_dim(), 8);
+  EXPECT_EQ(o.value_dim(), std::optional<int64_t>(8));
+  EXPECT_EQ(o.dtype(), torch::kBFloat16);
+  EXPECT_EQ(o.device(), torch::Device(torch::kCPU));
+  EXPECT_EQ(mha->paged_cache_options(4, 64, 16).dtype(), torch::kBFloat16);
+
+  MultiHeadAttention other(MultiHeadAttentionOptions(48, 6).num_kv_heads(3).head_dim(8));
+  other->to(torch::kBFloat16);
+  KVCache cache(o);
+  const torch::Tensor x = torch::randn({2, 3, 48}).to(torch::kBFloat16);
+  mha->forward_with_cache(x, cache, 1);
+  EXPECT_ERROR_CONTAINS(other->forward_with_cache(x, cache, 1), "cache layer 1 was already written by another module");
+  EXPECT_EQ(cache.lengths(1)[0].item<int64_t>(), 3);  // refused before anything was written
+  other->forward_with_cache(x, cache, 2);
+  mha->forward_with_cache(x, cache, 1);  // the same module again: the next step
+  EXPECT_ERROR_CONTAINS(mha->forward_with_cache(x, cache, 4),
+                        "attn::MultiHeadAttention: layer must be in [0, 4) for this cache of 4 layers, got 4");
+  cache.reset();
+  other->forward_with_cache(x, cache, 1);  // reset hands the layers out again
+}
+
+TEST(KVCacheErgonomics, ADeviceThisLibTorchCannotUseIsNamedWithTheBuild) {
+  if (!torch::cuda::is_available()) {  // a CPU-only LibTorch, or no GPU: any CUDA device is refused
+    EXPECT_ERROR_CONTAINS(KVCache(KVCacheOptions(1, 1, 1, 4, 4).device(torch::Device(torch::kCUDA, 0))),
+                          "attn::KVCache: device cuda:0 is not usable: this LibTorch (");
+    return;
+  }
+  const auto count = static_cast<c10::DeviceIndex>(torch::cuda::device_count());  // one past the last GPU
+  EXPECT_ERROR_CONTAINS(KVCache(KVCacheOptions(1, 1, 1, 4, 4).device(torch::Device(torch::kCUDA, count))),
+                        "CUDA device(s) are visible");
+}
+
+}  // namespace
+}  // namespace attn::test
