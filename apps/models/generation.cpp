@@ -42,7 +42,7 @@ GenerationResult generate(Llama& model, const std::vector<std::vector<int64_t>>&
   for (int64_t b = 0; b < batch; ++b) {
     ids[b].narrow(0, 0, lengths[b]).copy_(torch::tensor(prompts[b], torch::kLong));
   }
-  KVCache cache = model->make_cache(batch, capacity);
+  KVCache cache = model->make_cache(batch, capacity, options.kv_cache_dtype);
   std::vector<Sampler> samplers;
   for (int64_t b = 0; b < batch; ++b) {
     SamplingOptions sampling = options.sampling;

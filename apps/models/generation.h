@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 namespace attn::models {
@@ -19,6 +20,9 @@ struct GenerationOptions {
   /// A row stops after producing one of these (it is kept in the row's tokens).
   std::vector<int64_t> stop_tokens;
   SamplingOptions sampling;
+  /// The KV cache's dtype: the model's (default), or torch::kInt8 for int8 rows with a float32 scale per
+  /// (token, head), about a quarter of a float32 cache's bytes (LlamaImpl::make_cache says what it takes).
+  std::optional<torch::Dtype> kv_cache_dtype;
   /// Keep each step's logits (float32 [vocab] per row and step) in the result, for checking against a reference.
   bool keep_logits = false;
 };

@@ -4,8 +4,23 @@
 #include "named_weights.h"
 
 #include <stdexcept>
+#include <string>
 
 namespace attn::models {
+namespace {
+
+std::string dtype_name(torch::Dtype dtype) {
+  switch (dtype) {
+    case torch::kFloat32: return "float32";
+    case torch::kBFloat16: return "bfloat16";
+    case torch::kFloat16: return "float16";
+    case torch::kFloat64: return "float64";
+    case torch::kInt8: return "int8";
+    default: return c10::toString(dtype);
+  }
+}
+
+}  // namespace
 
 LlamaConfig LlamaConfig::from_file(const std::string& path) {
   const nlohmann::json j = attn_apps::read_json_file(path, "model config");
@@ -98,10 +113,16 @@ torch::Tensor LlamaImpl::logits(const torch::Tensor& hidden) {
   return attn::linear(hidden, lm_head ? lm_head->weight : embed_tokens->weight);
 }
 
-KVCache LlamaImpl::make_cache(int64_t batch, int64_t capacity) const {
+KVCache LlamaImpl::make_cache(int64_t batch, int64_t capacity, std::optional<torch::Dtype> cache_dtype) const {
   const torch::Tensor w = embed_tokens->weight;
+  const torch::Dtype model_dtype = w.scalar_type();
+  const torch::Dtype dtype = cache_dtype.value_or(model_dtype);
+  if (dtype != model_dtype && dtype != torch::kInt8) {
+    throw std::invalid_argument("Llama::make_cache: a " + dtype_name(dtype) + " cache for a " + dtype_name(model_dtype) +
+                                " model; the cache holds the model's dtype (" + dtype_name(model_dtype) + ") or int8");
+  }
   return KVCache(KVCacheOptions(config.num_layers, batch, config.num_kv_heads, config.head_dim, capacity)
-                     .dtype(w.scalar_type())
+                     .dtype(dtype)
                      .device(w.device()));
 }
 

@@ -8,6 +8,7 @@
 
 #include <torch/torch.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,8 +57,11 @@ class LlamaImpl : public torch::nn::Module {
   /// the final-normed hidden states [B, T, hidden], then logits [..., vocab] for any of them.
   torch::Tensor hidden_states(const torch::Tensor& ids, KVCache& cache, const std::vector<int64_t>& new_lengths = {});
   torch::Tensor logits(const torch::Tensor& hidden);
-  /// A cache for `batch` rows of up to `capacity` positions, in the model's dtype and device.
-  KVCache make_cache(int64_t batch, int64_t capacity) const;
+  /// A cache for `batch` rows of up to `capacity` positions on the model's device, in `cache_dtype`: by default
+  /// the model's dtype, or torch::kInt8 for int8 rows with a float32 scale each (a float32 or bfloat16 model on
+  /// the CPU; <attn/kv_cache.h>). A floating cache_dtype other than the model's is refused
+  /// (std::invalid_argument): the layers append keys and values in the model's dtype.
+  KVCache make_cache(int64_t batch, int64_t capacity, std::optional<torch::Dtype> cache_dtype = std::nullopt) const;
   /// Loads model.safetensors (transformers' names); throws listing what is missing or mis-shaped.
   void load(const std::string& safetensors_path);
 
