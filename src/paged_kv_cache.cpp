@@ -6,7 +6,11 @@
 
 #include <ATen/ATen.h>
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -14,6 +18,24 @@
 namespace attn {
 namespace {
 constexpr const char* kPaged = "attn::PagedKVCache";
+
+/// A zeroed pool on 2 MiB boundaries, marked for transparent huge pages where Linux offers them: a sequence's
+/// blocks lie anywhere in the pool, and with 4 KiB pages nearly every block a decode step reads would be a TLB
+/// miss of its own.
+torch::Tensor block_pool(at::IntArrayRef sizes, torch::Dtype dtype) {
+  constexpr size_t kHugePage = size_t{2} << 20;
+  int64_t elements = 1;
+  for (int64_t s : sizes) elements *= s;
+  const size_t bytes = static_cast<size_t>(elements) * c10::elementSize(dtype);
+  const size_t rounded = std::max(kHugePage, (bytes + kHugePage - 1) / kHugePage * kHugePage);
+  void* data = std::aligned_alloc(kHugePage, rounded);
+  TORCH_CHECK(data != nullptr, kPaged, ": cannot allocate a block pool of ", rounded, " bytes");
+#ifdef MADV_HUGEPAGE
+  madvise(data, rounded, MADV_HUGEPAGE);  // advice only: without huge pages the pool works the same
+#endif
+  std::memset(data, 0, rounded);
+  return torch::from_blob(data, sizes, [](void* p) { std::free(p); }, torch::TensorOptions().dtype(dtype));
+}
 }  // namespace
 
 PagedKVCache::PagedKVCache(const PagedKVCacheOptions& options) : options_(options) {
@@ -30,10 +52,10 @@ PagedKVCache::PagedKVCache(const PagedKVCacheOptions& options) : options_(option
               common::dtype_name(options.dtype()));
   const int64_t N = options.num_blocks(), H = options.num_kv_heads(), S = options.block_size();
   for (int64_t l = 0; l < options.num_layers(); ++l) {
-    keys_.push_back(at::zeros({N, H, S, options.head_dim()}, options.dtype()));
-    values_.push_back(at::zeros({N, H, S, value_dim}, options.dtype()));
-    key_scales_.push_back(quantized() ? at::zeros({N, H, S}, torch::kFloat32) : torch::Tensor());
-    value_scales_.push_back(quantized() ? at::zeros({N, H, S}, torch::kFloat32) : torch::Tensor());
+    keys_.push_back(block_pool({N, H, S, options.head_dim()}, options.dtype()));
+    values_.push_back(block_pool({N, H, S, value_dim}, options.dtype()));
+    key_scales_.push_back(quantized() ? block_pool({N, H, S}, torch::kFloat32) : torch::Tensor());
+    value_scales_.push_back(quantized() ? block_pool({N, H, S}, torch::kFloat32) : torch::Tensor());
   }
   references_.assign(N, 0);
   for (int64_t block = N - 1; block >= 0; --block) free_.push_back(block);  // taken from the back: 0, 1, ...

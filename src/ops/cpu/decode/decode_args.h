@@ -42,10 +42,6 @@ struct CacheView {
     const auto [block, slot] = locate(b, j);
     return scales + block * ssb + h * ssh + slot;
   }
-  /// Positions from j on that lie one after another in memory: to the end of j's block, or all of them.
-  int64_t contiguous_from(int64_t j) const {
-    return blocks == nullptr ? std::numeric_limits<int64_t>::max() : block_size - j % block_size;
-  }
 };
 
 /// The decode kernel: few queries (Tq <= 16 or so) per batch row against a KV cache. Query t of row b sits at

@@ -59,33 +59,37 @@ void axpy(T alpha, const KV* x, T* y, int64_t n) {
 }
 
 /// Keys ahead of the one being scored whose rows are requested from memory (a few µs of DRAM latency ahead).
-inline constexpr int64_t kPrefetchKeys = 16;
-
-/// Asks for `count` rows of `width` elements at p (stride `stride`) to be brought into the cache.
 template <typename KV>
-inline void prefetch_rows(const KV* p, int64_t stride, int64_t count, int64_t width) {
+inline constexpr int64_t kPrefetchKeys = sizeof(KV) == 1 ? 32 : 16;
+
+/// Asks for rows[first] .. rows[first + count - 1], `width` elements each, to be brought into the cache.
+template <typename Rows>
+inline void prefetch_rows(const Rows& rows, int64_t first, int64_t count, int64_t width) {
+  using KV = std::remove_const_t<std::remove_pointer_t<decltype(rows[0])>>;
   constexpr int64_t kLine = 64 / sizeof(KV);
-  for (int64_t r = 0; r < count; ++r) {
-    for (int64_t e = 0; e < width; e += kLine) __builtin_prefetch(p + r * stride + e);
+  for (int64_t r = first; r < first + count; ++r) {
+    for (int64_t e = 0; e < width; e += kLine) __builtin_prefetch(rows[r] + e);
   }
 }
 
-/// score_tile for a run-time row count (1 to kTileRows) over n keys: full tiles of kScoreKeys, then one key
-/// at a time. The same keys' value rows (v, stride vs) are prefetched alongside, so the weighted sum that
-/// follows reads them from L2 while this sweep waits on memory for the keys anyway.
-template <typename T, typename KV>
-void score_rows(int64_t rows, const T* q, const KV* k, int64_t ks, const KV* v, int64_t vs, int64_t n, int64_t dk,
-                int64_t dv, T scale, T* s, int64_t lds) {
+/// score_tile for a run-time row count (1 to kTileRows) over keys k[0, n): full tiles of kScoreKeys, then one
+/// key at a time. The rows kPrefetchKeys ahead, of keys and values alike, are requested as the sweep goes, so
+/// the weighted sum that follows reads the values from L2 while this sweep waits on memory for the keys anyway.
+template <typename T, typename Rows>
+void score_rows(int64_t rows, const T* q, const Rows& k, const Rows& v, int64_t n, int64_t dk, int64_t dv, T scale,
+                T* s, int64_t lds) {
+  using KV = std::remove_const_t<std::remove_pointer_t<decltype(k[0])>>;
   auto sweep = [&](auto rows_c) {
     constexpr int R = decltype(rows_c)::value;
+    constexpr int64_t kAhead = kPrefetchKeys<KV>;
     int64_t c = 0;
     for (; c + kScoreKeys <= n; c += kScoreKeys) {
-      const int64_t ahead = std::min<int64_t>(kScoreKeys, n - c - kPrefetchKeys);
-      prefetch_rows(k + (c + kPrefetchKeys) * ks, ks, ahead, dk);
-      prefetch_rows(v + (c + kPrefetchKeys) * vs, vs, ahead, dv);
-      score_tile<R, kScoreKeys>(q, k + c * ks, ks, dk, scale, s + c, lds);
+      const int64_t ahead = std::min<int64_t>(kScoreKeys, n - c - kAhead);
+      prefetch_rows(k, c + kAhead, ahead, dk);
+      prefetch_rows(v, c + kAhead, ahead, dv);
+      score_tile<R, kScoreKeys>(q, k.from(c), dk, scale, s + c, lds);
     }
-    for (; c < n; ++c) score_tile<R, 1>(q, k + c * ks, ks, dk, scale, s + c, lds);
+    for (; c < n; ++c) score_tile<R, 1>(q, k.from(c), dk, scale, s + c, lds);
   };
   switch (rows) {
     case 1: return sweep(std::integral_constant<int, 1>{});
@@ -96,13 +100,13 @@ void score_rows(int64_t rows, const T* q, const KV* k, int64_t ks, const KV* v, 
 }
 
 /// weighted_sum_tile for a run-time row count (1 to kTileRows).
-template <typename T, typename KV>
-void weighted_sum_rows(int64_t rows, const T* w, int64_t ldw, int64_t n, const KV* v, int64_t vs, int64_t dv, T* out) {
+template <typename T, typename Rows>
+void weighted_sum_rows(int64_t rows, const T* w, int64_t ldw, int64_t n, const Rows& v, int64_t dv, T* out) {
   switch (rows) {
-    case 1: return weighted_sum_tile<1>(w, ldw, n, v, vs, dv, out);
-    case 2: return weighted_sum_tile<2>(w, ldw, n, v, vs, dv, out);
-    case 3: return weighted_sum_tile<3>(w, ldw, n, v, vs, dv, out);
-    default: return weighted_sum_tile<4>(w, ldw, n, v, vs, dv, out);
+    case 1: return weighted_sum_tile<1>(w, ldw, n, v, dv, out);
+    case 2: return weighted_sum_tile<2>(w, ldw, n, v, dv, out);
+    case 3: return weighted_sum_tile<3>(w, ldw, n, v, dv, out);
+    default: return weighted_sum_tile<4>(w, ldw, n, v, dv, out);
   }
 }
 
@@ -119,21 +123,41 @@ void scale_columns(T* s, int64_t rows, int64_t cols, int64_t lds, const float* s
   }
 }
 
-template <typename T>
+template <typename T, typename KV>
 struct DecodeState {
   std::vector<T> q, scores;
   std::vector<int64_t> begin, end;  // each packed row's allowed keys in the split, [begin, end)
+  std::vector<const KV*> key_rows, value_rows;   // a paged cache's split, gathered through its block table
+  std::vector<float> key_scales, value_scales;   // and its int8 rows' scales
 };
 
-/// Calls fn(c0, c1) for the runs [c0, c1) of [begin, end) (columns of the split that starts at position j0)
-/// that lie one after another in both caches: all of it for a contiguous cache, block by block for a paged one.
-template <typename Fn>
-void for_each_run(const CacheView& k, const CacheView& v, int64_t j0, int64_t begin, int64_t end, Fn&& fn) {
-  for (int64_t c0 = begin; c0 < end;) {
-    const int64_t c1 = c0 + std::min({end - c0, k.contiguous_from(j0 + c0), v.contiguous_from(j0 + c0)});
-    fn(c0, c1);
-    c0 = c1;
+/// Calls body(keys, values, key_scales, value_scales) with the rows of row b's split [j0, j0 + cols) for K/V
+/// head hk: where they lie for a contiguous cache, gathered through the block table for a paged one (the
+/// tiles then read any layout alike, and look ahead across blocks). The scales are undefined but for int8.
+template <typename T, typename KV, typename Body>
+void with_split_rows(const CacheView& keys, const CacheView& values, int64_t b, int64_t hk, int64_t j0, int64_t cols,
+                     DecodeState<T, KV>& st, Body&& body) {
+  const auto scales_of = [&](const CacheView& view, std::vector<float>& gathered) -> const float* {
+    if constexpr (!kHasRowScales<KV>) return nullptr;
+    if (view.blocks == nullptr) return view.row_scales(b, hk, j0);
+    gathered.resize(cols);
+    for (int64_t c = 0; c < cols; ++c) gathered[c] = *view.row_scales(b, hk, j0 + c);
+    return gathered.data();
+  };
+  const float* key_scales = scales_of(keys, st.key_scales);
+  const float* value_scales = scales_of(values, st.value_scales);
+  if (keys.blocks == nullptr) {
+    body(StridedRows<KV>{keys.row<KV>(b, hk, j0), keys.si}, StridedRows<KV>{values.row<KV>(b, hk, j0), values.si},
+         key_scales, value_scales);
+    return;
   }
+  st.key_rows.resize(cols);
+  st.value_rows.resize(cols);
+  for (int64_t c = 0; c < cols; ++c) {
+    st.key_rows[c] = keys.row<KV>(b, hk, j0 + c);
+    st.value_rows[c] = values.row<KV>(b, hk, j0 + c);
+  }
+  body(GatheredRows<KV>{st.key_rows.data()}, GatheredRows<KV>{st.value_rows.data()}, key_scales, value_scales);
 }
 
 /// Blocks, in the row of packed scores `row` (query t of a token tree whose candidates start at column
@@ -162,7 +186,7 @@ void decode(const DecodeArgs<T>& a) {
   const int64_t slots = total_splits * a.kv_heads;
   std::vector<T> part_max(slots * rows), part_sum(slots * rows), part_out(slots * rows * a.dv);
 
-  run_tasks<DecodeState<T>>(slots, [&](int64_t task, DecodeState<T>& st) {
+  run_tasks<DecodeState<T, KV>>(slots, [&](int64_t task, DecodeState<T, KV>& st) {
     const int64_t split = task / a.kv_heads, hk = task % a.kv_heads;
     const int64_t b = std::upper_bound(first_split.begin(), first_split.end(), split) - first_split.begin() - 1;
     const int64_t j0 = (split - first_split[b]) * kDecodeKeyBlock;
@@ -201,65 +225,61 @@ void decode(const DecodeArgs<T>& a) {
     const int64_t lds = std::max<int64_t>(cols, 1);
     st.scores.resize(rows * lds);
     T* s = st.scores.data();
-    const auto key_row = [&](int64_t c) { return keys.row<KV>(b, hk, j0 + c); };
-    const auto value_row = [&](int64_t c) { return values.row<KV>(b, hk, j0 + c); };
-    for_each_run(keys, values, j0, 0, cols, [&](int64_t c0, int64_t c1) {
+    with_split_rows(keys, values, b, hk, j0, cols, st, [&](const auto& krows, const auto& vrows,
+                                                           const float* key_scales, const float* value_scales) {
       for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
-        score_rows(std::min<int64_t>(kTileRows, rows - r0), st.q.data() + r0 * a.dk, key_row(c0), keys.si,
-                   value_row(c0), values.si, c1 - c0, a.dk, a.dv, a.scale, s + r0 * lds + c0, lds);
+        score_rows(std::min<int64_t>(kTileRows, rows - r0), st.q.data() + r0 * a.dk, krows, vrows, cols, a.dk, a.dv,
+                   a.scale, s + r0 * lds, lds);
       }
       // An int8 row stands for its scale times its elements: the scale multiplies the row's score (and, below,
       // its probability), so the products read the int8 elements as they are.
-      if constexpr (kHasRowScales<KV>) scale_columns(s + c0, rows, c1 - c0, lds, keys.row_scales(b, hk, j0 + c0));
+      if constexpr (kHasRowScales<KV>) scale_columns(s, rows, cols, lds, key_scales);
+      // A token tree's candidates start at this column of the split.
+      const int64_t first_candidate = a.query_starts[b] - j0;
+
+      for (int64_t r = 0; r < rows; ++r) {
+        T* row = s + r * lds;
+        const int64_t h = hk * group + r / a.tq;
+        // The score terms in backends/masks.h's order, then the blocked keys outside the row's band.
+        if (a.softcap > T(0)) softcap_row(row, cols, a.softcap, static_cast<T*>(nullptr));
+        if (a.alibi) alibi_row(row, cols, a.alibi[b * a.alibi_stride + h], a.query_starts[b] + r % a.tq - j0);
+        std::fill(row, row + st.begin[r], kNegInf<T>);
+        std::fill(row + st.end[r], row + cols, kNegInf<T>);
+        if (a.tree) block_outside_tree(a.tree + b * a.tree_stride, a.tq, r % a.tq, first_candidate, cols, row);
+        m[r] = st.end[r] > st.begin[r] ? row_max(row, cols) : kNegInf<T>;
+        if (m[r] == kNegInf<T>) {  // no key of this split is allowed for this row
+          std::fill(row, row + cols, T(0));
+          l[r] = T(0);
+          st.begin[r] = st.end[r] = 0;
+        } else {
+          l[r] = exp_shifted_sum(row, cols, m[r]);
+        }
+      }
+      if constexpr (kHasRowScales<KV>) scale_columns(s, rows, cols, lds, value_scales);
+
+      // The keys every row of a tile may attend go through the tile; a row's other allowed keys (causal rows of
+      // a multi-query step, window edges, a tree's candidates) go row by row. A blocked key never enters a
+      // product, so a NaN or Inf value there contributes nothing.
+      std::fill(acc, acc + rows * a.dv, T(0));
+      for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
+        const int64_t tile = std::min<int64_t>(kTileRows, rows - r0);
+        const int64_t common_begin = *std::max_element(st.begin.begin() + r0, st.begin.begin() + r0 + tile);
+        int64_t common_end =
+            std::max(common_begin, *std::min_element(st.end.begin() + r0, st.end.begin() + r0 + tile));
+        if (a.tree) common_end = std::clamp(first_candidate, common_begin, common_end);
+        if (common_end > common_begin) {
+          weighted_sum_rows(tile, s + r0 * lds + common_begin, lds, common_end - common_begin,
+                            vrows.from(common_begin), a.dv, acc + r0 * a.dv);
+        }
+        for (int64_t r = r0; r < r0 + tile; ++r) {
+          const auto add = [&](int64_t c) {
+            if (s[r * lds + c] != T(0)) axpy(s[r * lds + c], vrows[c], acc + r * a.dv, a.dv);
+          };
+          for (int64_t c = st.begin[r]; c < std::min(common_begin, st.end[r]); ++c) add(c);
+          for (int64_t c = std::max(common_end, st.begin[r]); c < st.end[r]; ++c) add(c);
+        }
+      }
     });
-    // A token tree's candidates start at this column of the split.
-    const int64_t first_candidate = a.query_starts[b] - j0;
-
-    for (int64_t r = 0; r < rows; ++r) {
-      T* row = s + r * lds;
-      const int64_t h = hk * group + r / a.tq;
-      // The score terms in backends/masks.h's order, then the blocked keys outside the row's band.
-      if (a.softcap > T(0)) softcap_row(row, cols, a.softcap, static_cast<T*>(nullptr));
-      if (a.alibi) alibi_row(row, cols, a.alibi[b * a.alibi_stride + h], a.query_starts[b] + r % a.tq - j0);
-      std::fill(row, row + st.begin[r], kNegInf<T>);
-      std::fill(row + st.end[r], row + cols, kNegInf<T>);
-      if (a.tree) block_outside_tree(a.tree + b * a.tree_stride, a.tq, r % a.tq, first_candidate, cols, row);
-      m[r] = st.end[r] > st.begin[r] ? row_max(row, cols) : kNegInf<T>;
-      if (m[r] == kNegInf<T>) {  // no key of this split is allowed for this row
-        std::fill(row, row + cols, T(0));
-        l[r] = T(0);
-        st.begin[r] = st.end[r] = 0;
-      } else {
-        l[r] = exp_shifted_sum(row, cols, m[r]);
-      }
-    }
-
-    if constexpr (kHasRowScales<KV>) {
-      for_each_run(values, values, j0, 0, cols, [&](int64_t c0, int64_t c1) {
-        scale_columns(s + c0, rows, c1 - c0, lds, values.row_scales(b, hk, j0 + c0));
-      });
-    }
-
-    // The keys every row of a tile may attend go through the tile; a row's other allowed keys (causal rows of
-    // a multi-query step, window edges, a tree's candidates) go row by row. A blocked key never enters a
-    // product, so a NaN or Inf value there contributes nothing.
-    std::fill(acc, acc + rows * a.dv, T(0));
-    for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
-      const int64_t tile = std::min<int64_t>(kTileRows, rows - r0);
-      const int64_t common_begin = *std::max_element(st.begin.begin() + r0, st.begin.begin() + r0 + tile);
-      int64_t common_end = std::max(common_begin, *std::min_element(st.end.begin() + r0, st.end.begin() + r0 + tile));
-      if (a.tree) common_end = std::clamp(first_candidate, common_begin, common_end);
-      for_each_run(keys, values, j0, common_begin, common_end, [&](int64_t c0, int64_t c1) {
-        weighted_sum_rows(tile, s + r0 * lds + c0, lds, c1 - c0, value_row(c0), values.si, a.dv, acc + r0 * a.dv);
-      });
-      for (int64_t r = r0; r < r0 + tile; ++r) {
-        const auto add = [&](int64_t c) {
-          if (s[r * lds + c] != T(0)) axpy(s[r * lds + c], value_row(c), acc + r * a.dv, a.dv);
-        };
-        for (int64_t c = st.begin[r]; c < std::min(common_begin, st.end[r]); ++c) add(c);
-        for (int64_t c = std::max(common_end, st.begin[r]); c < st.end[r]; ++c) add(c);
-      }
-    }
   });
 
   // Merge each (row, K/V head)'s splits in order: out = Σ e^(m_s - M) acc_s / Σ e^(m_s - M) l_s.

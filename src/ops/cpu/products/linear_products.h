@@ -34,7 +34,7 @@ void weight_row_dots(const float* x, const W* x_native, int64_t in, const W* w, 
     }
   }
   (void)x_native, (void)pairs;
-  score_tile<R, 1, float, W>(x, w, /*ks=*/in, in, 1.0f, s, 1);
+  score_tile<R, 1>(x, StridedRows<W>{w, in}, in, 1.0f, s, 1);
 }
 
 }  // namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE

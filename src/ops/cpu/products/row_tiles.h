@@ -33,6 +33,23 @@ inline constexpr int kValueVectors = 2;
 /// Query rows per tile (both kinds).
 inline constexpr int kTileRows = 4;
 
+/// Where the tiles find a cache's rows: evenly spaced, as in a contiguous cache...
+template <typename KV>
+struct StridedRows {
+  const KV* base;
+  int64_t stride;
+  const KV* operator[](int64_t c) const { return base + c * stride; }
+  StridedRows from(int64_t c) const { return {base + c * stride, stride}; }
+};
+
+/// ...or anywhere, one pointer per row, as a paged cache's rows gathered through its block table.
+template <typename KV>
+struct GatheredRows {
+  const KV* const* rows;
+  const KV* operator[](int64_t c) const { return rows[c]; }
+  GatheredRows from(int64_t c) const { return {rows + c}; }
+};
+
 /// Vectorized<float>::size() int8 elements at p as floats, sign-extended on the load where the ISA has it (an int8 cache's row scale
 /// is applied by the caller, decode/decode_kernel.h).
 inline Vectorized<float> widen_int8(const int8_t* p) {
@@ -105,9 +122,9 @@ inline void sum_lanes4(const Vectorized<T>* v, T* out) {
   for (int i = 0; i < 4; ++i) out[i] = at::vec::vec_reduce_all<T>(std::plus<Vectorized<T>>(), v[i]);
 }
 
-/// s[r · lds + c] = scale · q_r · k_c for R packed query rows (q, stride dk) and K keys (k, stride ks).
-template <int R, int K, typename T, typename KV>
-void score_tile(const T* q, const KV* k, int64_t ks, int64_t dk, T scale, T* s, int64_t lds) {
+/// s[r · lds + c] = scale · q_r · k_c for R packed query rows (q, stride dk) and K keys (k[0] .. k[K - 1]).
+template <int R, int K, typename T, typename Rows>
+void score_tile(const T* q, const Rows& k, int64_t dk, T scale, T* s, int64_t lds) {
   using Vec = Vectorized<T>;
   constexpr int64_t W = Vec::size();
   Vec acc[R * K];
@@ -115,7 +132,7 @@ void score_tile(const T* q, const KV* k, int64_t ks, int64_t dk, T scale, T* s, 
   int64_t e = 0;
   for (; e + 2 * W <= dk; e += 2 * W) {
     Vec k0[K], k1[K];
-    for (int c = 0; c < K; ++c) load_two<T>(k + c * ks + e, k0[c], k1[c]);
+    for (int c = 0; c < K; ++c) load_two<T>(k[c] + e, k0[c], k1[c]);
     for (int r = 0; r < R; ++r) {
       const Vec q0 = Vec::loadu(q + r * dk + e), q1 = Vec::loadu(q + r * dk + e + W);
       for (int c = 0; c < K; ++c) acc[r * K + c] = at::vec::fmadd(q1, k1[c], at::vec::fmadd(q0, k0[c], acc[r * K + c]));
@@ -123,7 +140,7 @@ void score_tile(const T* q, const KV* k, int64_t ks, int64_t dk, T scale, T* s, 
   }
   for (; e + W <= dk; e += W) {
     Vec k0[K];
-    for (int c = 0; c < K; ++c) k0[c] = load_one<T>(k + c * ks + e);
+    for (int c = 0; c < K; ++c) k0[c] = load_one<T>(k[c] + e);
     for (int r = 0; r < R; ++r) {
       const Vec q0 = Vec::loadu(q + r * dk + e);
       for (int c = 0; c < K; ++c) acc[r * K + c] = at::vec::fmadd(q0, k0[c], acc[r * K + c]);
@@ -135,7 +152,7 @@ void score_tile(const T* q, const KV* k, int64_t ks, int64_t dk, T scale, T* s, 
   for (; i < R * K; ++i) sum[i] = at::vec::vec_reduce_all<T>(std::plus<Vec>(), acc[i]);
   for (; e < dk; ++e) {
     for (int r = 0; r < R; ++r) {
-      for (int c = 0; c < K; ++c) sum[r * K + c] += q[r * dk + e] * static_cast<T>(k[c * ks + e]);
+      for (int c = 0; c < K; ++c) sum[r * K + c] += q[r * dk + e] * static_cast<T>(k[c][e]);
     }
   }
   for (int r = 0; r < R; ++r) {
@@ -143,10 +160,10 @@ void score_tile(const T* q, const KV* k, int64_t ks, int64_t dk, T scale, T* s, 
   }
 }
 
-/// out_r += Σ_{c < n} w[r · ldw + c] · v_c for R rows (out, stride dv) over n value rows (v, stride vs).
+/// out_r += Σ_{c < n} w[r · ldw + c] · v_c for R rows (out, stride dv) over n value rows (v[0] .. v[n - 1]).
 /// Every weight is multiplied in, zeros too: the caller keeps blocked keys out of [0, n).
-template <int R, typename T, typename KV>
-void weighted_sum_tile(const T* w, int64_t ldw, int64_t n, const KV* v, int64_t vs, int64_t dv, T* out) {
+template <int R, typename T, typename Rows>
+void weighted_sum_tile(const T* w, int64_t ldw, int64_t n, const Rows& v, int64_t dv, T* out) {
   using Vec = Vectorized<T>;
   constexpr int64_t W = Vec::size();
   constexpr int C = kValueVectors;
@@ -160,7 +177,7 @@ void weighted_sum_tile(const T* w, int64_t ldw, int64_t n, const KV* v, int64_t 
     }
     for (int64_t c = 0; c < n; ++c) {
       Vec x[C];
-      for (int j = 0; j < C; j += 2) load_two<T>(v + c * vs + e + j * W, x[j], x[j + 1]);
+      for (int j = 0; j < C; j += 2) load_two<T>(v[c] + e + j * W, x[j], x[j + 1]);
       for (int r = 0; r < R; ++r) {
         const Vec wr(w[r * ldw + c]);
         for (int j = 0; j < C; ++j) acc[r][j] = at::vec::fmadd(wr, x[j], acc[r][j]);
@@ -174,7 +191,7 @@ void weighted_sum_tile(const T* w, int64_t ldw, int64_t n, const KV* v, int64_t 
     Vec acc[R];
     for (Vec& a : acc) a = Vec(T(0));
     for (int64_t c = 0; c < n; ++c) {
-      const Vec x = load_one<T>(v + c * vs + e);
+      const Vec x = load_one<T>(v[c] + e);
       for (int r = 0; r < R; ++r) acc[r] = at::vec::fmadd(Vec(w[r * ldw + c]), x, acc[r]);
     }
     for (int r = 0; r < R; ++r) (Vec::loadu(out + r * dv + e) + acc[r]).store(out + r * dv + e);
@@ -182,7 +199,7 @@ void weighted_sum_tile(const T* w, int64_t ldw, int64_t n, const KV* v, int64_t 
   for (; e < dv; ++e) {
     for (int r = 0; r < R; ++r) {
       T sum = 0;
-      for (int64_t c = 0; c < n; ++c) sum += w[r * ldw + c] * static_cast<T>(v[c * vs + e]);
+      for (int64_t c = 0; c < n; ++c) sum += w[r * ldw + c] * static_cast<T>(v[c][e]);
       out[r * dv + e] += sum;
     }
   }
