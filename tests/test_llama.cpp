@@ -9,6 +9,7 @@
 #include "generation.h"
 #include "llama.h"
 #include "sampling.h"
+#include "speculative.h"
 #include "text_stream.h"
 
 #include <attn/io/files.h>
@@ -202,6 +203,39 @@ TEST(Llama, GreedyTokensAndLogitsMatchTransformersPromptByPrompt) {
     EXPECT_LE(worst, kLogitTolerance);
     std::cout << "prompt " << n << " (" << r.prompts[n].size() << " tokens): largest logit difference " << worst << "\n";
   }
+}
+
+// Speculative decoding (issue 33): lookup drafts verified as a token tree give exactly greedy decoding's tokens,
+// prompt by prompt, in fewer model steps where drafts are accepted.
+TEST(Llama, SpeculativeLookupGivesTheGreedyTokensInFewerSteps) {
+  const Reference& ref = reference();
+  GenerationOptions options = greedy_64();
+  options.keep_logits = false;
+  LookupOptions lookup;
+  lookup.draft_tokens = 6;
+  lookup.branches = 2;
+  int64_t steps = 0, drafted = 0, accepted = 0, tokens = 0;
+  double plain_seconds = 0.0, speculative_seconds = 0.0;
+  for (size_t n = 0; n < ref.prompts.size(); ++n) {
+    const GenerationResult plain = generate(smollm2(), {ref.prompts[n]}, options);
+    SpeculativeStats stats;
+    const GenerationResult speculative = generate_speculative(smollm2(), {ref.prompts[n]}, options, lookup, &stats);
+    EXPECT_EQ(speculative.tokens[0], plain.tokens[0]) << "prompt " << n;
+    EXPECT_EQ(speculative.tokens[0], ref.tokens[n]) << "prompt " << n;
+    EXPECT_LE(stats.steps, 64);
+    steps += stats.steps, drafted += stats.drafted_tokens, accepted += stats.accepted_tokens;
+    tokens += static_cast<int64_t>(speculative.tokens[0].size());
+    plain_seconds += plain.decode_seconds + plain.prefill_seconds;
+    speculative_seconds += speculative.decode_seconds + speculative.prefill_seconds;
+  }
+  EXPECT_GT(accepted, 0);
+  EXPECT_LT(steps, tokens);
+  std::cout << "[ info ] speculative lookup (6 tokens, 2 branches): " << tokens << " tokens in " << steps
+            << " steps; " << accepted << " of " << drafted << " drafted tokens accepted; " << plain_seconds
+            << " s plain, " << speculative_seconds << " s speculative (prefill included)\n";
+  GenerationOptions sampled = options;
+  sampled.sampling.temperature = 0.7;
+  EXPECT_THROW(generate_speculative(smollm2(), {ref.prompts[0]}, sampled, lookup), std::invalid_argument);
 }
 
 TEST(Llama, RaggedBatchGivesTheTokensOfEachPromptAlone) {

@@ -7,6 +7,7 @@
 #include "command_line.h"
 #include "openblas_kernels.h"
 #include "generation.h"
+#include "speculative.h"
 #include "llama.h"
 #include "model_folder.h"
 #include "text_stream.h"
@@ -58,6 +59,12 @@ Generation:
   --top-p P             sample among the most likely tokens whose probabilities reach P (default: 1, all)
   --seed N              seed of the sampling (default: 0); the same seed gives the same text
   --ignore-eos          do not stop at the end-of-sequence token: always make --max-new-tokens (for timing)
+  --speculate N         speculative decoding by lookup (greedy only): each step drafts up to N tokens per
+                        branch from what followed earlier occurrences of the last 2 to 4 tokens in the prompt
+                        and the text so far, and the model checks the whole draft tree in one step. The text
+                        is greedy decoding's; the step count drops where drafts are accepted (prompts that the
+                        answer quotes or repeats). Reports the acceptance rate. Default: 0, off
+  --branches B          continuations drafted per step with --speculate (default: 2)
 
 Runtime:
   --threads N           CPU threads (default: every core, {cores} here)
@@ -76,6 +83,8 @@ struct Options {
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   torch::Dtype dtype = torch::kFloat32;
   std::string kv_cache = "auto";  // auto, int8, float32 or bfloat16; resolved into generation.kv_cache_dtype
+  attn::models::LookupOptions lookup;
+  bool speculate = false;
 };
 
 std::string usage() {
@@ -126,6 +135,13 @@ Options parse_args(int argc, char** argv) {
       throw UsageError("--kv-cache expects auto, int8, float32 or bfloat16, got '" + value + "'");
     o.kv_cache = value;
   });
+  command_line.add_option("--speculate", [&](const std::string& value) {
+    o.lookup.draft_tokens = parse_integer<int64_t>("--speculate", value, 0, 64, "an integer in [0, 64]");
+    o.speculate = o.lookup.draft_tokens > 0;
+  });
+  command_line.add_option("--branches", [&](const std::string& value) {
+    o.lookup.branches = parse_integer<int64_t>("--branches", value, 1, 8, "an integer in [1, 8]");
+  });
   command_line.add_flag("--quiet", [&] { o.quiet = true; });
   command_line.add_flag("--ignore-eos", [&] { o.ignore_eos = true; });
   command_line.parse(argc, argv);
@@ -142,6 +158,8 @@ Options parse_args(int argc, char** argv) {
   const auto& s = o.generation.sampling;
   if (s.temperature == 0.0 && (s.top_k != 0 || s.top_p != 1.0))
     throw UsageError("--top-k and --top-p apply to sampling; set --temperature above 0");
+  if (o.speculate && s.temperature != 0.0)
+    throw UsageError("--speculate checks drafts against greedy decoding: it needs --temperature 0");
   return o;
 }
 
@@ -190,11 +208,15 @@ int run(int argc, char** argv) {
   }
 
   attn::text::TextStream stream(tokenizer);
-  const auto result = attn::models::generate(model, {prompt}, o.generation, [&](int64_t, int64_t token) {
+  const auto print = [&](int64_t, int64_t token) {
     if (token == config.eos_token_id && !o.ignore_eos) return;
     fmt::print("{}", stream.push(token));
     std::fflush(stdout);
-  });
+  };
+  attn::models::SpeculativeStats stats;
+  const auto result = o.speculate
+                          ? attn::models::generate_speculative(model, {prompt}, o.generation, o.lookup, &stats, print)
+                          : attn::models::generate(model, {prompt}, o.generation, print);
   fmt::print("{}\n", stream.finish());
   std::fflush(stdout);  // the text before the timings on stderr
   if (!o.quiet) {
@@ -203,6 +225,14 @@ int run(int argc, char** argv) {
                result.prefill_tokens, result.prefill_seconds, result.prefill_tokens / result.prefill_seconds,
                result.decode_steps, result.decode_seconds,
                result.decode_steps > 0 ? result.decode_steps / result.decode_seconds : 0.0, o.threads);
+    if (o.speculate) {
+      const int64_t made = static_cast<int64_t>(result.tokens[0].size());
+      fmt::print(stderr, "attn-generate: speculative: {} tokens in {} steps ({:.2f} tokens per step, {:.1f} tokens/s "
+                         "with the prefill's last token); {} of {} drafted tokens accepted ({:.0f}%)\n",
+                 made, stats.steps, stats.steps > 0 ? double(made) / stats.steps : 0.0,
+                 made / result.decode_seconds, stats.accepted_tokens, stats.drafted_tokens,
+                 stats.drafted_tokens > 0 ? 100.0 * stats.accepted_tokens / stats.drafted_tokens : 0.0);
+    }
   }
   return 0;
 }

@@ -8,6 +8,7 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -36,6 +37,9 @@ struct GenerationResult {
   /// Wall-clock seconds of the prefill (through the first token's logits) and of every step after it.
   double prefill_seconds = 0.0, decode_seconds = 0.0;
 };
+
+/// Wall-clock seconds since `start`, as the results count them.
+double seconds_since(std::chrono::steady_clock::time_point start);
 
 /// Called with (row, token) as each token is chosen, in order.
 using TokenCallback = std::function<void(int64_t row, int64_t token)>;

@@ -87,6 +87,14 @@ torch::Tensor LlamaBlockImpl::forward(const torch::Tensor& x, KVCache& cache, in
   return h + attn::linear(gated, down_proj->weight);
 }
 
+torch::Tensor LlamaBlockImpl::forward_tree(const torch::Tensor& x, KVCache& cache, int64_t layer,
+                                           const TokenTree& tree) {
+  const torch::Tensor h = x + self_attn->forward_with_tree(input_norm(x), cache, layer, tree);
+  const torch::Tensor n = post_attention_norm(h);
+  const torch::Tensor gated = torch::silu(attn::linear(n, gate_proj->weight)) * attn::linear(n, up_proj->weight);
+  return h + attn::linear(gated, down_proj->weight);
+}
+
 LlamaImpl::LlamaImpl(const LlamaConfig& c) : config(c) {
   embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.hidden_size));
   layers = register_module("layers", torch::nn::ModuleList());
@@ -105,6 +113,14 @@ torch::Tensor LlamaImpl::hidden_states(const torch::Tensor& ids, KVCache& cache,
   torch::Tensor x = embed_tokens(ids);
   for (size_t i = 0; i < layers->size(); ++i) {
     x = layers[i]->as<LlamaBlock>()->forward(x, cache, static_cast<int64_t>(i), new_lengths);
+  }
+  return norm(x);
+}
+
+torch::Tensor LlamaImpl::tree_hidden_states(const torch::Tensor& ids, KVCache& cache, const TokenTree& tree) {
+  torch::Tensor x = embed_tokens(ids);
+  for (size_t i = 0; i < layers->size(); ++i) {
+    x = layers[i]->as<LlamaBlock>()->forward_tree(x, cache, static_cast<int64_t>(i), tree);
   }
   return norm(x);
 }

@@ -41,6 +41,8 @@ class LlamaBlockImpl : public torch::nn::Module {
  public:
   explicit LlamaBlockImpl(const LlamaConfig& config);
   torch::Tensor forward(const torch::Tensor& x, KVCache& cache, int64_t layer, const std::vector<int64_t>& new_lengths);
+  /// forward() over a TokenTree's candidates (MultiHeadAttentionImpl::forward_with_tree).
+  torch::Tensor forward_tree(const torch::Tensor& x, KVCache& cache, int64_t layer, const TokenTree& tree);
   RmsNorm input_norm{nullptr}, post_attention_norm{nullptr};
   MultiHeadAttention self_attn{nullptr};
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
@@ -57,6 +59,9 @@ class LlamaImpl : public torch::nn::Module {
   /// the final-normed hidden states [B, T, hidden], then logits [..., vocab] for any of them.
   torch::Tensor hidden_states(const torch::Tensor& ids, KVCache& cache, const std::vector<int64_t>& new_lengths = {});
   torch::Tensor logits(const torch::Tensor& hidden);
+  /// hidden_states() of a TokenTree's candidates, ids [B, N] in the tree's order: each candidate attends the
+  /// cache, its ancestors and itself, and all N are appended (KVCache::keep_candidates keeps one path).
+  torch::Tensor tree_hidden_states(const torch::Tensor& ids, KVCache& cache, const TokenTree& tree);
   /// A cache for `batch` rows of up to `capacity` positions on the model's device, in `cache_dtype`: by default
   /// the model's dtype, or torch::kInt8 for int8 rows with a float32 scale each (a float32 or bfloat16 model on
   /// the CPU; <attn/kv_cache.h>). A floating cache_dtype other than the model's is refused

@@ -9,8 +9,9 @@
 
 namespace attn::backends {
 
-/// Whether project_rows runs attn::linear_rows: x holds one row, or at most kLinearRowsMax rows of 4096
-/// elements in all; x and weight are float32 or bfloat16 on the CPU; and no gradient is recorded.
+/// Whether project_rows runs attn::linear_rows: x holds one row, or at most 4 rows of 4096 elements in all, or
+/// at most kLinearRowsMax rows of 16384; x and weight are float32 or bfloat16 on the CPU; and no gradient is
+/// recorded.
 bool takes_linear_rows(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
 
 /// at::linear(x, weight, bias): through attn::linear_rows where takes_linear_rows, else through a

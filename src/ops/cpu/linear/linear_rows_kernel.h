@@ -19,6 +19,8 @@
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 
+#include <attn/ops/linear_rows.h>
+
 #include <algorithm>
 
 namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE {
@@ -28,28 +30,39 @@ namespace {
 /// than to run.
 constexpr int64_t kLinearRowsTaskElements = int64_t{1} << 15;
 
+/// Rows of x per register tile (weight_row_dots); more rows go through the same weight row group by group,
+/// while it is in L1.
+constexpr int64_t kRowsPerTile = 4;
+
+/// y[r0 .. r0 + R) of weight row o, with its bias.
 template <int R, typename W>
-void linear_rows_range(const LinearRowsArgs<W>& a, int64_t begin, int64_t end) {
+void dot_group(const LinearRowsArgs<W>& a, int64_t r0, int64_t o, float bias) {
   float s[R];
+  weight_row_dots<R>(a.x + r0 * a.in, a.x_native ? a.x_native + r0 * a.in : nullptr, a.in,
+                     a.weight + o * a.weight_stride, a.pairs, s);
+  for (int r = 0; r < R; ++r) a.y[(r0 + r) * a.out + o] = s[r] + bias;
+}
+
+template <typename W>
+void linear_rows_range(const LinearRowsArgs<W>& a, int64_t begin, int64_t end) {
   for (int64_t o = begin; o < end; ++o) {
-    weight_row_dots<R>(a.x, a.x_native, a.in, a.weight + o * a.weight_stride, a.pairs, s);
     const float b = a.bias ? a.bias[o] : 0.0f;
-    for (int r = 0; r < R; ++r) a.y[r * a.out + o] = s[r] + b;
+    for (int64_t r0 = 0; r0 < a.rows; r0 += kRowsPerTile) {
+      switch (std::min(kRowsPerTile, a.rows - r0)) {
+        case 1: dot_group<1>(a, r0, o, b); break;
+        case 2: dot_group<2>(a, r0, o, b); break;
+        case 3: dot_group<3>(a, r0, o, b); break;
+        default: dot_group<4>(a, r0, o, b); break;
+      }
+    }
   }
 }
 
 template <typename W>
 void linear_rows_impl(const LinearRowsArgs<W>& a) {
+  TORCH_INTERNAL_ASSERT(a.rows >= 1 && a.rows <= kLinearRowsMax, "linear_rows: ", a.rows, " rows");
   const int64_t grain = std::max<int64_t>(1, kLinearRowsTaskElements / std::max<int64_t>(a.in, 1));
-  at::parallel_for(0, a.out, grain, [&](int64_t begin, int64_t end) {
-    switch (a.rows) {
-      case 1: return linear_rows_range<1>(a, begin, end);
-      case 2: return linear_rows_range<2>(a, begin, end);
-      case 3: return linear_rows_range<3>(a, begin, end);
-      case 4: return linear_rows_range<4>(a, begin, end);
-      default: TORCH_INTERNAL_ASSERT(false, "linear_rows: ", a.rows, " rows");
-    }
-  });
+  at::parallel_for(0, a.out, grain, [&](int64_t begin, int64_t end) { linear_rows_range(a, begin, end); });
 }
 
 }  // namespace
