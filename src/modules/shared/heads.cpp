@@ -7,6 +7,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
@@ -172,6 +173,7 @@ struct CacheStep {
   std::function<void(const torch::Tensor& k, const torch::Tensor& v)> append;
   std::function<torch::Tensor()> lengths;             // after the append
   std::function<void(ops::DecodeOnlyInputs&)> after_append;  // adds what the append decides (a block table)
+  bool fresh = false;  // a KVCache step, whose rows may be empty before it (a prompt)
 };
 
 torch::Tensor attend_cache_step(const ModuleLayout& layout, const torch::Tensor& x, const Projections& projections,
@@ -213,8 +215,17 @@ torch::Tensor attend_cache_step(const ModuleLayout& layout, const torch::Tensor&
   step.append(heads.k.detach(), heads.v.detach());  // checks every row's room before writing
   ops::DecodeOnlyInputs decode_only = step.decode_only;
   if (step.after_append) step.after_append(decode_only);
-  torch::Tensor out = backends::cache_attention(layout.module, heads.q, step.keys(), step.values(), step.starts,
-                                                step.lengths(), options, decode_only);
+  // A prompt into empty rows of an int8 cache reads none of the cache: it attends over its own keys and values as
+  // computed, by the general backends (the fused kernel), and later steps read the int8 rows it appended.
+  const bool whole = counts.empty() || std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == T; });
+  const bool fresh_int8_prompt = step.quantized && step.fresh && whole && T > 1 &&
+                                 !decode_only.tree_mask.defined() && !decode_only.block_table.defined() &&
+                                 !step.starts.any().item<bool>();
+  torch::Tensor out =
+      fresh_int8_prompt
+          ? std::get<0>(backends::attention(layout.module, heads.q, heads.k, heads.v, options, /*need_weights=*/false))
+          : backends::cache_attention(layout.module, heads.q, step.keys(), step.values(), step.starts, step.lengths(),
+                                      options, decode_only);
   if (!counts.empty()) {
     // Positions past a row's count are padding: zero, not whatever the rule gives them.
     const torch::Tensor count_tensor = torch::tensor(at::ArrayRef<int64_t>(counts), torch::kLong).to(x.device());
@@ -254,6 +265,7 @@ torch::Tensor attend_with_cache(const ModuleLayout& layout, const torch::Tensor&
                                 const SdpaOptions& options, const RotaryEmbeddingImpl* rotary, const void* owner) {
   CacheStep step = kv_cache_step(layout.module, cache, layer, owner);
   step.append = [&](const torch::Tensor& k, const torch::Tensor& v) { cache.append(layer, k, v, counts); };
+  step.fresh = true;
   return attend_cache_step(layout, x, projections, std::move(step), counts, options, rotary);
 }
 
