@@ -49,7 +49,7 @@ struct Config {
   std::string term;
   std::vector<int64_t> lengths;
   // Decode: how the cache is kept, "" for a contiguous cache in the query's dtype, "int8" for a KVCache of int8
-  // rows with a scale per row, "paged" for a PagedKVCache of blocks of kPagedBlockSize positions.
+  // rows with a scale per row, "pagedN" for a PagedKVCache of blocks of N positions.
   std::string cache;
   // Caps on the suite's warm-up runs and reps, for the configurations that take many seconds (-1: none).
   int max_warmup = -1, max_reps = -1;
@@ -65,8 +65,7 @@ struct Suite {
   std::vector<Config> configs;  // in the order they run; the GEMM ceiling first
 };
 
-extern const double kMaxScoreBytes;
-inline constexpr int64_t kPagedBlockSize = 16;  // vLLM's default  // larger [B, H, Tq, Tk] scores are skipped (~6 GiB)
+extern const double kMaxScoreBytes;  // larger [B, H, Tq, Tk] scores are skipped (~6 GiB)
 
 /// Query-key pairs a variant configuration attends (for its FLOPs): causal, within its window, per sequence.
 double attended_pairs(const Config& config);

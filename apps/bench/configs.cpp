@@ -132,9 +132,9 @@ Suite build_decode_suite() {
             c.dtype = dtype;
             out.push_back(c);
             // The same step of a bfloat16 model over an int8 cache (KVCacheOptions().dtype(torch::kInt8)) and
-            // over a paged cache (PagedKVCache, blocks of kPagedBlockSize).
+            // over a paged cache (PagedKVCache) in blocks of 16 (vLLM's default) and of 64.
             if (impl == "decode" && dtype == "bfloat16") {
-              for (const std::string cache : {"int8", "paged"}) {
+              for (const std::string cache : {"int8", "paged16", "paged64"}) {
                 Config form = c;
                 form.name += "/" + cache + "-cache";
                 form.cache = cache;

@@ -154,12 +154,13 @@ std::function<void()> make_workload(const Config& c, const torch::Device& device
         const auto options = attn::SdpaOptions().causal(true);
         return [=] { attn::attention_with_kv_cache(q, *cache, 0, starts, options); };
       }
-      if (c.cache == "paged") {
+      if (c.cache.rfind("paged", 0) == 0) {
         if (!c.lengths.empty() || c.impl != "decode") throw std::invalid_argument("paged cache rows: impl decode, full rows");
         if (!device.is_cpu()) throw std::invalid_argument("a PagedKVCache lives on the CPU");
-        const int64_t blocks = c.B * ((c.Tk + kPagedBlockSize - 1) / kPagedBlockSize);
+        const int64_t block_size = std::stoll(c.cache.substr(5));
+        const int64_t blocks = c.B * ((c.Tk + block_size - 1) / block_size);
         auto cache = std::make_shared<attn::PagedKVCache>(
-            attn::PagedKVCacheOptions(1, kv_heads(c), c.d, blocks, kPagedBlockSize).dtype(opts.dtype().toScalarType()));
+            attn::PagedKVCacheOptions(1, kv_heads(c), c.d, blocks, block_size).dtype(opts.dtype().toScalarType()));
         std::vector<int64_t> ids;
         for (int64_t b = 0; b < c.B; ++b) ids.push_back(cache->add_sequence());
         for (int64_t filled = 0; filled < c.Tk; filled += 1024) {
