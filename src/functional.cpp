@@ -51,10 +51,14 @@ torch::Tensor attention_with_kv_cache(const torch::Tensor& query, const KVCache&
 
 torch::Tensor attention_with_kv_cache(const torch::Tensor& query, const PagedKVCache& cache, const PagedBatch& batch,
                                       const torch::Tensor& query_starts, const SdpaOptions& options) {
+  TORCH_CHECK(batch.cache_id == cache.id(), kWithCache,
+              ": the PagedBatch was made by another PagedKVCache (its block tables name that cache's blocks)");
   TORCH_CHECK(batch.version == cache.version(), kWithCache,
               ": the PagedBatch is stale: the cache changed (append, fork or release) after PagedKVCache::batch made "
               "it, so its block tables may name blocks that now hold other positions; make a new one");
   const int64_t layer = batch.layer;
+  TORCH_CHECK(layer >= 0 && layer < cache.num_layers(), kWithCache, ": the PagedBatch's layer must be in [0, ",
+              cache.num_layers(), "), got ", layer);
   ops::DecodeOnlyInputs decode_only;
   decode_only.key_scales = cache.key_scales(layer), decode_only.value_scales = cache.value_scales(layer);
   decode_only.block_table = batch.block_table;

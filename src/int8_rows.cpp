@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <limits>
 
 namespace attn {
 
@@ -25,28 +26,31 @@ StoredRows quantize_rows(const char* fn, const char* arg, const torch::Tensor& x
     at::parallel_for(0, count, 256, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const scalar_t* row = src + r * d;
-        float amax = 0.0f;
+        // In double: a float64 row is judged in its own range, and 127 / max|x| stays finite for the smallest
+        // (subnormal) float rows.
+        double amax = 0.0;
         bool row_finite = true;
         for (int64_t i = 0; i < d; ++i) {
-          const float v = static_cast<float>(row[i]);
+          const double v = static_cast<double>(row[i]);
           row_finite = row_finite && std::isfinite(v);
           amax = std::max(amax, std::abs(v));
         }
-        if (!row_finite) {
+        if (!row_finite || amax > static_cast<double>(std::numeric_limits<float>::max())) {
           finite = false;
           continue;
         }
-        const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+        const double inverse = amax > 0.0 ? 127.0 / amax : 0.0;
         for (int64_t i = 0; i < d; ++i) {
           // Nearest, ties to even (the default rounding mode), as torch.round.
-          const float q = std::nearbyint(static_cast<float>(row[i]) * inverse);
-          dst[r * d + i] = static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f));
+          const double q = std::nearbyint(static_cast<double>(row[i]) * inverse);
+          dst[r * d + i] = static_cast<int8_t>(std::clamp(q, -127.0, 127.0));
         }
-        scales[r] = amax / 127.0f;
+        scales[r] = static_cast<float>(amax / 127.0);
       }
     });
   });
-  TORCH_CHECK(finite, fn, ": ", arg, " holds a non-finite value, which an int8 cache cannot store; nothing was written");
+  TORCH_CHECK(finite, fn, ": ", arg, " holds a non-finite value or one beyond float32's range, which an int8 cache "
+              "(float32 scales) cannot store; nothing was written");
   return out;
 }
 

@@ -47,7 +47,7 @@ KVCache::KVCache(const KVCacheOptions& options) : options_(options) {
     }
   }
   for (int64_t l = 0; l < options.num_layers(); ++l) lengths_.push_back(at::zeros({options.batch()}, at::kLong));
-  writers_.assign(options.num_layers(), nullptr);
+  writers_ = std::make_shared<std::vector<const void*>>(options.num_layers(), nullptr);
 }
 
 void KVCache::check_layer(const char* fn, int64_t layer) const {
@@ -183,16 +183,32 @@ void KVCache::truncate(int64_t length) {
 
 void KVCache::reset() {
   truncate(0);
-  std::fill(writers_.begin(), writers_.end(), nullptr);
+  std::fill(writers_->begin(), writers_->end(), nullptr);
 }
 
-void KVCache::claim_layer(int64_t layer, const void* module, const char* caller) {
-  check_layer("claim_layer", layer);
-  const void*& writer = writers_[layer];
+void KVCache::keep_path(const TokenTree& tree, const std::vector<int64_t>& last) {
+  TORCH_CHECK(static_cast<int64_t>(last.size()) == batch(), kCache, "::keep_path: last must have one node per batch "
+              "row (", batch(), "), got ", last.size());
+  std::vector<std::vector<int64_t>> accepted(last.size());
+  for (size_t b = 0; b < last.size(); ++b) {
+    TORCH_CHECK(last[b] >= -1 && last[b] < tree.size(), kCache, "::keep_path: last[", b, "] must be -1 or a candidate in "
+                "[0, ", tree.size(), "), got ", last[b]);
+    if (last[b] >= 0) accepted[b] = tree.path_to(last[b]);
+  }
+  keep_candidates(tree.size(), accepted);
+}
+
+void KVCache::check_writer(int64_t layer, const void* module, const char* caller) const {
+  check_layer("check_writer", layer);
+  const void* writer = (*writers_)[layer];
   TORCH_CHECK(writer == nullptr || writer == module, caller, ": cache layer ", layer,
               " was already written by another module since the cache was built or reset: give each attention "
               "module its own layer index (or reset() the cache before handing it to other modules)");
-  writer = module;
+}
+
+void KVCache::claim_layer(int64_t layer, const void* module, const char* caller) {
+  check_writer(layer, module, caller);
+  (*writers_)[layer] = module;
 }
 
 void KVCache::keep_candidates(int64_t num_candidates, const std::vector<std::vector<int64_t>>& accepted) {

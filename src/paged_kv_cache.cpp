@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -27,6 +28,7 @@ torch::Tensor block_pool(at::IntArrayRef sizes, torch::Dtype dtype) {
   int64_t elements = 1;
   for (int64_t s : sizes) elements *= s;
   const size_t bytes = static_cast<size_t>(elements) * c10::elementSize(dtype);
+  if (bytes < kHugePage) return at::zeros(sizes, dtype);  // a small pool: not worth a huge page
   const size_t rounded = std::max(kHugePage, (bytes + kHugePage - 1) / kHugePage * kHugePage);
   void* data = std::aligned_alloc(kHugePage, rounded);
   TORCH_CHECK(data != nullptr, kPaged, ": cannot allocate a block pool of ", rounded, " bytes");
@@ -39,6 +41,8 @@ torch::Tensor block_pool(at::IntArrayRef sizes, torch::Dtype dtype) {
 }  // namespace
 
 PagedKVCache::PagedKVCache(const PagedKVCacheOptions& options) : options_(options) {
+  static std::atomic<uint64_t> caches{0};
+  id_ = ++caches;
   using common::check_positive;
   check_positive(kPaged, "num_layers", options.num_layers());
   check_positive(kPaged, "num_kv_heads", options.num_kv_heads());
@@ -215,6 +219,7 @@ PagedBatch PagedKVCache::batch(int64_t layer, const std::vector<int64_t>& sequen
   PagedBatch out;
   out.sequences = sequences;
   out.layer = layer;
+  out.cache_id = id_;
   out.version = version_;
   const int64_t B = static_cast<int64_t>(sequences.size());
   out.block_table = torch::zeros({B, static_cast<int64_t>(widest)}, torch::kLong);  // past a row's blocks: unread

@@ -188,6 +188,25 @@ TEST_P(CudaDecodeKernel, ANonFiniteValueAtABlockedKeyContributesNothing) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaDecodeKernel, ::testing::Values(torch::kFloat32, torch::kFloat16, torch::kBFloat16),
                          [](const auto& info) { return std::string(c10::toString(info.param)); });
 
+// An int8 cache, a paged cache and a token tree are read by the CPU decode kernel only: on a GPU each is refused
+// by name, at the call the user made, before anything is written.
+TEST(CudaServingCaches, Int8PagedAndTreeInputsAreRefusedClearly) {
+  if (skip_without_gpu()) GTEST_SKIP() << "CUDA is not available: skipping the refusals of CPU-only caches on CUDA";
+  EXPECT_ERROR_CONTAINS(KVCache(KVCacheOptions(1, 1, 2, 64, 16).dtype(torch::kInt8).device(torch::kCUDA)),
+                        "an int8 cache is read by the CPU decode kernel only");
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  const torch::Tensor q = torch::randn({1, 4, 1, 64}, cuda), kc = torch::randn({1, 2, 16, 64}, cuda);
+  EXPECT_ERROR_CONTAINS(ops::decode_attention(q, kc, kc, longs({3}), longs({4}), true, c10::nullopt, -1, -1, 0.0,
+                                              c10::nullopt, c10::nullopt, c10::nullopt, c10::nullopt,
+                                              torch::zeros({1, 1}, torch::kLong)),
+                        "paged caches and token trees are read by the CPU kernel only");
+  KVCache cache(KVCacheOptions(1, 1, 2, 64, 16).device(torch::kCUDA));
+  cache.append(0, torch::randn({1, 2, 4, 64}, cuda), torch::randn({1, 2, 4, 64}, cuda));
+  torch::NoGradGuard no_grad;
+  EXPECT_ERROR_CONTAINS(attention_over_token_tree(torch::randn({1, 4, 2, 64}, cuda), cache, 0, TokenTree({-1, 0})),
+                        "a token tree is read by attn's CPU decode kernel only");
+}
+
 TEST(CudaDecodeKernelRoutes, WhatItCannotRunGoesToTheGeneralBackendsOrIsRefusedClearly) {
   if (skip_without_gpu()) GTEST_SKIP() << "CUDA is not available: skipping the CUDA decode kernel's routes";
   const auto cuda64 = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat64);

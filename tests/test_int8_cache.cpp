@@ -73,6 +73,19 @@ TEST(Int8Cache, AppendStoresEachRowWithinHalfAStepOfItsScale) {
   EXPECT_FALSE(cache.key_scales(0).sum().item<float>() != 0.0f);  // the other layer untouched
 }
 
+// The smallest float rows (subnormal) keep their shape: 127 / max|x| overflows float, so it is taken in double.
+TEST(Int8Cache, SubnormalRowsKeepTheirRatios) {
+  KVCache cache(KVCacheOptions(1, 1, 1, 4, 2).dtype(torch::kInt8));
+  const torch::Tensor tiny = torch::tensor({1e-38f, 1e-40f, 0.0f, -5e-39f}).view({1, 1, 1, 4});
+  cache.append(0, tiny, tiny);
+  const torch::Tensor q = cache.keys(0)[0][0][0];
+  EXPECT_EQ(q[0].item<int>(), 127);
+  EXPECT_EQ(q[1].item<int>(), 1);  // 127 / 100, rounded
+  EXPECT_EQ(q[2].item<int>(), 0);
+  EXPECT_EQ(q[3].item<int>(), -64);  // -63.5, ties to even
+  EXPECT_NEAR(cache.key_scales(0)[0][0][0].item<float>() * 127.0, 1e-38, 1e-43);
+}
+
 TEST(Int8Cache, RefusesWhatItCannotStoreAndLeavesItselfAsItWas) {
   KVCache cache(KVCacheOptions(1, 1, 2, 8, 4).dtype(torch::kInt8));
   cache.append(0, torch::ones({1, 2, 2, 8}), torch::ones({1, 2, 2, 8}));
@@ -88,6 +101,10 @@ TEST(Int8Cache, RefusesWhatItCannotStoreAndLeavesItselfAsItWas) {
   EXPECT_TRUE(torch::equal(cache.keys(0), keys));
   EXPECT_TRUE(torch::equal(cache.key_scales(0), scales));
   EXPECT_FALSE(KVCache(KVCacheOptions(1, 1, 2, 8, 4)).key_scales(0).defined());
+  torch::Tensor huge = torch::ones({1, 2, 1, 8}, torch::kFloat64);
+  huge[0][0][0][1] = 1e300;  // finite in float64, beyond float32's scales
+  EXPECT_ERROR_CONTAINS(cache.append(0, huge, torch::ones({1, 2, 1, 8})), "beyond float32's range");
+  EXPECT_EQ(cache.lengths(0)[0].item<int64_t>(), 2);
   EXPECT_ERROR_CONTAINS(KVCache(KVCacheOptions(1, 1, 2, 8, 4).dtype(torch::kInt32)), "float16 or int8, got Int");
 }
 

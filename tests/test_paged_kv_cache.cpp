@@ -51,7 +51,7 @@ TEST(PagedKVCache, AttentionMatchesTheContiguousCache) {
   const std::vector<int64_t> lengths = {700, 1, 260, 33};
   for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16, torch::kInt8}) {
     for (int64_t block_size : {16, 5}) {
-      for (int64_t tq : {1, 4}) {
+      for (int64_t tq : {1, 4, 150}) {  // 150: a prompt over the cache, in the op's chunks of queries
         SCOPED_TRACE(::testing::Message() << c10::toString(dtype) << " blocks of " << block_size << " Tq=" << tq);
         torch::manual_seed(8);
         Filled f = fill(dtype, block_size, lengths, 2, 48);
@@ -163,6 +163,9 @@ TEST(PagedKVCache, AFullPoolAStaleBatchAndUnknownSequencesAreRefusedCleanly) {
   EXPECT_ERROR_CONTAINS(cache.append(0, {a}, torch::randn({1, 2, 1, 8}, torch::kFloat64), torch::randn({1, 2, 1, 8})),
                         "but the cache holds Float");
   EXPECT_ERROR_CONTAINS(PagedKVCache(PagedKVCacheOptions(1, 2, 8, 0, 4)), "num_blocks must be positive");
+  PagedKVCache other(PagedKVCacheOptions(1, 2, 8, 3, 4));
+  EXPECT_ERROR_CONTAINS(attention_with_kv_cache(torch::randn({1, 4, 1, 8}), other, cache.batch(0, {a}), longs({4})),
+                        "the PagedBatch was made by another PagedKVCache");
   // The op refuses a table whose blocks are not in the pool.
   const PagedBatch fresh = cache.batch(0, {a});
   torch::Tensor bad = fresh.block_table.clone();
@@ -220,6 +223,13 @@ TEST(KVCacheErgonomics, OptionsFromTheModuleAndOneModulePerLayer) {
                         "attn::MultiHeadAttention: layer must be in [0, 4) for this cache of 4 layers, got 4");
   cache.reset();
   other->forward_with_cache(x, cache, 1);  // reset hands the layers out again
+
+  // A call refused before it wrote anything claims nothing; copies of a cache share its claims.
+  KVCache fresh(o);
+  EXPECT_ERROR_CONTAINS(mha->forward_with_cache(torch::randn({2, 3, 48}), fresh, 0), "query is Float");
+  other->forward_with_cache(x, fresh, 0);
+  KVCache copy = fresh;
+  EXPECT_ERROR_CONTAINS(mha->forward_with_cache(x, copy, 0), "cache layer 0 was already written by another module");
 }
 
 TEST(KVCacheErgonomics, ADeviceThisLibTorchCannotUseIsNamedWithTheBuild) {

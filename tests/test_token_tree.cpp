@@ -169,6 +169,17 @@ TEST(TokenTreeModule, KeepCandidatesChecksBeforeItChangesAnything) {
   EXPECT_EQ(cache.lengths(1)[1].item<int64_t>(), 2);
   EXPECT_TRUE(torch::equal(cache.keys(1)[0].narrow(1, 2, 1), keys[0].narrow(1, 2, 1)));  // candidate 0 stays
   EXPECT_TRUE(torch::equal(cache.keys(1)[0].narrow(1, 3, 1), keys[0].narrow(1, 4, 1)));  // candidate 2 moves up
+
+  // keep_path takes the deepest accepted node of each row and keeps its path from the root.
+  KVCache tree_cache(KVCacheOptions(1, 2, 1, 4, 16));
+  tree_cache.append(0, torch::randn({2, 1, 6, 4}), torch::randn({2, 1, 6, 4}));
+  const torch::Tensor before = tree_cache.keys(0).clone();
+  const TokenTree tree({-1, 0, 0, 2});  // the last 4 positions of each row
+  EXPECT_ERROR_CONTAINS(tree_cache.keep_path(tree, {3, 4}), "last[1] must be -1 or a candidate in [0, 4)");
+  tree_cache.keep_path(tree, {3, -1});
+  EXPECT_EQ(tree_cache.lengths(0)[0].item<int64_t>(), 2 + 3);  // 0, 2, 3
+  EXPECT_EQ(tree_cache.lengths(0)[1].item<int64_t>(), 2);
+  EXPECT_TRUE(torch::equal(tree_cache.keys(0)[0].narrow(1, 3, 2), before[0].narrow(1, 4, 2)));
 }
 
 }  // namespace

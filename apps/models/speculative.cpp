@@ -94,7 +94,7 @@ GenerationResult generate_speculative(Llama& model, const std::vector<std::vecto
         ++counts.accepted_tokens;
         history.push_back(token);
       }
-      cache.keep_candidates(tree.size(), {tree.path_to(node)});
+      cache.keep_path(tree, {node});
     }
     result.decode_seconds += seconds_since(start);
   }

@@ -3,10 +3,13 @@
 // share them): the key/value cache of its self-attention, one for every layer of a model, and the encoder
 // memory its cross-attention projects once (ProjectedMemory).
 
+#include <attn/token_tree.h>
+
 #include <torch/arg.h>
 #include <torch/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -85,13 +88,19 @@ class KVCache {
   /// its prefix and drops the rest. Only the accepted rows move; the prefix is not copied. Checks everything
   /// before changing anything.
   void keep_candidates(int64_t num_candidates, const std::vector<std::vector<int64_t>>& accepted);
+  /// keep_candidates of the paths of `tree` that end at last[b] (the deepest accepted candidate of row b, or -1
+  /// to keep none): the form that cannot keep a set of candidates that is not a root-to-node path.
+  void keep_path(const TokenTree& tree, const std::vector<int64_t>& last);
   /// Empties every row (the buffers stay allocated) and forgets which module wrote each layer.
   void reset();
 
   /// A module's call on `layer` claims it for `module`: two modules configured with the same layer index
-  /// would interleave their keys in one layer and decode wrong tokens without an error. Throws, naming
-  /// `caller`, when another module already wrote the layer since the cache was built or last reset. (The
-  /// modules call this; a caller appending by hand need not.)
+  /// would interleave their keys in one layer and decode wrong tokens without an error. check_writer throws,
+  /// naming `caller`, when another module already wrote the layer since the cache was built or last reset;
+  /// claim_layer checks and records `module` as the layer's writer. (The modules check before their call
+  /// changes anything and claim once their append succeeded; a caller appending by hand need not.) Copies of a
+  /// cache share their buffers, their lengths and these claims.
+  void check_writer(int64_t layer, const void* module, const char* caller) const;
   void claim_layer(int64_t layer, const void* module, const char* caller);
 
  private:
@@ -101,7 +110,7 @@ class KVCache {
   std::vector<torch::Tensor> keys_, values_;
   std::vector<torch::Tensor> key_scales_, value_scales_;  // int8 caches only
   std::vector<torch::Tensor> lengths_;
-  std::vector<const void*> writers_;  // per layer: the module that wrote it, or nullptr
+  std::shared_ptr<std::vector<const void*>> writers_;  // per layer: the module that wrote it, or nullptr
 };
 
 /// An encoder memory projected once by a cross-attention module, so that a decoder's every step reuses it

@@ -41,7 +41,7 @@ struct PagedBatch {
   std::vector<int64_t> sequences;
   int64_t layer = 0;
   torch::Tensor block_table, lengths;
-  uint64_t version = 0;
+  uint64_t cache_id = 0, version = 0;  // the cache that made it, and its version then
 };
 
 /// Per layer, key blocks [num_blocks, H_kv, block_size, head_dim] and value blocks [num_blocks, H_kv,
@@ -58,6 +58,11 @@ struct PagedBatch {
 class PagedKVCache {
  public:
   explicit PagedKVCache(const PagedKVCacheOptions& options);
+  /// Move-only: a copy would share the blocks but count their owners apart, and hand the same block out twice.
+  PagedKVCache(const PagedKVCache&) = delete;
+  PagedKVCache& operator=(const PagedKVCache&) = delete;
+  PagedKVCache(PagedKVCache&&) = default;
+  PagedKVCache& operator=(PagedKVCache&&) = default;
 
   const PagedKVCacheOptions& options() const { return options_; }
   int64_t num_layers() const { return options_.num_layers(); }
@@ -92,6 +97,8 @@ class PagedKVCache {
   PagedBatch batch(int64_t layer, const std::vector<int64_t>& sequences) const;
   /// Changes with every append, fork and release.
   uint64_t version() const { return version_; }
+  /// Tells this cache from every other one in the process (a PagedBatch names the cache that made it).
+  uint64_t id() const { return id_; }
 
   const torch::Tensor& key_blocks(int64_t layer) const;
   const torch::Tensor& value_blocks(int64_t layer) const;
@@ -115,7 +122,7 @@ class PagedKVCache {
   std::vector<int64_t> references_;  // per block: how many sequences refer to it
   std::unordered_map<int64_t, Sequence> sequences_;
   int64_t next_id_ = 0;
-  uint64_t version_ = 0;
+  uint64_t version_ = 0, id_ = 0;
 };
 
 }  // namespace attn

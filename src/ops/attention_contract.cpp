@@ -285,6 +285,7 @@ FlashArguments check_decode_variants(const char* fn, const CacheSizes& s, const 
                     tree_mask.size(-1) == n && tree_mask.size(-2) == n,
                 fn, ": tree_mask must be [Tq, Tq] or [B, Tq, Tq] = [", s.batch, ", ", n, ", ", n, "], got ",
                 tree_mask.sizes());
+    TORCH_CHECK(n > 0, fn, ": tree_mask needs at least one candidate (Tq > 0)");
     TORCH_CHECK(is_causal, fn, ": tree_mask needs is_causal (the candidates attend the cache before them)");
     TORCH_CHECK(window_left < 0 && window_right < 0 && !(alibi_slopes && alibi_slopes->defined()), fn,
                 ": tree_mask takes no window and no ALiBi: a candidate's distance to a key is its depth in the tree, "

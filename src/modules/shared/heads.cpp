@@ -241,7 +241,7 @@ CacheStep kv_cache_step(const char* module, KVCache& cache, int64_t layer, const
   const KVCacheOptions& c = cache.options();
   TORCH_CHECK(layer >= 0 && layer < c.num_layers(), module, ": layer must be in [0, ", c.num_layers(),
               ") for this cache of ", c.num_layers(), " layers, got ", layer);
-  cache.claim_layer(layer, owner, module);
+  cache.check_writer(layer, owner, module);  // claimed once the append succeeds
   CacheStep step;
   step.batch = c.batch(), step.kv_heads = c.num_kv_heads(), step.head_dim = c.head_dim();
   step.value_dim = c.value_dim().value_or(c.head_dim());
@@ -264,7 +264,10 @@ torch::Tensor attend_with_cache(const ModuleLayout& layout, const torch::Tensor&
                                 KVCache& cache, int64_t layer, const std::vector<int64_t>& counts,
                                 const SdpaOptions& options, const RotaryEmbeddingImpl* rotary, const void* owner) {
   CacheStep step = kv_cache_step(layout.module, cache, layer, owner);
-  step.append = [&](const torch::Tensor& k, const torch::Tensor& v) { cache.append(layer, k, v, counts); };
+  step.append = [&](const torch::Tensor& k, const torch::Tensor& v) {
+    cache.append(layer, k, v, counts);
+    cache.claim_layer(layer, owner, layout.module);
+  };
   step.fresh = true;
   return attend_cache_step(layout, x, projections, std::move(step), counts, options, rotary);
 }
@@ -279,7 +282,10 @@ torch::Tensor attend_with_tree(const ModuleLayout& layout, const torch::Tensor& 
   // A candidate sits at its row's length plus its depth: siblings share a position.
   step.offsets = torch::tensor(tree.depths(), torch::kLong);
   step.decode_only.tree_mask = tree.ancestor_mask();
-  step.append = [&](const torch::Tensor& k, const torch::Tensor& v) { cache.append(layer, k, v); };
+  step.append = [&](const torch::Tensor& k, const torch::Tensor& v) {
+    cache.append(layer, k, v);
+    cache.claim_layer(layer, owner, layout.module);
+  };
   return attend_cache_step(layout, x, projections, std::move(step), {}, options, rotary);
 }
 

@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <type_traits>
 #include <vector>
 
@@ -16,6 +17,8 @@ namespace attn::ops::cpu {
 namespace {
 
 constexpr const char* kOp = "attn::decode_attention";
+/// Queries per kernel call: splits × K/V heads × (group × chunk) × d_v floats of partial outputs at most.
+constexpr int64_t kDecodeQueryChunk = 64;
 
 template <typename T>
 View4<T> view(const at::Tensor& t) {
@@ -93,16 +96,27 @@ at::Tensor decode_attention_cpu(const at::Tensor& query, const at::Tensor& key_c
     }
     if (sink_logits.defined()) args.sinks = sink_logits.data_ptr<std::remove_const_t<T>>();
   };
+  // The kernel keeps every split's partial output for every query row: a long prompt (a prefill over an int8 or
+  // paged cache) goes through in chunks of queries, so that memory stays bounded by the chunk. A token tree's
+  // candidates see each other, so they go together.
+  const int64_t chunk = tree.defined() ? std::max<int64_t>(tq, 1) : kDecodeQueryChunk;
+  std::vector<int64_t> chunk_starts(B);
   AT_DISPATCH_FLOATING_TYPES(compute, kOp, [&] {
-    DecodeArgs<scalar_t> args;
-    fill(args);
-    args.q = view<const scalar_t>(q);
-    args.k = cache_view(k, decode_only.key_scales, blocks);
-    args.v = cache_view(v, decode_only.value_scales, blocks);
-    if (tree.defined()) args.tree = tree.data_ptr<bool>(), args.tree_stride = tree.dim() == 3 ? tq * tq : 0;
-    args.scale = static_cast<scalar_t>(sc);
-    args.out = view<scalar_t>(out);
-    decode_forward(args);
+    for (int64_t t0 = 0; t0 < tq; t0 += chunk) {
+      const int64_t n = std::min(chunk, tq - t0);
+      DecodeArgs<scalar_t> args;
+      fill(args);
+      args.tq = n;
+      for (int64_t b = 0; b < B; ++b) chunk_starts[b] = starts.data_ptr<int64_t>()[b] + t0;
+      args.query_starts = chunk_starts.data();
+      args.q = view<const scalar_t>(q.narrow(2, t0, n));
+      args.k = cache_view(k, decode_only.key_scales, blocks);
+      args.v = cache_view(v, decode_only.value_scales, blocks);
+      if (tree.defined()) args.tree = tree.data_ptr<bool>(), args.tree_stride = tree.dim() == 3 ? tq * tq : 0;
+      args.scale = static_cast<scalar_t>(sc);
+      args.out = view<scalar_t>(out.narrow(2, t0, n));
+      decode_forward(args);
+    }
   });
   return bf16 ? out.to(at::kBFloat16) : out;
 }
