@@ -170,4 +170,17 @@ std::tuple<torch::Tensor, torch::Tensor> float64_attention(const torch::Tensor& 
   return {out, weights};
 }
 
+torch::Tensor cache_allowed_pairs(const std::vector<int64_t>& starts, const std::vector<int64_t>& lengths, int64_t tq,
+                                  int64_t tk, bool causal) {
+  const int64_t B = static_cast<int64_t>(lengths.size());
+  torch::Tensor allowed = torch::zeros({B, 1, tq, tk}, torch::kBool);
+  auto a = allowed.accessor<bool, 4>();
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < tq; ++t) {
+      for (int64_t j = 0; j < tk; ++j) a[b][0][t][j] = j < lengths[b] && (!causal || j <= starts[b] + t);
+    }
+  }
+  return allowed;
+}
+
 }  // namespace attn::test

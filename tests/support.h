@@ -76,6 +76,11 @@ std::tuple<torch::Tensor, torch::Tensor> float64_attention(const torch::Tensor& 
                                                            const torch::Tensor& v, const torch::Tensor& allowed,
                                                            double scale);
 
+/// [B, 1, Tq, Tk] bool: query t of row b may attend key j of a KV cache (j < lengths[b] and, when causal,
+/// j <= starts[b] + t), written out element by element: the tests' own statement of the cache rule.
+torch::Tensor cache_allowed_pairs(const std::vector<int64_t>& starts, const std::vector<int64_t>& lengths, int64_t tq,
+                                  int64_t tk, bool causal);
+
 /// Expects `fn` to throw a c10::Error whose message contains `needle`.
 #define EXPECT_ERROR_CONTAINS(statement, needle)                                                    \
   do {                                                                                              \

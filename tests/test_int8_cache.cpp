@@ -17,20 +17,6 @@ namespace {
 
 torch::Tensor longs(const std::vector<int64_t>& v) { return torch::tensor(at::ArrayRef<int64_t>(v), torch::kLong); }
 
-/// [B, 1, Tq, Tk] bool: query t of row b may attend key j (the cache rule, written out).
-torch::Tensor allowed_pairs(const std::vector<int64_t>& starts, const std::vector<int64_t>& lengths, int64_t tq,
-                            int64_t tk, bool causal) {
-  const int64_t B = static_cast<int64_t>(lengths.size());
-  torch::Tensor allowed = torch::zeros({B, 1, tq, tk}, torch::kBool);
-  auto a = allowed.accessor<bool, 4>();
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t t = 0; t < tq; ++t) {
-      for (int64_t j = 0; j < tk; ++j) a[b][0][t][j] = j < lengths[b] && (!causal || j <= starts[b] + t);
-    }
-  }
-  return allowed;
-}
-
 /// What an int8 row stands for, in float64: its elements times its scale.
 torch::Tensor dequantized(const torch::Tensor& rows, const torch::Tensor& scales) {
   return rows.to(torch::kFloat64) * scales.to(torch::kFloat64).unsqueeze(-1);
@@ -165,7 +151,7 @@ TEST_P(Int8DecodeKernel, MatchesFloat64AttentionOverTheDequantizedRows) {
     const int64_t group = c.heads / c.kv_heads;
     const torch::Tensor expected = std::get<0>(float64_attention(
         q.to(torch::kFloat64), dequantized(kc, ks).repeat_interleave(group, 1),
-        dequantized(vc, vs).repeat_interleave(group, 1), allowed_pairs(starts, c.lengths, c.tq, capacity, c.causal),
+        dequantized(vc, vs).repeat_interleave(group, 1), cache_allowed_pairs(starts, c.lengths, c.tq, capacity, c.causal),
         1.0 / std::sqrt(double(c.dk))));
     const torch::Tensor out =
         ops::decode_attention(q, kc, vc, longs(starts), longs(c.lengths), c.causal, c10::nullopt, -1, -1, 0.0,

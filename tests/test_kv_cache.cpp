@@ -13,20 +13,6 @@
 namespace attn::test {
 namespace {
 
-/// [B, 1, Tq, Tk] bool from the cache rule, written out element by element.
-torch::Tensor allowed_pairs(const std::vector<int64_t>& starts, const std::vector<int64_t>& lengths, int64_t tq,
-                            int64_t tk, bool causal) {
-  const int64_t B = static_cast<int64_t>(lengths.size());
-  torch::Tensor allowed = torch::zeros({B, 1, tq, tk}, torch::kBool);
-  auto a = allowed.accessor<bool, 4>();
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t t = 0; t < tq; ++t) {
-      for (int64_t j = 0; j < tk; ++j) a[b][0][t][j] = j < lengths[b] && (!causal || j <= starts[b] + t);
-    }
-  }
-  return allowed;
-}
-
 torch::Tensor longs(const std::vector<int64_t>& v) { return torch::tensor(at::ArrayRef<int64_t>(v), torch::kLong); }
 
 struct DecodeCase {
@@ -70,7 +56,7 @@ TEST_P(DecodeKernel, MatchesFloat64FormulaOnTheCache) {
     const int64_t group = c.heads / c.kv_heads;
     const torch::Tensor expected =
         std::get<0>(float64_attention(q, kc.repeat_interleave(group, 1), vc.repeat_interleave(group, 1),
-                                      allowed_pairs(starts, c.lengths, c.tq, capacity, c.causal), 1.0 / std::sqrt(double(c.dk))));
+                                      cache_allowed_pairs(starts, c.lengths, c.tq, capacity, c.causal), 1.0 / std::sqrt(double(c.dk))));
     for (Backend backend : {Backend::Fused, Backend::Math}) {
       SCOPED_TRACE(to_string(backend));
       const torch::Tensor out =
