@@ -8,6 +8,7 @@
 #include "backends/validate.h"
 #include "backends/varlen_attention.h"
 #include "common/alibi_slopes.h"
+#include "common/checks.h"
 
 namespace attn {
 namespace {
@@ -40,8 +41,7 @@ torch::Tensor attention_with_kv_cache(const torch::Tensor& query, const torch::T
 
 torch::Tensor attention_with_kv_cache(const torch::Tensor& query, const KVCache& cache, int64_t layer,
                                       const torch::Tensor& query_starts, const SdpaOptions& options) {
-  TORCH_CHECK(layer >= 0 && layer < cache.num_layers(), kWithCache, ": layer must be in [0, ", cache.num_layers(),
-              ") for this cache of ", cache.num_layers(), " layers, got ", layer);
+  common::check_layer_index(kWithCache, layer, cache.num_layers());
   const torch::Tensor &keys = cache.keys(layer), &values = cache.values(layer), &lengths = cache.lengths(layer);
   ops::DecodeOnlyInputs decode_only;
   decode_only.key_scales = cache.key_scales(layer), decode_only.value_scales = cache.value_scales(layer);
@@ -70,8 +70,7 @@ torch::Tensor attention_with_kv_cache(const torch::Tensor& query, const PagedKVC
 torch::Tensor attention_over_token_tree(const torch::Tensor& query, const KVCache& cache, int64_t layer,
                                         const TokenTree& tree, const SdpaOptions& options) {
   constexpr const char* fn = "attn::attention_over_token_tree";
-  TORCH_CHECK(layer >= 0 && layer < cache.num_layers(), fn, ": layer must be in [0, ", cache.num_layers(),
-              ") for this cache of ", cache.num_layers(), " layers, got ", layer);
+  common::check_layer_index(fn, layer, cache.num_layers());
   TORCH_CHECK(query.defined() && query.dim() == 4 && query.size(2) == tree.size(), fn,
               ": query must be [B, H, N, d_k] with N = ", tree.size(), " candidates, got ",
               query.defined() ? query.sizes() : at::IntArrayRef{});

@@ -51,8 +51,7 @@ KVCache::KVCache(const KVCacheOptions& options) : options_(options) {
 }
 
 void KVCache::check_layer(const char* fn, int64_t layer) const {
-  TORCH_CHECK(layer >= 0 && layer < num_layers(), kCache, "::", fn, ": layer must be in [0, ", num_layers(),
-              "), got ", layer);
+  common::check_layer_index(std::string(kCache) + "::" + fn, layer, num_layers());
 }
 
 const torch::Tensor& KVCache::keys(int64_t layer) const {

@@ -66,8 +66,7 @@ PagedKVCache::PagedKVCache(const PagedKVCacheOptions& options) : options_(option
 }
 
 void PagedKVCache::check_layer(const char* fn, int64_t layer) const {
-  TORCH_CHECK(layer >= 0 && layer < num_layers(), kPaged, "::", fn, ": layer must be in [0, ", num_layers(), "), got ",
-              layer);
+  common::check_layer_index(std::string(kPaged) + "::" + fn, layer, num_layers());
 }
 
 const PagedKVCache::Sequence& PagedKVCache::find(const char* fn, int64_t sequence) const {

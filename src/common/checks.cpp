@@ -4,6 +4,11 @@
 
 namespace attn::common {
 
+void check_layer_index(const std::string& caller, int64_t layer, int64_t num_layers) {
+  TORCH_CHECK(layer >= 0 && layer < num_layers, caller, ": layer must be in [0, ", num_layers, ") for this cache of ",
+              num_layers, " layers, got ", layer);
+}
+
 void check_positive(const char* fn, const char* option, int64_t value) {
   TORCH_CHECK(value > 0, fn, ": ", option, " must be positive, got ", value);
 }

@@ -7,12 +7,17 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
+#include <string>
+
 namespace attn::common {
 
 inline const char* dtype_name(const at::Tensor& t) { return dtype_name(t.scalar_type()); }
 
 /// A size or count option that must be positive, e.g. a module's num_heads or a cache's capacity.
 void check_positive(const char* fn, const char* option, int64_t value);
+
+/// A KV cache's layer index: in [0, num_layers), or an error naming `caller` (the call the user made).
+void check_layer_index(const std::string& caller, int64_t layer, int64_t num_layers);
 
 /// True when `mask` broadcasts to `target` without growing it (numpy rules, aligned on the right).
 bool broadcasts_to(at::IntArrayRef mask, at::IntArrayRef target);

@@ -239,8 +239,7 @@ torch::Tensor attend_cache_step(const ModuleLayout& layout, const torch::Tensor&
 /// The parts of a step over layer `layer` of a KVCache that a plain step and a tree step share.
 CacheStep kv_cache_step(const char* module, KVCache& cache, int64_t layer, const void* owner) {
   const KVCacheOptions& c = cache.options();
-  TORCH_CHECK(layer >= 0 && layer < c.num_layers(), module, ": layer must be in [0, ", c.num_layers(),
-              ") for this cache of ", c.num_layers(), " layers, got ", layer);
+  common::check_layer_index(module, layer, c.num_layers());
   cache.check_writer(layer, owner, module);  // claimed once the append succeeds
   CacheStep step;
   step.batch = c.batch(), step.kv_heads = c.num_kv_heads(), step.head_dim = c.head_dim();
@@ -294,8 +293,7 @@ torch::Tensor attend_with_paged_cache(const ModuleLayout& layout, const torch::T
                                       const std::vector<int64_t>& sequences, const SdpaOptions& options,
                                       const RotaryEmbeddingImpl* rotary) {
   const PagedKVCacheOptions& c = cache.options();
-  TORCH_CHECK(layer >= 0 && layer < c.num_layers(), layout.module, ": layer must be in [0, ", c.num_layers(),
-              ") for this cache of ", c.num_layers(), " layers, got ", layer);
+  common::check_layer_index(layout.module, layer, c.num_layers());
   CacheStep step;
   step.batch = static_cast<int64_t>(sequences.size());
   step.kv_heads = c.num_kv_heads(), step.head_dim = c.head_dim(), step.value_dim = c.value_dim().value_or(c.head_dim());
