@@ -12,23 +12,30 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace attn {
 namespace {
 constexpr const char* kPaged = "attn::PagedKVCache";
 
-/// A zeroed pool on 2 MiB boundaries, marked for transparent huge pages where Linux offers them: a sequence's
-/// blocks lie anywhere in the pool, and with 4 KiB pages nearly every block a decode step reads would be a TLB
-/// miss of its own.
+/// A zeroed pool [num_blocks, H_kv, ...] stored head by head ([H_kv, num_blocks, ...] in memory): a head's rows
+/// in consecutive blocks then lie one after another, so a sequence whose blocks were taken in order (a prompt's)
+/// streams like a contiguous cache instead of jumping every block_size rows. The memory sits on 2 MiB
+/// boundaries, marked for transparent huge pages where Linux offers them: a sequence's blocks lie anywhere in
+/// the pool, and with 4 KiB pages nearly every block a decode step reads would be a TLB miss of its own.
 torch::Tensor block_pool(at::IntArrayRef sizes, torch::Dtype dtype) {
   constexpr size_t kHugePage = size_t{2} << 20;
+  std::vector<int64_t> head_major(sizes.begin(), sizes.end());
+  std::swap(head_major[0], head_major[1]);
+  const auto as_block_major = [](const torch::Tensor& pool) { return pool.transpose(0, 1); };
   int64_t elements = 1;
   for (int64_t s : sizes) elements *= s;
   const size_t bytes = static_cast<size_t>(elements) * c10::elementSize(dtype);
-  if (bytes < kHugePage) return at::zeros(sizes, dtype);  // a small pool: not worth a huge page
+  if (bytes < kHugePage) return as_block_major(at::zeros(head_major, dtype));  // small: not worth a huge page
   const size_t rounded = std::max(kHugePage, (bytes + kHugePage - 1) / kHugePage * kHugePage);
   void* data = std::aligned_alloc(kHugePage, rounded);
   TORCH_CHECK(data != nullptr, kPaged, ": cannot allocate a block pool of ", rounded, " bytes");
@@ -36,7 +43,8 @@ torch::Tensor block_pool(at::IntArrayRef sizes, torch::Dtype dtype) {
   madvise(data, rounded, MADV_HUGEPAGE);  // advice only: without huge pages the pool works the same
 #endif
   std::memset(data, 0, rounded);
-  return torch::from_blob(data, sizes, [](void* p) { std::free(p); }, torch::TensorOptions().dtype(dtype));
+  return as_block_major(
+      torch::from_blob(data, head_major, [](void* p) { std::free(p); }, torch::TensorOptions().dtype(dtype)));
 }
 }  // namespace
 

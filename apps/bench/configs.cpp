@@ -132,9 +132,11 @@ Suite build_decode_suite() {
             c.dtype = dtype;
             out.push_back(c);
             // The same step of a bfloat16 model over an int8 cache (KVCacheOptions().dtype(torch::kInt8)) and
-            // over a paged cache (PagedKVCache) in blocks of 16 (vLLM's default) and of 64.
+            // over a paged cache (PagedKVCache) in blocks of 16 (vLLM's default) and of 64, each sequence's
+            // blocks taken in order (as a prompt's are), and in blocks of 16 scattered through the pool (as a
+            // batch decoding together takes them, block by block in turn).
             if (impl == "decode" && dtype == "bfloat16") {
-              for (const std::string cache : {"int8", "paged16", "paged64"}) {
+              for (const std::string cache : {"int8", "paged16", "paged64", "paged16-scattered"}) {
                 Config form = c;
                 form.name += "/" + cache + "-cache";
                 form.cache = cache;

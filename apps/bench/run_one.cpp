@@ -158,16 +158,22 @@ std::function<void()> make_workload(const Config& c, const torch::Device& device
         if (!c.lengths.empty() || c.impl != "decode") throw std::invalid_argument("paged cache rows: impl decode, full rows");
         if (!device.is_cpu()) throw std::invalid_argument("a PagedKVCache lives on the CPU");
         const int64_t block_size = std::stoll(c.cache.substr(5));
-        const int64_t blocks = c.B * ((c.Tk + block_size - 1) / block_size);
+        // Scattered: twice the sequences, filled a block at a time in turn, so each read sequence's consecutive
+        // blocks lie 2B blocks apart; otherwise each sequence takes its blocks in order, 1024 positions at a time.
+        const bool scattered = c.cache.find("-scattered") != std::string::npos;
+        const int64_t sequences = scattered ? 2 * c.B : c.B, step = scattered ? block_size : 1024;
+        const int64_t blocks = sequences * ((c.Tk + block_size - 1) / block_size);
         auto cache = std::make_shared<attn::PagedKVCache>(
             attn::PagedKVCacheOptions(1, kv_heads(c), c.d, blocks, block_size).dtype(opts.dtype().toScalarType()));
-        std::vector<int64_t> ids;
-        for (int64_t b = 0; b < c.B; ++b) ids.push_back(cache->add_sequence());
-        for (int64_t filled = 0; filled < c.Tk; filled += 1024) {
-          const int64_t n = std::min<int64_t>(1024, c.Tk - filled);
-          cache->append(0, ids, torch::empty({c.B, kv_heads(c), n, c.d}, opts).uniform_(-1, 1),
-                        torch::empty({c.B, kv_heads(c), n, c.d}, opts).uniform_(-1, 1));
+        std::vector<int64_t> all;
+        for (int64_t b = 0; b < sequences; ++b) all.push_back(cache->add_sequence());
+        for (int64_t filled = 0; filled < c.Tk; filled += step) {
+          const int64_t n = std::min<int64_t>(step, c.Tk - filled);
+          cache->append(0, all, torch::empty({sequences, kv_heads(c), n, c.d}, opts).uniform_(-1, 1),
+                        torch::empty({sequences, kv_heads(c), n, c.d}, opts).uniform_(-1, 1));
         }
+        std::vector<int64_t> ids;  // the read sequences: every other one when scattered
+        for (int64_t b = 0; b < c.B; ++b) ids.push_back(all[scattered ? 2 * b : b]);
         const attn::PagedBatch batch = cache->batch(0, ids);
         const torch::Tensor starts = torch::full({c.B}, c.Tk - 1, torch::kLong);
         const auto options = attn::SdpaOptions().causal(true);

@@ -45,7 +45,8 @@ struct PagedBatch {
 };
 
 /// Per layer, key blocks [num_blocks, H_kv, block_size, head_dim] and value blocks [num_blocks, H_kv,
-/// block_size, value_dim] (zeroed), and for an int8 cache their scales [num_blocks, H_kv, block_size].
+/// block_size, value_dim] (zeroed), and for an int8 cache their scales [num_blocks, H_kv, block_size]. The
+/// tensors are views of storage kept head by head, so a head's rows in consecutive blocks are adjacent in memory.
 /// Sequences are named by the ids add_sequence and fork return. A sequence's position j lives in block
 /// table[j / block_size] at slot j % block_size, in every layer; each layer keeps its own length per sequence
 /// (a decoder appends layer by layer).
