@@ -13,13 +13,17 @@ void check_positive(const char* fn, const char* option, int64_t value) {
   TORCH_CHECK(value > 0, fn, ": ", option, " must be positive, got ", value);
 }
 
-bool broadcasts_to(at::IntArrayRef mask, at::IntArrayRef target) {
+bool broadcasts_to(c10::SymIntArrayRef mask, c10::SymIntArrayRef target) {
   if (mask.size() > target.size()) return false;
   const size_t offset = target.size() - mask.size();
   for (size_t i = 0; i < mask.size(); ++i) {
     if (mask[i] != 1 && mask[i] != target[offset + i]) return false;
   }
   return true;
+}
+
+bool broadcasts_to(at::IntArrayRef mask, at::IntArrayRef target) {
+  return broadcasts_to(c10::fromIntArrayRefKnownNonNegative(mask), c10::fromIntArrayRefKnownNonNegative(target));
 }
 
 void check_floating(const char* fn, const char* arg, const at::Tensor& t) {
@@ -43,6 +47,11 @@ void check_same_device_dtype(const char* fn, const char* arg, const at::Tensor& 
 
 void check_mask(const char* fn, const char* arg, const at::Tensor& mask, MaskKind kind, const at::Tensor& ref,
                 at::IntArrayRef target, const char* layout) {
+  check_mask_symbolic(fn, arg, mask, kind, ref, c10::fromIntArrayRefKnownNonNegative(target), layout);
+}
+
+void check_mask_symbolic(const char* fn, const char* arg, const at::Tensor& mask, MaskKind kind,
+                         const at::Tensor& ref, c10::SymIntArrayRef target, const char* layout) {
   switch (kind) {
     case MaskKind::Bool:
       TORCH_CHECK(mask.scalar_type() == at::kBool, fn, ": ", arg, " must be a bool tensor, got ", dtype_name(mask),
@@ -64,8 +73,8 @@ void check_mask(const char* fn, const char* arg, const at::Tensor& mask, MaskKin
   }
   TORCH_CHECK(mask.device() == ref.device(), fn, ": ", arg, " is on ", mask.device(), " but the inputs are on ",
               ref.device());
-  TORCH_CHECK(broadcasts_to(mask.sizes(), target), fn, ": ", arg, " must broadcast to ", layout, " = ", target,
-              ", got shape ", mask.sizes());
+  TORCH_CHECK(broadcasts_to(mask.sym_sizes(), target), fn, ": ", arg, " must broadcast to ", layout, " = ", target,
+              ", got shape ", mask.sym_sizes());
 }
 
 }  // namespace attn::common

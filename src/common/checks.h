@@ -5,6 +5,7 @@
 #include "common/dtypes.h"
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/SymIntArrayRef.h>
 #include <c10/util/Exception.h>
 
 #include <string>
@@ -19,7 +20,9 @@ void check_positive(const char* fn, const char* option, int64_t value);
 /// A KV cache's layer index: in [0, num_layers), or an error naming `caller` (the call the user made).
 void check_layer_index(const std::string& caller, int64_t layer, int64_t num_layers);
 
-/// True when `mask` broadcasts to `target` without growing it (numpy rules, aligned on the right).
+/// True when `mask` broadcasts to `target` without growing it (numpy rules, aligned on the right). Sizes may be
+/// symbolic (torch.compile's and torch.export's traces): each comparison then guards, none specialises a size.
+bool broadcasts_to(c10::SymIntArrayRef mask, c10::SymIntArrayRef target);
 bool broadcasts_to(at::IntArrayRef mask, at::IntArrayRef target);
 
 /// `t` has one of the attention dtypes (is_attention_dtype), and is not float16 on the CPU of LibTorch 1.x.
@@ -36,7 +39,9 @@ enum class MaskKind {
 };
 
 /// A mask of `kind` on `ref`'s device that broadcasts to `target`; `layout` spells the expected shape for
-/// the message, e.g. "[..., Tq, Tk]".
+/// the message, e.g. "[..., Tq, Tk]". The symbolic form takes sizes that may be symbolic (the Meta kernels').
+void check_mask_symbolic(const char* fn, const char* arg, const at::Tensor& mask, MaskKind kind,
+                         const at::Tensor& ref, c10::SymIntArrayRef target, const char* layout);
 void check_mask(const char* fn, const char* arg, const at::Tensor& mask, MaskKind kind, const at::Tensor& ref,
                 at::IntArrayRef target, const char* layout);
 

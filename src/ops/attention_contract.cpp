@@ -23,34 +23,33 @@ void check_input(const char* fn, const char* arg, const at::Tensor& t, const cha
 
 namespace {
 
-FlashSizes check_qkv(const char* fn, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+SymFlashSizes check_qkv(const char* fn, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   check_input(fn, "query", q, "[B, H, Tq, d_k]");
   check_input(fn, "key", k, "[B, H_kv, Tk, d_k]");
   check_input(fn, "value", v, "[B, H_kv, Tk, d_v]");
   common::check_same_device_dtype(fn, "key", k, "query", q);
   common::check_same_device_dtype(fn, "value", v, "query", q);
-  const FlashSizes s{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3), k.size(1)};
-  TORCH_CHECK(s.dk > 0, fn, ": d_k (query's last dimension) must be positive, got query ", q.sizes());
+  const c10::SymIntArrayRef qs = q.sym_sizes(), ks = k.sym_sizes(), vs = v.sym_sizes();
+  const SymFlashSizes s{qs[0], qs[1], qs[2], ks[2], qs[3], vs[3], ks[1]};
+  TORCH_CHECK(s.dk > 0, fn, ": d_k (query's last dimension) must be positive, got query ", qs);
   constexpr int64_t kMaxWidth = std::numeric_limits<int32_t>::max();  // BLAS's 32-bit sizes
-  TORCH_CHECK(s.dk <= kMaxWidth && v.size(3) <= kMaxWidth, fn, ": d_k and d_v must be at most ", kMaxWidth,
-              " for the fused kernel's BLAS tiles, got query ", q.sizes(), " and value ", v.sizes(),
-              "; use attn::Backend::Math");
+  TORCH_CHECK(s.dk <= kMaxWidth && vs[3] <= kMaxWidth, fn, ": d_k and d_v must be at most ", kMaxWidth,
+              " for the fused kernel's BLAS tiles, got query ", qs, " and value ", vs, "; use attn::Backend::Math");
   const bool heads_divide = s.kv_heads > 0 && s.heads % s.kv_heads == 0;
-  TORCH_CHECK(k.size(0) == s.batch && heads_divide && k.size(3) == s.dk, fn,
-              ": key must be [B, H_kv, Tk, d_k] = [", s.batch, ", H_kv, Tk, ", s.dk,
-              "] with H_kv dividing the query's ", s.heads, " heads, to match query ", q.sizes(), ", got key ",
-              k.sizes());
-  TORCH_CHECK(v.size(0) == s.batch && v.size(1) == s.kv_heads && v.size(2) == s.tk, fn,
-              ": value must be [B, H_kv, Tk, d_v] = [", s.batch, ", ", s.kv_heads, ", ", s.tk,
-              ", d_v] to match key ", k.sizes(), ", got value ", v.sizes());
+  TORCH_CHECK(ks[0] == s.batch && heads_divide && ks[3] == s.dk, fn, ": key must be [B, H_kv, Tk, d_k] = [", s.batch,
+              ", H_kv, Tk, ", s.dk, "] with H_kv dividing the query's ", s.heads, " heads, to match query ", qs,
+              ", got key ", ks);
+  TORCH_CHECK(vs[0] == s.batch && vs[1] == s.kv_heads && vs[2] == s.tk, fn, ": value must be [B, H_kv, Tk, d_v] = [",
+              s.batch, ", ", s.kv_heads, ", ", s.tk, ", d_v] to match key ", ks, ", got value ", vs);
   return s;
 }
 
-void check_masks(const char* fn, const FlashSizes& s, const at::Tensor& q, const c10::optional<at::Tensor>& padding,
-                 const c10::optional<at::Tensor>& attend, const c10::optional<at::Tensor>& additive) {
+void check_masks(const char* fn, const SymFlashSizes& s, const at::Tensor& q,
+                 const c10::optional<at::Tensor>& padding, const c10::optional<at::Tensor>& attend,
+                 const c10::optional<at::Tensor>& additive) {
   using common::MaskKind;
-  const auto check = [&](const char* arg, const at::Tensor& mask, MaskKind kind, at::IntArrayRef target,
-                         const char* layout) { common::check_mask(fn, arg, mask, kind, q, target, layout); };
+  const auto check = [&](const char* arg, const at::Tensor& mask, MaskKind kind, c10::SymIntArrayRef target,
+                         const char* layout) { common::check_mask_symbolic(fn, arg, mask, kind, q, target, layout); };
   if (padding && padding->defined()) check("key_padding_mask", *padding, MaskKind::Bool, {s.batch, s.heads, s.tk}, "[B, H, Tk]");
   if (attend && attend->defined()) {
     check("attend_mask", *attend, MaskKind::Bool, {s.batch, s.heads, s.tq, s.tk}, "[B, H, Tq, Tk]");
@@ -60,35 +59,58 @@ void check_masks(const char* fn, const FlashSizes& s, const at::Tensor& q, const
   }
 }
 
+/// The symbolic sizes of concrete ones.
+SymFlashSizes symbolic(const FlashSizes& s) {
+  return {s.batch, s.heads, s.tq, s.tk, s.dk, s.dv, s.kv_heads, s.sequences};
+}
+
+/// A tensor's shape as the messages print it, or [] for an undefined one.
+c10::SymIntArrayRef shape_of(const at::Tensor& t) { return t.defined() ? t.sym_sizes() : c10::SymIntArrayRef{}; }
+
 }  // namespace
 
-FlashSizes check_forward_args(const char* fn, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
-                              const FlashArguments& a) {
-  FlashSizes s = check_qkv(fn, query, key, value);
+FlashSizes concrete(const SymFlashSizes& s) {
+  const auto get = [](const c10::SymInt& i) { return i.guard_int(__FILE__, __LINE__); };
+  return {get(s.batch), get(s.heads), get(s.tq), get(s.tk), get(s.dk), get(s.dv), get(s.kv_heads), get(s.sequences)};
+}
+
+SymFlashSizes check_forward_args_symbolic(const char* fn, const at::Tensor& query, const at::Tensor& key,
+                                          const at::Tensor& value, const FlashArguments& a) {
+  SymFlashSizes s = check_qkv(fn, query, key, value);
   check_masks(fn, s, query, a.key_padding_mask, a.attend_mask, a.additive_mask);
   if (a.scale) TORCH_CHECK(std::isfinite(*a.scale), fn, ": scale must be finite, got ", *a.scale);
   check_variant_args(fn, s, query, a);
   return s;
 }
 
+FlashSizes check_forward_args(const char* fn, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                              const FlashArguments& arguments) {
+  return concrete(check_forward_args_symbolic(fn, query, key, value, arguments));
+}
+
+SymFlashSizes check_backward_args_symbolic(const at::Tensor& grad_output, const at::Tensor& query,
+                                           const at::Tensor& key, const at::Tensor& value, const at::Tensor& output,
+                                           const at::Tensor& logsumexp, const FlashArguments& arguments) {
+  const SymFlashSizes s = check_forward_args_symbolic(kBackwardOp, query, key, value, arguments);
+  const std::vector<c10::SymInt> out_shape{s.batch, s.heads, s.tq, s.dv};
+  const c10::SymIntArrayRef out(out_shape);
+  TORCH_CHECK(grad_output.defined() && grad_output.sym_sizes() == out, kBackwardOp,
+              ": grad_output must be [B, H, Tq, d_v] = ", out, ", got ", shape_of(grad_output));
+  TORCH_CHECK(output.defined() && output.sym_sizes() == out, kBackwardOp, ": output must be [B, H, Tq, d_v] = ", out,
+              ", got ", shape_of(output));
+  const at::ScalarType compute = compute_type(query);
+  const std::vector<c10::SymInt> lse_shape{s.batch, s.heads, s.tq};
+  TORCH_CHECK(logsumexp.defined() && logsumexp.sym_sizes() == c10::SymIntArrayRef(lse_shape) &&
+                  logsumexp.scalar_type() == compute,
+              kBackwardOp, ": logsumexp must be the forward pass's [B, H, Tq] = [", s.batch, ", ", s.heads, ", ", s.tq,
+              "] ", c10::toString(compute), " tensor, got ", shape_of(logsumexp));
+  return s;
+}
+
 FlashSizes check_backward_args(const at::Tensor& grad_output, const at::Tensor& query, const at::Tensor& key,
                                const at::Tensor& value, const at::Tensor& output, const at::Tensor& logsumexp,
                                const FlashArguments& arguments) {
-  const FlashSizes s = check_forward_args(kBackwardOp, query, key, value, arguments);
-  const std::vector<int64_t> out_shape{s.batch, s.heads, s.tq, s.dv};
-  TORCH_CHECK(grad_output.defined() && grad_output.sizes() == at::IntArrayRef(out_shape), kBackwardOp,
-              ": grad_output must be [B, H, Tq, d_v] = ", at::IntArrayRef(out_shape), ", got ",
-              grad_output.defined() ? grad_output.sizes() : at::IntArrayRef{});
-  TORCH_CHECK(output.defined() && output.sizes() == at::IntArrayRef(out_shape), kBackwardOp,
-              ": output must be [B, H, Tq, d_v] = ", at::IntArrayRef(out_shape), ", got ",
-              output.defined() ? output.sizes() : at::IntArrayRef{});
-  const at::ScalarType compute = compute_type(query);
-  TORCH_CHECK(logsumexp.defined() && logsumexp.sizes() == at::IntArrayRef({s.batch, s.heads, s.tq}) &&
-                  logsumexp.scalar_type() == compute,
-              kBackwardOp, ": logsumexp must be the forward pass's [B, H, Tq] = [", s.batch, ", ", s.heads, ", ", s.tq,
-              "] ", c10::toString(compute), " tensor, got ",
-              logsumexp.defined() ? logsumexp.sizes() : at::IntArrayRef{});
-  return s;
+  return concrete(check_backward_args_symbolic(grad_output, query, key, value, output, logsumexp, arguments));
 }
 
 namespace {
@@ -97,9 +119,9 @@ bool given(const c10::optional<at::Tensor>& t) { return t && t->defined(); }
 
 /// A cu_seqlens argument: [N + 1] int64 on the CPU (or meta, where its values are not read), 0 first,
 /// non-decreasing, `total` last.
-void check_cu_seqlens(const char* fn, const char* arg, const at::Tensor& cu, int64_t total) {
-  TORCH_CHECK(cu.dim() == 1 && cu.size(0) >= 1, fn, ": ", arg, " must be [N + 1] (N packed sequences), got shape ",
-              cu.sizes());
+void check_cu_seqlens(const char* fn, const char* arg, const at::Tensor& cu, const c10::SymInt& total) {
+  TORCH_CHECK(cu.dim() == 1 && cu.sym_size(0) >= 1, fn, ": ", arg,
+              " must be [N + 1] (N packed sequences), got shape ", cu.sym_sizes());
   TORCH_CHECK(cu.scalar_type() == at::kLong, fn, ": ", arg, " must be int64, got ", common::dtype_name(cu));
   if (cu.device().is_meta()) return;
   TORCH_CHECK(cu.device().is_cpu(), fn, ": ", arg, " must be on the CPU, got ", cu.device());
@@ -110,13 +132,19 @@ void check_cu_seqlens(const char* fn, const char* arg, const at::Tensor& cu, int
     TORCH_CHECK(v[i] >= v[i - 1], fn, ": ", arg, " must be non-decreasing, got ", arg, "[", i, "] = ", v[i], " < ",
                 arg, "[", i - 1, "] = ", v[i - 1]);
   }
-  TORCH_CHECK(v[c.size(0) - 1] == total, fn, ": ", arg, " must end at the packed length ", total, ", got ",
+  TORCH_CHECK(total == v[c.size(0) - 1], fn, ": ", arg, " must end at the packed length ", total, ", got ",
               v[c.size(0) - 1]);
 }
 
 }  // namespace
 
-void check_variant_args(const char* fn, FlashSizes& s, const at::Tensor& query, const FlashArguments& a) {
+void check_variant_args(const char* fn, FlashSizes& s, const at::Tensor& query, const FlashArguments& arguments) {
+  SymFlashSizes sizes = symbolic(s);
+  check_variant_args(fn, sizes, query, arguments);
+  s.sequences = sizes.sequences.guard_int(__FILE__, __LINE__);
+}
+
+void check_variant_args(const char* fn, SymFlashSizes& s, const at::Tensor& query, const FlashArguments& a) {
   const int64_t window_left = a.window_left, window_right = a.window_right, causal_offset = a.causal_offset;
   const double softcap = a.softcap;
   const c10::optional<at::Tensor>&alibi_slopes = a.alibi_slopes, &sinks = a.sinks;
@@ -125,31 +153,33 @@ void check_variant_args(const char* fn, FlashSizes& s, const at::Tensor& query, 
               ": window_left and window_right must be >= 0, or -1 for an unbounded side, got ", window_left, " and ",
               window_right);
   TORCH_CHECK(std::isfinite(softcap) && softcap >= 0.0, fn, ": softcap must be finite and >= 0, got ", softcap);
-  int64_t sequences = 0;
+  c10::SymInt sequences = 0;
   TORCH_CHECK(given(cu_seqlens_q) == given(cu_seqlens_k), fn,
               ": cu_seqlens_q and cu_seqlens_k must be given together");
-  if (given(cu_seqlens_q)) {
+  const bool packed = given(cu_seqlens_q);
+  if (packed) {
     TORCH_CHECK(s.batch == 1, fn, ": packed sequences (cu_seqlens) need batch 1, [1, H, total, d], got query ",
-                query.sizes());
+                query.sym_sizes());
     TORCH_CHECK(!a.has_masks(), fn, ": packed sequences (cu_seqlens) take no masks");
     TORCH_CHECK(causal_offset == 0, fn, ": packed sequences align each sequence's diagonal bottom-right; "
                 "causal_offset must be 0, got ", causal_offset);
     check_cu_seqlens(fn, "cu_seqlens_q", *cu_seqlens_q, s.tq);
     check_cu_seqlens(fn, "cu_seqlens_k", *cu_seqlens_k, s.tk);
-    TORCH_CHECK(cu_seqlens_q->size(0) == cu_seqlens_k->size(0), fn,
-                ": cu_seqlens_q and cu_seqlens_k must have the same length, got ", cu_seqlens_q->sizes(), " and ",
-                cu_seqlens_k->sizes());
-    sequences = cu_seqlens_q->size(0) - 1;
+    TORCH_CHECK(cu_seqlens_q->sym_size(0) == cu_seqlens_k->sym_size(0), fn,
+                ": cu_seqlens_q and cu_seqlens_k must have the same length, got ", cu_seqlens_q->sym_sizes(), " and ",
+                cu_seqlens_k->sym_sizes());
+    sequences = cu_seqlens_q->sym_size(0) - 1;
   }
-  const int64_t rows = sequences > 0 ? sequences : s.batch;
+  const c10::SymInt rows = packed ? sequences : s.batch;
   const auto check_per_head = [&](const char* arg, const at::Tensor& t, bool per_row_ok) {
     TORCH_CHECK(at::isFloatingType(t.scalar_type()), fn, ": ", arg, " must be floating, got ", common::dtype_name(t));
     TORCH_CHECK(t.device() == query.device(), fn, ": ", arg, " must be on the query's device ", query.device(),
                 ", got ", t.device());
-    const bool per_head = t.dim() == 1 && t.size(0) == s.heads;
-    const bool per_row = per_row_ok && t.dim() == 2 && (t.size(0) == rows || t.size(0) == 1) && t.size(1) == s.heads;
+    const bool per_head = t.dim() == 1 && t.sym_size(0) == s.heads;
+    const bool per_row = per_row_ok && t.dim() == 2 && (t.sym_size(0) == rows || t.sym_size(0) == 1) &&
+                         t.sym_size(1) == s.heads;
     TORCH_CHECK(per_head || per_row, fn, ": ", arg, " must be [H] = [", s.heads, "]",
-                per_row_ok ? " or [B, H] (packed: [N, H])" : "", ", got shape ", t.sizes());
+                per_row_ok ? " or [B, H] (packed: [N, H])" : "", ", got shape ", t.sym_sizes());
   };
   if (given(alibi_slopes)) check_per_head("alibi_slopes", *alibi_slopes, true);
   if (given(sinks)) check_per_head("sinks", *sinks, false);
@@ -164,10 +194,15 @@ double resolved_scale(c10::optional<double> scale, int64_t dk) {
   return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(dk));
 }
 
+std::tuple<at::Tensor, at::Tensor> empty_forward_results(const SymFlashSizes& s, const at::TensorOptions& options,
+                                                         at::ScalarType lse_type) {
+  return {at::empty_symint({s.batch, s.tq, s.heads, s.dv}, options).transpose(1, 2),
+          at::empty_symint({s.batch, s.heads, s.tq}, options.dtype(lse_type))};
+}
+
 std::tuple<at::Tensor, at::Tensor> empty_forward_results(const FlashSizes& s, const at::TensorOptions& options,
                                                          at::ScalarType lse_type) {
-  return {at::empty({s.batch, s.tq, s.heads, s.dv}, options).transpose(1, 2),
-          at::empty({s.batch, s.heads, s.tq}, options.dtype(lse_type))};
+  return empty_forward_results(symbolic(s), options, lse_type);
 }
 
 // ---- attn::decode_attention ----

@@ -8,6 +8,7 @@
 #include <attn/ops/flash_attention.h>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/SymInt.h>
 #include <c10/util/Optional.h>
 
 #include <tuple>
@@ -21,25 +22,40 @@ inline constexpr const char* kBackwardOp = "attn::flash_attention_backward";
 /// CPU or the meta device, in a dtype the CPU kernels compute.
 void check_input(const char* fn, const char* arg, const at::Tensor& t, const char* layout);
 
-struct FlashSizes {
-  int64_t batch, heads, tq, tk, dk, dv;
-  int64_t kv_heads;        ///< key/value heads; divides `heads` (grouped-query attention when smaller)
-  int64_t sequences = 0;   ///< packed sequences (cu_seqlens), 0 when not packed
+/// The sizes of a call: int64_t for the kernels, c10::SymInt where they may be symbolic (the Meta kernels under
+/// torch.compile(dynamic=True) and torch.export with a Dim). The checks are written once, over SymInt: a
+/// comparison of symbolic sizes guards (records the relation) instead of specialising the size to a number.
+template <typename Int>
+struct FlashSizesOf {
+  Int batch, heads, tq, tk, dk, dv;
+  Int kv_heads;        ///< key/value heads; divides `heads` (grouped-query attention when smaller)
+  Int sequences = 0;   ///< packed sequences (cu_seqlens), 0 when not packed
 };
+using FlashSizes = FlashSizesOf<int64_t>;
+using SymFlashSizes = FlashSizesOf<c10::SymInt>;
+
+/// The sizes of a call on tensors that have concrete sizes (every kernel but Meta's).
+FlashSizes concrete(const SymFlashSizes& s);
 
 /// Checks q [B, H, Tq, d_k], k [B, H_kv, Tk, d_k], v [B, H_kv, Tk, d_v] (H_kv divides H; CPU or meta,
 /// float32/float64/bfloat16), and the arguments: the masks (in the query's heads), the scale and the variants
 /// (check_variant_args).
+SymFlashSizes check_forward_args_symbolic(const char* fn, const at::Tensor& query, const at::Tensor& key,
+                                          const at::Tensor& value, const FlashArguments& arguments);
 FlashSizes check_forward_args(const char* fn, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                               const FlashArguments& arguments);
 
 /// check_forward_args, and that grad_output, output and logsumexp are the forward pass's.
+SymFlashSizes check_backward_args_symbolic(const at::Tensor& grad_output, const at::Tensor& query,
+                                           const at::Tensor& key, const at::Tensor& value, const at::Tensor& output,
+                                           const at::Tensor& logsumexp, const FlashArguments& arguments);
 FlashSizes check_backward_args(const at::Tensor& grad_output, const at::Tensor& query, const at::Tensor& key,
                                const at::Tensor& value, const at::Tensor& output, const at::Tensor& logsumexp,
                                const FlashArguments& arguments);
 
 /// Checks the variant arguments (window, softcap, ALiBi slopes, sinks, packed sequences) against the sizes of
 /// q, k and v, and sets s.sequences. The decode op checks its own variants with it too.
+void check_variant_args(const char* fn, SymFlashSizes& s, const at::Tensor& query, const FlashArguments& arguments);
 void check_variant_args(const char* fn, FlashSizes& s, const at::Tensor& query, const FlashArguments& arguments);
 
 /// The dtype the kernels compute in: float32 for bfloat16 inputs, else the inputs' own.
@@ -51,6 +67,8 @@ double resolved_scale(c10::optional<double> scale, int64_t dk);
 /// Uninitialised (output, logsumexp) on `options`' device: output [B, H, Tq, d_v] in `options`' dtype, laid out
 /// as [B, Tq, H, d_v] (so that merging the heads back is a free view), logsumexp [B, H, Tq] contiguous in
 /// `lse_type` (compute_type of the query).
+std::tuple<at::Tensor, at::Tensor> empty_forward_results(const SymFlashSizes& s, const at::TensorOptions& options,
+                                                         at::ScalarType lse_type);
 std::tuple<at::Tensor, at::Tensor> empty_forward_results(const FlashSizes& s, const at::TensorOptions& options,
                                                          at::ScalarType lse_type);
 

@@ -4,7 +4,8 @@ Run by CTest in the LibTorch 2.x lane:
     .venv-torch/bin/python tests/python/test_compile_export.py --library build-torch-pip/libattn.so
 
 Both need the op's Meta kernels (src/ops/meta/): Dynamo and AOTAutograd trace the forward and the backward op
-on fake tensors, and torch.export records the op in its graph. Every compiled or exported result, forward
+on fake tensors, and torch.export records the op in its graph. The Meta kernels read symbolic sizes, so
+torch.compile(dynamic=True) compiles one graph for every sequence length and torch.export takes a Dim there. Every compiled or exported result, forward
 and gradients, is checked against the same op run eagerly on the same inputs, and the eager op against a
 float64 softmax(q k^T * scale + mask) v, so a wrong Meta kernel (wrong shape, dtype or stride) or a wrong
 trace fails here.
@@ -14,6 +15,7 @@ import math
 import sys
 
 import torch
+from torch._dynamo.utils import counters
 
 
 def check(name, ok, detail=""):
@@ -99,15 +101,34 @@ def main():
             good &= compare(f"{dtype} torch.compile({backend}, fullgraph=True)",
                             forward_and_grads(compiled, q, k, v, padding, cot), eager, tol)
 
-        # Two sequence lengths through one compiled function. The Meta kernels read concrete sizes, so each
-        # length gets a graph of its own (docs/torch-pip-lane.md); both must match eager.
-        torch._dynamo.reset()
-        twice = torch.compile(module, backend="aot_eager", fullgraph=True)
-        for T in (40, 57):
-            q2, k2, v2, p2 = inputs(1, 2, T, 32, dtype, seed=T)
-            cot2 = torch.randn(1, 2, T, 32, generator=torch.Generator().manual_seed(3), dtype=dtype)
-            good &= compare(f"{dtype} torch.compile T={T}", forward_and_grads(twice, q2, k2, v2, p2, cot2),
-                            forward_and_grads(module, q2, k2, v2, p2, cot2), tol)
+        # Dynamic shapes: the Meta kernels read sizes as SymInt, so one graph serves every sequence length.
+        # Five lengths through torch.compile(dynamic=True) compile once (Dynamo's count of unique graphs; a
+        # recompile for a new length would add one), and every result is bitwise the eager op's.
+        for backend in ("aot_eager", "inductor"):
+            torch._dynamo.reset()
+            counters.clear()
+            dynamic = torch.compile(module, backend=backend, dynamic=True, fullgraph=True)
+            for T in (40, 57, 64, 91, 130):
+                q2, k2, v2, p2 = inputs(1, 2, T, 32, dtype, seed=T)
+                cot2 = torch.randn(1, 2, T, 32, generator=torch.Generator().manual_seed(3), dtype=dtype)
+                good &= compare(f"{dtype} torch.compile({backend}, dynamic=True) T={T}",
+                                forward_and_grads(dynamic, q2, k2, v2, p2, cot2),
+                                forward_and_grads(module, q2, k2, v2, p2, cot2), 0.0)
+            graphs = counters["stats"]["unique_graphs"]
+            good &= check(f"{dtype} torch.compile({backend}, dynamic=True): one graph for 5 lengths", graphs == 1,
+                          f"{graphs} graph(s), recompiles {dict(counters['recompiles'])}")
+
+        # torch.export with the sequence length as a Dim: one program, run at three lengths it was not traced
+        # with, forward and backward, bitwise the eager op.
+        T = torch.export.Dim("T", min=2, max=4096)
+        shapes = ({2: T}, {2: T}, {2: T}, {2: T})
+        by_length = torch.export.export(module, (q, k, v, padding), dynamic_shapes=shapes)
+        for L in (33, 100, 257):
+            qL, kL, vL, pL = inputs(2, 3, L, 32, dtype, seed=L)
+            cotL = torch.randn(2, 3, L, 32, generator=torch.Generator().manual_seed(4), dtype=dtype)
+            good &= compare(f"{dtype} torch.export(Dim T) at T={L}",
+                            forward_and_grads(by_length.module(), qL, kL, vL, pL, cotL),
+                            forward_and_grads(module, qL, kL, vL, pL, cotL), 0.0)
 
         # torch.export: the op is one node of the exported graph, and the exported program runs forward and
         # backward like the eager op.
