@@ -5,7 +5,9 @@
 
 #include "support.h"
 
+#include <attn/ops/decode_attention.h>
 #include <attn/ops/flash_attention.h>
+#include <attn/ops/linear_rows.h>
 #include <torch/version.h>
 
 #include <functional>
@@ -180,6 +182,26 @@ TEST(BadInputs, FailedCallLeavesTheCallersTensorsUntouched) {
   MultiHeadAttention mha(8, 2);
   EXPECT_ERROR_CONTAINS(mha->forward(q, q, q, AttentionMasks().attend_mask(torch::ones({3, 3}))), "must be a bool tensor");
   EXPECT_TRUE(torch::equal(q, before));
+}
+
+TEST(BadInputs, InferenceOpsRefuseAnInputThatNeedsAGradient) {
+  // Their results would be detached silently: a training loop would learn nothing through them.
+  const torch::Tensor q = torch::randn({1, 2, 1, 4}).requires_grad_(), kc = torch::randn({1, 2, 3, 4});
+  const torch::Tensor positions = torch::tensor({2}, torch::kLong), lengths = torch::tensor({3}, torch::kLong);
+  EXPECT_ERROR_CONTAINS(ops::decode_attention(q, kc, kc, positions, lengths),
+                        "attn::decode_attention is an inference kernel and computes no gradient, but an input requires "
+                        "one: call it under torch.no_grad()");
+  const torch::Tensor w = torch::randn({3, 4}).requires_grad_();
+  EXPECT_ERROR_CONTAINS(ops::linear_rows(torch::randn({2, 4}), w),
+                        "attn::linear_rows is an inference kernel and computes no gradient");
+  // Under no_grad the same calls run, and give what a float64 softmax and product give.
+  torch::NoGradGuard no_grad;
+  const torch::Tensor out = ops::decode_attention(q, kc, kc, positions, lengths);
+  const torch::Tensor weights = torch::softmax(torch::matmul(q.to(torch::kDouble), kc.to(torch::kDouble).transpose(-1, -2)) / 2.0, -1);
+  EXPECT_LT((out.to(torch::kDouble) - torch::matmul(weights, kc.to(torch::kDouble))).abs().max().item<double>(), 1e-5);
+  const torch::Tensor x = torch::randn({2, 4});
+  EXPECT_LT((ops::linear_rows(x, w).to(torch::kDouble) - torch::matmul(x.to(torch::kDouble), w.to(torch::kDouble).t()))
+                .abs().max().item<double>(), 1e-5);
 }
 
 TEST(BadInputs, MixedCpuAndCudaDevices) {

@@ -1,19 +1,24 @@
-// The Meta kernels of attn::flash_attention (what torch.compile and torch.export trace with) promise the
-// results the CPU kernels produce: same shapes, dtypes and strides, and the same argument errors.
+// The Meta kernels of attn::flash_attention, attn::decode_attention and attn::linear_rows (what torch.compile
+// and torch.export trace with) promise the results the CPU kernels produce: same shapes, dtypes and strides, and
+// the same argument errors.
 
 #include "support.h"
 
+#include <attn/ops/decode_attention.h>
 #include <attn/ops/flash_attention.h>
+#include <attn/ops/linear_rows.h>
 
 namespace attn::test {
 namespace {
 
-void expect_same_layout(const torch::Tensor& meta, const torch::Tensor& cpu, const std::string& what) {
+torch::Tensor meta(const torch::Tensor& t) { return t.to(torch::kMeta); }
+
+void expect_same_layout(const torch::Tensor& traced, const torch::Tensor& cpu, const std::string& what) {
   SCOPED_TRACE(what);
-  EXPECT_TRUE(meta.is_meta());
-  EXPECT_EQ(meta.sizes(), cpu.sizes());
-  EXPECT_EQ(meta.strides(), cpu.strides());
-  EXPECT_EQ(meta.scalar_type(), cpu.scalar_type());
+  EXPECT_TRUE(traced.is_meta());
+  EXPECT_EQ(traced.sizes(), cpu.sizes());
+  EXPECT_EQ(traced.strides(), cpu.strides());
+  EXPECT_EQ(traced.scalar_type(), cpu.scalar_type());
 }
 
 TEST(MetaKernels, ForwardAndBackwardMatchTheCpuKernelsLayout) {
@@ -24,7 +29,6 @@ TEST(MetaKernels, ForwardAndBackwardMatchTheCpuKernelsLayout) {
       const torch::Tensor q = torch::randn({2, 3, 5, 8}, opts), k = torch::randn({2, 3, 7, 8}, opts),
                           v = torch::randn({2, 3, 7, 4}, opts);
       const torch::Tensor pad = torch::rand({2, 1, 7}) < 0.2;
-      const auto meta = [](const torch::Tensor& t) { return t.to(torch::kMeta); };
       const std::string name = std::string(c10::toString(dtype)) + (causal ? " causal" : "");
 
       ops::FlashArguments a;
@@ -61,6 +65,73 @@ TEST(MetaKernels, RefuseWhatTheCpuKernelsRefuse) {
   infinite.scale = INFINITY;
   EXPECT_ERROR_CONTAINS(ops::flash_attention(q, k, k, infinite),
                         "attn::flash_attention: scale must be finite, got inf");
+}
+
+TEST(MetaKernels, DecodeMatchesTheCpuKernelsLayoutForEveryCache) {
+  const torch::Tensor starts = torch::tensor({3, 0}, torch::kLong), lengths = torch::tensor({5, 2}, torch::kLong);
+  for (auto dtype : {torch::kFloat32, torch::kFloat64, torch::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    torch::manual_seed(5);
+    const auto opts = torch::TensorOptions().dtype(dtype);
+    // GQA: 4 query heads over 2 cached heads, d_v != d_k, two queries per row.
+    const torch::Tensor q = torch::randn({2, 4, 2, 8}, opts);
+    const torch::Tensor kc = torch::randn({2, 2, 6, 8}, opts), vc = torch::randn({2, 2, 6, 4}, opts);
+    const torch::Tensor out = ops::decode_attention(q, kc, vc, starts, lengths);
+    expect_same_layout(ops::decode_attention(meta(q), meta(kc), meta(vc), meta(starts), meta(lengths)), out,
+                       "contiguous cache");
+    // A paged cache: blocks of 4, two blocks per row, given in the pool's [num_blocks, H_kv, block, d] form.
+    const torch::Tensor pool_k = torch::randn({5, 2, 4, 8}, opts), pool_v = torch::randn({5, 2, 4, 4}, opts);
+    const torch::Tensor table = torch::tensor({{4, 1}, {0, 2}}, torch::kLong);
+    const torch::Tensor paged = ops::decode_attention(q, pool_k, pool_v, starts, lengths, true, c10::nullopt, -1, -1,
+                                                      0.0, c10::nullopt, c10::nullopt, c10::nullopt, c10::nullopt, table);
+    expect_same_layout(ops::decode_attention(meta(q), meta(pool_k), meta(pool_v), meta(starts), meta(lengths), true,
+                                             c10::nullopt, -1, -1, 0.0, c10::nullopt, c10::nullopt, c10::nullopt,
+                                             c10::nullopt, meta(table)),
+                       paged, "paged cache");
+    if (dtype == torch::kFloat64) continue;
+    // An int8 cache with its row scales.
+    const torch::Tensor k8 = torch::randint(-127, 128, {2, 2, 6, 8}, torch::kChar);
+    const torch::Tensor v8 = torch::randint(-127, 128, {2, 2, 6, 4}, torch::kChar);
+    const torch::Tensor ks = torch::rand({2, 2, 6}), vs = torch::rand({2, 2, 6});
+    const torch::Tensor int8 = ops::decode_attention(q, k8, v8, starts, lengths, true, c10::nullopt, -1, -1, 0.0,
+                                                     c10::nullopt, c10::nullopt, ks, vs);
+    expect_same_layout(ops::decode_attention(meta(q), meta(k8), meta(v8), meta(starts), meta(lengths), true,
+                                             c10::nullopt, -1, -1, 0.0, c10::nullopt, c10::nullopt, meta(ks), meta(vs)),
+                       int8, "int8 cache");
+  }
+}
+
+TEST(MetaKernels, DecodeRefusesWhatTheCpuKernelRefuses) {
+  const torch::Tensor q = torch::randn({2, 4, 1, 8}, torch::kMeta), kc = torch::randn({2, 3, 6, 8}, torch::kMeta);
+  const torch::Tensor positions = torch::zeros({2}, torch::dtype(torch::kLong).device(torch::kMeta));
+  EXPECT_ERROR_CONTAINS(ops::decode_attention(q, kc, kc, positions, positions),
+                        "attn::decode_attention: key_cache must be [B, H_kv, capacity, d_k] = [2, H_kv, capacity, 8] "
+                        "with H_kv dividing the query's 4 heads");
+  const torch::Tensor k2 = torch::randn({2, 2, 6, 8}, torch::kMeta);
+  EXPECT_ERROR_CONTAINS(ops::decode_attention(q, k2, k2, positions.narrow(0, 0, 1), positions),
+                        "attn::decode_attention: query_starts must be [B] = [2], got [1]");
+  const torch::Tensor k8 = torch::zeros({2, 2, 6, 8}, torch::dtype(torch::kChar).device(torch::kMeta));
+  EXPECT_ERROR_CONTAINS(ops::decode_attention(q, k8, k8, positions, positions),
+                        "attn::decode_attention: an int8 cache needs key_scales [B, H_kv, capacity] = [2, 2, 6]");
+  EXPECT_ERROR_CONTAINS(ops::decode_attention(q, k2, k2, positions, positions, true, c10::nullopt, -2),
+                        "attn::decode_attention: window_left and window_right must be >= 0, or -1");
+}
+
+TEST(MetaKernels, LinearRowsMatchesTheCpuKernelsLayoutAndRefusals) {
+  for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    const auto opts = torch::TensorOptions().dtype(dtype);
+    const torch::Tensor x = torch::randn({3, 2, 12}, opts), w = torch::randn({5, 12}, opts), b = torch::randn({5}, opts);
+    expect_same_layout(ops::linear_rows(meta(x), meta(w), meta(b)), ops::linear_rows(x, w, b), "with bias");
+    expect_same_layout(ops::linear_rows(meta(x), meta(w)), ops::linear_rows(x, w), "without bias");
+  }
+  const torch::Tensor w = torch::randn({5, 12}, torch::kMeta);
+  EXPECT_ERROR_CONTAINS(ops::linear_rows(torch::randn({3, 11}, torch::kMeta), w),
+                        "attn::linear_rows: input must be [..., in_features] = [..., 12] to match weight [5, 12]");
+  EXPECT_ERROR_CONTAINS(ops::linear_rows(torch::randn({17, 12}, torch::kMeta), w),
+                        "attn::linear_rows: input must hold at most 16 rows (the leading dimensions' product), got 17");
+  EXPECT_ERROR_CONTAINS(ops::linear_rows(torch::randn({2, 12}, torch::kMeta), w, torch::randn({4}, torch::kMeta)),
+                        "attn::linear_rows: bias must be [out_features] = [5], got [4]");
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -208,9 +209,23 @@ std::tuple<at::Tensor, at::Tensor> empty_forward_results(const FlashSizes& s, co
 // ---- attn::decode_attention ----
 at::Tensor host_positions(const at::Tensor& t) { return t.to(at::kCPU, at::kLong).contiguous(); }
 
-CacheSizes check_cache_call(const char* fn, const at::Tensor& query, const at::Tensor& key_cache,
-                            const at::Tensor& value_cache, const at::Tensor& query_starts,
-                            const at::Tensor& key_lengths, const DecodeOnlyInputs& decode_only) {
+CacheSizes concrete(const SymCacheSizes& s) {
+  const auto get = [](const c10::SymInt& i) { return i.guard_int(__FILE__, __LINE__); };
+  return {get(s.batch), get(s.heads),    get(s.tq), get(s.dk), get(s.kv_heads), get(s.capacity),
+          get(s.dv),    get(s.block_size)};
+}
+
+namespace {
+
+SymCacheSizes symbolic(const CacheSizes& s) {
+  return {s.batch, s.heads, s.tq, s.dk, s.kv_heads, s.capacity, s.dv, s.block_size};
+}
+
+}  // namespace
+
+SymCacheSizes check_cache_call_symbolic(const char* fn, const at::Tensor& query, const at::Tensor& key_cache,
+                                        const at::Tensor& value_cache, const at::Tensor& query_starts,
+                                        const at::Tensor& key_lengths, const DecodeOnlyInputs& decode_only) {
   const at::Tensor& table = decode_only.block_table;
   const bool paged = table.defined();
   // How the caches' dimensions are named in messages: per batch row, or per block of a paged cache.
@@ -218,9 +233,10 @@ CacheSizes check_cache_call(const char* fn, const at::Tensor& query, const at::T
   const char* v_layout = paged ? "[num_blocks, H_kv, block_size, d_v]" : "[B, H_kv, capacity, d_v]";
   TORCH_CHECK(query.defined() && key_cache.defined() && value_cache.defined(), fn,
               ": query, key_cache and value_cache must be defined");
-  TORCH_CHECK(query.dim() == 4, fn, ": query must be [B, H, Tq, d_k], got shape ", query.sizes());
-  TORCH_CHECK(key_cache.dim() == 4, fn, ": key_cache must be ", k_layout, ", got shape ", key_cache.sizes());
-  TORCH_CHECK(value_cache.dim() == 4, fn, ": value_cache must be ", v_layout, ", got shape ", value_cache.sizes());
+  TORCH_CHECK(query.dim() == 4, fn, ": query must be [B, H, Tq, d_k], got shape ", query.sym_sizes());
+  TORCH_CHECK(key_cache.dim() == 4, fn, ": key_cache must be ", k_layout, ", got shape ", key_cache.sym_sizes());
+  TORCH_CHECK(value_cache.dim() == 4, fn, ": value_cache must be ", v_layout, ", got shape ",
+              value_cache.sym_sizes());
   common::check_floating(fn, "query", query);
   const bool int8 = is_int8_cache(key_cache) || is_int8_cache(value_cache);
   if (int8) {
@@ -238,20 +254,21 @@ CacheSizes check_cache_call(const char* fn, const at::Tensor& query, const at::T
     common::check_same_device_dtype(fn, "key_cache", key_cache, "query", query);
     common::check_same_device_dtype(fn, "value_cache", value_cache, "query", query);
   }
-  CacheSizes s{query.size(0), query.size(1), query.size(2), query.size(3), key_cache.size(1), key_cache.size(2),
-               value_cache.size(3)};
+  const c10::SymIntArrayRef qs = query.sym_sizes(), ks = key_cache.sym_sizes(), vs = value_cache.sym_sizes();
+  SymCacheSizes s{qs[0], qs[1], qs[2], qs[3], ks[1], ks[2], vs[3]};
   // The first dimension of the caches and scales: B, or the blocks of a paged cache.
-  const int64_t rows = paged ? key_cache.size(0) : s.batch;
-  const int64_t positions = key_cache.size(2);  // per row, or per block
+  const c10::SymInt rows = paged ? ks[0] : s.batch;
+  const c10::SymInt positions = ks[2];  // per row, or per block
   if (paged) {
-    TORCH_CHECK(table.dim() == 2 && table.size(0) == s.batch, fn, ": block_table must be [B, max_blocks] = [", s.batch,
-                ", max_blocks], got ", table.sizes());
-    TORCH_CHECK(at::isIntegralType(table.scalar_type(), /*includeBool=*/false) && table.device().is_cpu(), fn,
-                ": block_table must hold integers on the CPU, got ", common::dtype_name(table), " on ", table.device());
-    TORCH_CHECK(positions > 0, fn, ": a paged cache's blocks must hold at least one position, got key_cache ",
-                key_cache.sizes());
+    TORCH_CHECK(table.dim() == 2 && table.sym_size(0) == s.batch, fn, ": block_table must be [B, max_blocks] = [",
+                s.batch, ", max_blocks], got ", table.sym_sizes());
+    TORCH_CHECK(at::isIntegralType(table.scalar_type(), /*includeBool=*/false) &&
+                    (table.device().is_cpu() || table.device().is_meta()),
+                fn, ": block_table must hold integers on the CPU, got ", common::dtype_name(table), " on ",
+                table.device());
+    TORCH_CHECK(positions > 0, fn, ": a paged cache's blocks must hold at least one position, got key_cache ", ks);
     s.block_size = positions;
-    s.capacity = table.size(1) * positions;
+    s.capacity = table.sym_size(1) * positions;
   }
   for (const auto& [arg, t] : {std::pair<const char*, const at::Tensor&>{"key_scales", decode_only.key_scales},
                                std::pair<const char*, const at::Tensor&>{"value_scales", decode_only.value_scales}}) {
@@ -263,82 +280,136 @@ CacheSizes check_cache_call(const char* fn, const at::Tensor& query, const at::T
     }
     TORCH_CHECK(t.defined(), fn, ": an int8 cache needs ", arg, " ", layout, " = [", rows, ", ", s.kv_heads, ", ",
                 positions, "] (float32), got none");
-    TORCH_CHECK(t.dim() == 3 && t.size(0) == rows && t.size(1) == s.kv_heads && t.size(2) == positions, fn, ": ", arg,
-                " must be ", layout, " = [", rows, ", ", s.kv_heads, ", ", positions, "], got ", t.sizes());
+    TORCH_CHECK(t.dim() == 3 && t.sym_size(0) == rows && t.sym_size(1) == s.kv_heads && t.sym_size(2) == positions,
+                fn, ": ", arg, " must be ", layout, " = [", rows, ", ", s.kv_heads, ", ", positions, "], got ",
+                t.sym_sizes());
     TORCH_CHECK(t.scalar_type() == at::kFloat && t.device() == query.device(), fn, ": ", arg,
                 " must be float32 on ", query.device(), ", got ", common::dtype_name(t), " on ", t.device());
   }
-  TORCH_CHECK(key_cache.size(0) == rows && s.kv_heads > 0 && s.heads % s.kv_heads == 0 && key_cache.size(3) == s.dk,
-              fn, ": key_cache must be ", k_layout, " = [", paged ? std::string("num_blocks") : std::to_string(s.batch),
+  TORCH_CHECK(ks[0] == rows && s.kv_heads > 0 && s.heads % s.kv_heads == 0 && ks[3] == s.dk, fn,
+              ": key_cache must be ", k_layout, " = [", paged ? std::string("num_blocks") : c10::str(s.batch),
               ", H_kv, ", paged ? "block_size" : "capacity", ", ", s.dk, "] with H_kv dividing the query's ", s.heads,
-              " heads, got key_cache ", key_cache.sizes(), " for query ", query.sizes());
-  TORCH_CHECK(value_cache.size(0) == rows && value_cache.size(1) == s.kv_heads && value_cache.size(2) == positions, fn,
-              ": value_cache must be ", v_layout, " = [", rows, ", ", s.kv_heads, ", ", positions,
-              ", d_v] to match key_cache, got value_cache ", value_cache.sizes());
-  TORCH_CHECK(s.dk > 0, fn, ": d_k (query's last dimension) must be positive, got query ", query.sizes());
+              " heads, got key_cache ", ks, " for query ", qs);
+  TORCH_CHECK(vs[0] == rows && vs[1] == s.kv_heads && vs[2] == positions, fn, ": value_cache must be ", v_layout,
+              " = [", rows, ", ", s.kv_heads, ", ", positions, ", d_v] to match key_cache, got value_cache ", vs);
+  TORCH_CHECK(s.dk > 0, fn, ": d_k (query's last dimension) must be positive, got query ", qs);
   for (const auto& [arg, t] : {std::pair<const char*, const at::Tensor&>{"query_starts", query_starts},
                                std::pair<const char*, const at::Tensor&>{"key_lengths", key_lengths}}) {
-    TORCH_CHECK(t.defined() && t.dim() == 1 && t.size(0) == s.batch, fn, ": ", arg, " must be [B] = [", s.batch,
-                "], got ", t.defined() ? t.sizes() : at::IntArrayRef{});
+    TORCH_CHECK(t.defined() && t.dim() == 1 && t.sym_size(0) == s.batch, fn, ": ", arg, " must be [B] = [", s.batch,
+                "], got ", t.defined() ? t.sym_sizes() : c10::SymIntArrayRef{});
     TORCH_CHECK(at::isIntegralType(t.scalar_type(), /*includeBool=*/false), fn, ": ", arg,
                 " must hold integers, got ", common::dtype_name(t));
   }
+  return s;
+}
+
+CacheSizes check_cache_call(const char* fn, const at::Tensor& query, const at::Tensor& key_cache,
+                            const at::Tensor& value_cache, const at::Tensor& query_starts,
+                            const at::Tensor& key_lengths, const DecodeOnlyInputs& decode_only) {
+  const CacheSizes s =
+      concrete(check_cache_call_symbolic(fn, query, key_cache, value_cache, query_starts, key_lengths, decode_only));
+  check_cache_positions(fn, s, key_cache, query_starts, key_lengths, decode_only.block_table);
+  return s;
+}
+
+void check_cache_positions(const char* fn, const CacheSizes& s, const at::Tensor& key_cache,
+                           const at::Tensor& query_starts, const at::Tensor& key_lengths, const at::Tensor& table) {
   const at::Tensor starts = host_positions(query_starts), lengths = host_positions(key_lengths);
   const int64_t* start = starts.data_ptr<int64_t>();
   const int64_t* length = lengths.data_ptr<int64_t>();
+  const bool paged = s.block_size > 0;
   for (int64_t b = 0; b < s.batch; ++b) {
     TORCH_CHECK(length[b] >= 0 && length[b] <= s.capacity, fn, ": key_lengths[", b, "] = ", length[b],
                 " must be in [0, capacity = ", s.capacity, "]", paged ? " (max_blocks · block_size)" : "");
     TORCH_CHECK(start[b] >= 0, fn, ": query_starts[", b, "] = ", start[b], " must be >= 0");
   }
   if (paged) {
+    const int64_t blocks_in_pool = key_cache.size(0);
     const at::Tensor blocks = host_positions(table.flatten()).view(table.sizes());
     const int64_t* block = blocks.data_ptr<int64_t>();
     for (int64_t b = 0; b < s.batch; ++b) {
       for (int64_t i = 0; i * s.block_size < length[b]; ++i) {
         const int64_t id = block[b * table.size(1) + i];
-        TORCH_CHECK(id >= 0 && id < rows, fn, ": block_table[", b, ", ", i, "] = ", id, " is not a block in [0, ", rows,
-                    ") (row ", b, " holds ", length[b], " positions, in blocks of ", s.block_size, ")");
+        TORCH_CHECK(id >= 0 && id < blocks_in_pool, fn, ": block_table[", b, ", ", i, "] = ", id,
+                    " is not a block in [0, ", blocks_in_pool, ") (row ", b, " holds ", length[b],
+                    " positions, in blocks of ", s.block_size, ")");
       }
     }
   }
-  return s;
 }
 
 bool is_int8_cache(const at::Tensor& cache) { return cache.defined() && cache.scalar_type() == at::kChar; }
 
-FlashArguments check_decode_variants(const char* fn, const CacheSizes& s, const at::Tensor& query, bool is_causal,
+FlashArguments check_decode_variants(const char* fn, const SymCacheSizes& s, const at::Tensor& query, bool is_causal,
                                      c10::optional<double> scale, int64_t window_left, int64_t window_right,
                                      double softcap, const c10::optional<at::Tensor>& alibi_slopes,
                                      const c10::optional<at::Tensor>& sinks, const at::Tensor& tree_mask) {
   if (scale) TORCH_CHECK(std::isfinite(*scale), fn, ": scale must be finite, got ", *scale);
   if (tree_mask.defined()) {
-    const int64_t n = s.tq;
-    TORCH_CHECK(tree_mask.scalar_type() == at::kBool && tree_mask.device().is_cpu(), fn,
-                ": tree_mask must be bool on the CPU, got ", common::dtype_name(tree_mask), " on ", tree_mask.device());
-    TORCH_CHECK((tree_mask.dim() == 2 || (tree_mask.dim() == 3 && tree_mask.size(0) == s.batch)) &&
-                    tree_mask.size(-1) == n && tree_mask.size(-2) == n,
+    const c10::SymInt& n = s.tq;
+    TORCH_CHECK(tree_mask.scalar_type() == at::kBool && (tree_mask.device().is_cpu() || tree_mask.device().is_meta()),
+                fn, ": tree_mask must be bool on the CPU, got ", common::dtype_name(tree_mask), " on ",
+                tree_mask.device());
+    TORCH_CHECK((tree_mask.dim() == 2 || (tree_mask.dim() == 3 && tree_mask.sym_size(0) == s.batch)) &&
+                    tree_mask.sym_size(-1) == n && tree_mask.sym_size(-2) == n,
                 fn, ": tree_mask must be [Tq, Tq] or [B, Tq, Tq] = [", s.batch, ", ", n, ", ", n, "], got ",
-                tree_mask.sizes());
+                tree_mask.sym_sizes());
     TORCH_CHECK(n > 0, fn, ": tree_mask needs at least one candidate (Tq > 0)");
     TORCH_CHECK(is_causal, fn, ": tree_mask needs is_causal (the candidates attend the cache before them)");
     TORCH_CHECK(window_left < 0 && window_right < 0 && !(alibi_slopes && alibi_slopes->defined()), fn,
                 ": tree_mask takes no window and no ALiBi: a candidate's distance to a key is its depth in the tree, "
                 "not its index");
-    const at::Tensor mask = tree_mask.reshape({-1, n, n});
-    const at::Tensor diagonal = mask.diagonal(0, 1, 2);
-    TORCH_CHECK(diagonal.all().item<bool>(), fn, ": tree_mask must let each candidate attend itself (true on the "
-                "diagonal)");
-    TORCH_CHECK(!mask.triu(1).any().item<bool>(), fn, ": tree_mask lets a candidate attend a later one (true above "
-                "the diagonal): list each candidate after its parent");
+    if (!tree_mask.device().is_meta()) {
+      const int64_t tq = n.guard_int(__FILE__, __LINE__);
+      const at::Tensor mask = tree_mask.reshape({-1, tq, tq});
+      const at::Tensor diagonal = mask.diagonal(0, 1, 2);
+      TORCH_CHECK(diagonal.all().item<bool>(), fn, ": tree_mask must let each candidate attend itself (true on the "
+                  "diagonal)");
+      TORCH_CHECK(!mask.triu(1).any().item<bool>(), fn, ": tree_mask lets a candidate attend a later one (true "
+                  "above the diagonal): list each candidate after its parent");
+    }
   }
   FlashArguments a;
   a.is_causal = is_causal, a.scale = scale;
   a.window_left = window_left, a.window_right = window_right, a.softcap = softcap;
   a.alibi_slopes = alibi_slopes, a.sinks = sinks;
-  FlashSizes sizes{s.batch, s.heads, s.tq, s.capacity, s.dk, s.dv, s.kv_heads};
+  SymFlashSizes sizes{s.batch, s.heads, s.tq, s.capacity, s.dk, s.dv, s.kv_heads};
   check_variant_args(fn, sizes, query, a);
   return a;
+}
+
+FlashArguments check_decode_variants(const char* fn, const CacheSizes& s, const at::Tensor& query, bool is_causal,
+                                     c10::optional<double> scale, int64_t window_left, int64_t window_right,
+                                     double softcap, const c10::optional<at::Tensor>& alibi_slopes,
+                                     const c10::optional<at::Tensor>& sinks, const at::Tensor& tree_mask) {
+  return check_decode_variants(fn, symbolic(s), query, is_causal, scale, window_left, window_right, softcap,
+                               alibi_slopes, sinks, tree_mask);
+}
+
+at::Tensor empty_decode_output(const SymCacheSizes& s, const at::TensorOptions& options) {
+  return at::empty_symint({s.batch, s.tq, s.heads, s.dv}, options).transpose(1, 2);
+}
+
+at::Tensor empty_decode_output(const CacheSizes& s, const at::TensorOptions& options) {
+  return empty_decode_output(symbolic(s), options);
+}
+
+SymCacheSizes check_decode_op_args_symbolic(const char* fn, const at::Tensor& query, const at::Tensor& key_cache,
+                                            const at::Tensor& value_cache, const at::Tensor& query_starts,
+                                            const at::Tensor& key_lengths, const DecodeOnlyInputs& decode_only,
+                                            bool is_causal, c10::optional<double> scale, int64_t window_left,
+                                            int64_t window_right, double softcap,
+                                            const c10::optional<at::Tensor>& alibi_slopes,
+                                            const c10::optional<at::Tensor>& sinks) {
+  check_input(fn, "query", query, "[B, H, Tq, d_k]");
+  if (!is_int8_cache(key_cache)) check_input(fn, "key_cache", key_cache, "[B, H_kv, capacity, d_k]");
+  if (!is_int8_cache(value_cache)) check_input(fn, "value_cache", value_cache, "[B, H_kv, capacity, d_v]");
+  const SymCacheSizes s =
+      check_cache_call_symbolic(fn, query, key_cache, value_cache, query_starts, key_lengths, decode_only);
+  TORCH_CHECK(s.dv > 0, fn, ": d_v must be positive, got value_cache ", value_cache.sym_sizes());
+  check_decode_variants(fn, s, query, is_causal, scale, window_left, window_right, softcap, alibi_slopes, sinks,
+                        decode_only.tree_mask);
+  return s;
 }
 
 }  // namespace attn::ops

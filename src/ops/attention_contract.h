@@ -73,16 +73,26 @@ std::tuple<at::Tensor, at::Tensor> empty_forward_results(const FlashSizes& s, co
                                                          at::ScalarType lse_type);
 
 // ---- attn::decode_attention: a call on a KV cache ----
-struct CacheSizes {
-  int64_t batch, heads, tq, dk, kv_heads, capacity, dv;
-  int64_t block_size = 0;  ///< a paged cache's positions per block; 0 when contiguous
+/// Its sizes, int64_t for the kernels and c10::SymInt for the Meta kernel, as FlashSizesOf.
+template <typename Int>
+struct CacheSizesOf {
+  Int batch, heads, tq, dk, kv_heads, capacity, dv;
+  Int block_size = 0;  ///< a paged cache's positions per block; 0 when contiguous
 };
+using CacheSizes = CacheSizesOf<int64_t>;
+using SymCacheSizes = CacheSizesOf<c10::SymInt>;
 
 /// What only the decode kernel reads, each undefined when unused: an int8 cache's row scales, a paged cache's
 /// block table, and a token tree's mask over its candidates.
 struct DecodeOnlyInputs {
   at::Tensor key_scales, value_scales, block_table, tree_mask;
   bool any() const { return key_scales.defined() || value_scales.defined() || block_table.defined() || tree_mask.defined(); }
+  /// The op's optional arguments, an absent one undefined.
+  static DecodeOnlyInputs of(const c10::optional<at::Tensor>& key_scales, const c10::optional<at::Tensor>& value_scales,
+                             const c10::optional<at::Tensor>& block_table, const c10::optional<at::Tensor>& tree_mask) {
+    const auto get = [](const c10::optional<at::Tensor>& t) { return t && t->defined() ? *t : at::Tensor(); };
+    return {get(key_scales), get(value_scales), get(block_table), get(tree_mask)};
+  }
 };
 
 /// Checks query [B, H, Tq, d_k] (floating, d_k > 0), key_cache [B, H_kv, capacity, d_k] and value_cache
@@ -97,9 +107,32 @@ struct DecodeOnlyInputs {
 /// [num_blocks, H_kv, block_size]; row b's position j is in block block_table[b, j / block_size], and capacity is
 /// max_blocks · block_size. The blocks holding each row's key_lengths[b] positions must be in [0, num_blocks).
 /// A tree_mask is checked by check_decode_variants.
+/// check_cache_call_symbolic checks the shapes, dtypes and devices only, over symbolic sizes (the Meta kernel's
+/// tensors hold no positions to read); check_cache_call checks those and then the positions and block ids.
+SymCacheSizes check_cache_call_symbolic(const char* fn, const at::Tensor& query, const at::Tensor& key_cache,
+                                        const at::Tensor& value_cache, const at::Tensor& query_starts,
+                                        const at::Tensor& key_lengths, const DecodeOnlyInputs& decode_only = {});
 CacheSizes check_cache_call(const char* fn, const at::Tensor& query, const at::Tensor& key_cache,
                             const at::Tensor& value_cache, const at::Tensor& query_starts,
                             const at::Tensor& key_lengths, const DecodeOnlyInputs& decode_only = {});
+
+/// check_cache_call's checks of the values: the positions and a paged cache's block ids (`block_table`, or
+/// undefined), for sizes check_cache_call_symbolic passed.
+void check_cache_positions(const char* fn, const CacheSizes& s, const at::Tensor& key_cache,
+                           const at::Tensor& query_starts, const at::Tensor& key_lengths, const at::Tensor& block_table);
+
+/// The sizes of a call on tensors that have concrete sizes.
+CacheSizes concrete(const SymCacheSizes& s);
+
+/// The decode op's own checks, its CPU and Meta kernels' (over symbolic sizes, the values not read): check_input
+/// for the query and a cache in the query's dtype, check_cache_call_symbolic, d_v > 0 and check_decode_variants.
+SymCacheSizes check_decode_op_args_symbolic(const char* fn, const at::Tensor& query, const at::Tensor& key_cache,
+                                            const at::Tensor& value_cache, const at::Tensor& query_starts,
+                                            const at::Tensor& key_lengths, const DecodeOnlyInputs& decode_only,
+                                            bool is_causal, c10::optional<double> scale, int64_t window_left,
+                                            int64_t window_right, double softcap,
+                                            const c10::optional<at::Tensor>& alibi_slopes,
+                                            const c10::optional<at::Tensor>& sinks);
 
 /// Whether a cache holds int8 rows with a scale per row (KVCacheOptions().dtype(torch::kInt8)).
 bool is_int8_cache(const at::Tensor& cache);
@@ -109,10 +142,20 @@ bool is_int8_cache(const at::Tensor& cache);
 /// bool [Tq, Tq] or [B, Tq, Tq]: candidate t, at position query_starts[b] + t, attends candidate u iff
 /// tree_mask[(b,) t, u]; true on the diagonal, false above it (a parent comes before its child). It needs
 /// is_causal, and takes no window and no ALiBi (a candidate's distance to a key is its depth, not its index).
+/// On the meta device the tree's values are not read.
+FlashArguments check_decode_variants(const char* fn, const SymCacheSizes& s, const at::Tensor& query, bool is_causal,
+                                     c10::optional<double> scale, int64_t window_left, int64_t window_right,
+                                     double softcap, const c10::optional<at::Tensor>& alibi_slopes,
+                                     const c10::optional<at::Tensor>& sinks, const at::Tensor& tree_mask = {});
 FlashArguments check_decode_variants(const char* fn, const CacheSizes& s, const at::Tensor& query, bool is_causal,
                                      c10::optional<double> scale, int64_t window_left, int64_t window_right,
                                      double softcap, const c10::optional<at::Tensor>& alibi_slopes,
                                      const c10::optional<at::Tensor>& sinks, const at::Tensor& tree_mask = {});
+
+/// The decode op's output, uninitialised: [B, H, Tq, d_v] in the query's dtype, laid out as [B, Tq, H, d_v] (as
+/// flash_attention's output, so merging the heads back is a free view).
+at::Tensor empty_decode_output(const SymCacheSizes& s, const at::TensorOptions& options);
+at::Tensor empty_decode_output(const CacheSizes& s, const at::TensorOptions& options);
 
 /// Positions as the kernels read them: [B] int64 on the CPU, contiguous. `t` itself where it is so already (a
 /// KVCache's lengths are), else a converted copy.

@@ -1,16 +1,18 @@
-"""torch.compile and torch.export see through attn::flash_attention (PyTorch >= 2 only).
+"""torch.compile and torch.export see through attn's ops (PyTorch >= 2 only).
 
 Run by CTest in the LibTorch 2.x lane:
     .venv-torch/bin/python tests/python/test_compile_export.py --library build-torch-pip/libattn.so
 
 Both need the op's Meta kernels (src/ops/meta/): Dynamo and AOTAutograd trace the forward and the backward op
 on fake tensors, and torch.export records the op in its graph. The Meta kernels read symbolic sizes, so
-torch.compile(dynamic=True) compiles one graph for every sequence length and torch.export takes a Dim there. Every compiled or exported result, forward
-and gradients, is checked against the same op run eagerly on the same inputs, and the eager op against a
-float64 softmax(q k^T * scale + mask) v, so a wrong Meta kernel (wrong shape, dtype or stride) or a wrong
-trace fails here.
+torch.compile(dynamic=True) compiles one graph for every sequence length and torch.export takes a Dim there:
+flash_attention (padded and packed), decode_attention (the cache's capacity) and linear_rows (the rows). Every
+compiled or exported result, forward and gradients, is checked against the same op run eagerly on the same
+inputs, and the eager op against a float64 reference, so a wrong Meta kernel (wrong shape, dtype or stride), a
+size it specialises (a second graph) or a wrong trace fails here.
 """
 import argparse
+import itertools
 import math
 import sys
 
@@ -139,8 +141,146 @@ def main():
         good &= compare(f"{dtype} torch.export", forward_and_grads(exported.module(), q, k, v, padding, cot), eager,
                         tol)
 
+    good &= check_packed_sequences()
+    good &= check_decode_attention()
+    good &= check_linear_rows()
     print("all passed" if good else "FAILURES")
     return 0 if good else 1
+
+
+def one_graph(name, make_compiled, run_all):
+    """Compiles with dynamic=True, runs every case, and checks Dynamo made one graph for all of them."""
+    torch._dynamo.reset()
+    counters.clear()
+    good = run_all(make_compiled())
+    graphs = counters["stats"]["unique_graphs"]
+    return good & check(f"{name}: one graph", graphs == 1,
+                        f"{graphs} graph(s), recompiles {dict(counters['recompiles'])}")
+
+
+def check_packed_sequences():
+    """Packed (varlen) sequences: the packed length is symbolic, the boundaries are data."""
+    def packed(q, k, v, cu):
+        out, _ = torch.ops.attn.flash_attention(q, k, v, is_causal=True, cu_seqlens_q=cu, cu_seqlens_k=cu)
+        return out
+
+    def case(lengths):
+        cu = torch.tensor([0] + list(itertools.accumulate(lengths)), dtype=torch.long)
+        q, k, v, _ = inputs(1, 2, int(cu[-1]), 16, torch.float32, seed=sum(lengths))
+        cot = torch.randn_like(q)
+        return q, k, v, cu, cot
+
+    def grads(fn, q, k, v, cu, cot):
+        q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        out = fn(q, k, v, cu)
+        (out * cot).sum().backward()
+        return out.detach(), q.grad, k.grad, v.grad
+
+    cases = [case(lengths) for lengths in ((5, 9, 3), (17, 2, 11), (8, 8, 8), (30, 1, 4), (3, 40, 12))]
+    good = True
+    # The eager op against float64 attention of each sequence alone.
+    q, k, v, cu, _ = cases[0]
+    eager = packed(q, k, v, cu)
+    want = torch.cat([float64_reference(q[..., a:b, :], k[..., a:b, :], v[..., a:b, :],
+                                        torch.zeros(1, 1, b - a, dtype=torch.bool), 1 / 4)
+                      for a, b in zip(cu[:-1].tolist(), cu[1:].tolist())], dim=2)
+    good &= close("packed sequences: eager op against float64", eager, want, 2e-5)
+
+    def run_all(compiled):
+        ok = True
+        for q, k, v, cu, cot in cases:
+            ok &= compare(f"packed sequences, torch.compile(dynamic=True) total={q.shape[2]}",
+                          grads(compiled, q, k, v, cu, cot), grads(packed, q, k, v, cu, cot), 0.0)
+        return ok
+
+    return good & one_graph("packed sequences, torch.compile(aot_eager, dynamic=True), 5 packed lengths",
+                            lambda: torch.compile(packed, backend="aot_eager", dynamic=True, fullgraph=True),
+                            run_all)
+
+
+def decode_reference(q, k, v, starts, lengths):
+    """float64: query t of row b, at position starts[b] + t, attends the keys j <= its position, j < lengths[b]."""
+    B, H, Tq, d = q.shape
+    group = H // k.shape[1]
+    out = torch.zeros(B, H, Tq, v.shape[-1], dtype=torch.float64)
+    for b in range(B):
+        n = int(lengths[b])
+        for t in range(Tq):
+            allowed = min(int(starts[b]) + t + 1, n)
+            for h in range(H):
+                scores = q[b, h, t].double() @ k[b, h // group, :allowed].double().T / math.sqrt(d)
+                out[b, h, t] = torch.softmax(scores, -1) @ v[b, h // group, :allowed].double()
+    return out
+
+
+def check_decode_attention():
+    """attn::decode_attention over a cache whose capacity (and the step's query count) changes from call to call."""
+    def step(q, k, v, starts, lengths):
+        return torch.ops.attn.decode_attention(q, k, v, starts, lengths)
+
+    def case(capacity, tq):
+        # Sizes all different from each other: Dynamo gives equal sizes one symbol at the first trace ("duck
+        # sizing"), and would recompile when they part.
+        g = torch.Generator().manual_seed(capacity)
+        q = torch.randn(3, 10, tq, 16, generator=g)
+        k, v = (torch.randn(3, 5, capacity, 16, generator=g) for _ in range(2))
+        lengths = torch.tensor([capacity, capacity - 4, capacity // 2])
+        return q, k, v, lengths - tq, lengths
+
+    cases = [case(capacity, tq) for capacity, tq in ((20, 2), (33, 6), (47, 2), (61, 4), (90, 7))]
+    good = True
+    with torch.no_grad():
+        q, k, v, starts, lengths = cases[1]
+        good &= close("decode_attention: eager op against float64", step(q, k, v, starts, lengths),
+                      decode_reference(q, k, v, starts, lengths), 2e-5)
+
+        def run_all(compiled):
+            ok = True
+            for c in cases:
+                ok &= close(f"decode_attention, torch.compile(dynamic=True) capacity={c[1].shape[2]} "
+                            f"Tq={c[0].shape[2]}", compiled(*c), step(*c), 0.0)
+            return ok
+
+        for backend in ("aot_eager", "inductor"):
+            good &= one_graph(f"decode_attention, torch.compile({backend}, dynamic=True), 5 capacities",
+                              lambda: torch.compile(step, backend=backend, dynamic=True, fullgraph=True), run_all)
+
+        class Step(torch.nn.Module):
+            def forward(self, q, k, v, starts, lengths):
+                return step(q, k, v, starts, lengths)
+
+        capacity = torch.export.Dim("capacity", min=8, max=4096)
+        exported = torch.export.export(Step(), cases[0], dynamic_shapes=({}, {2: capacity}, {2: capacity}, {}, {}))
+        for c in (case(41, 2), case(77, 2), case(300, 2)):
+            good &= close(f"decode_attention, torch.export(Dim capacity) at capacity={c[1].shape[2]}",
+                          exported.module()(*c), step(*c), 0.0)
+    return good
+
+
+def check_linear_rows():
+    """attn::linear_rows over a changing number of rows (at most 16: the op's limit, a guard of the graph)."""
+    g = torch.Generator().manual_seed(7)
+    weight, bias = torch.randn(24, 40, generator=g), torch.randn(24, generator=g)
+
+    def project(x):
+        return torch.ops.attn.linear_rows(x, weight, bias)
+
+    xs = [torch.randn(n, 40, generator=g) for n in (2, 5, 9, 12, 16)]
+    good = True
+    with torch.no_grad():
+        good &= close("linear_rows: eager op against float64", project(xs[1]),
+                      xs[1].double() @ weight.double().T + bias.double(), 1e-4)
+
+        def run_all(compiled):
+            ok = True
+            for x in xs:
+                ok &= close(f"linear_rows, torch.compile(dynamic=True) rows={x.shape[0]}", compiled(x), project(x), 0.0)
+            return ok
+
+        for backend in ("aot_eager", "inductor"):
+            good &= one_graph(f"linear_rows, torch.compile({backend}, dynamic=True), 5 row counts",
+                              lambda: torch.compile(project, backend=backend, dynamic=True, fullgraph=True), run_all)
+    return good
 
 
 if __name__ == "__main__":

@@ -37,12 +37,9 @@ CacheView cache_view(const at::Tensor& t, const at::Tensor& scales, const at::Te
 }
 
 /// Scales laid out as the kernel reads them: positions of a row adjacent.
-at::Tensor row_scales_layout(const c10::optional<at::Tensor>& scales) {
-  if (!scales || !scales->defined()) return {};
-  return scales->stride(2) == 1 ? *scales : scales->contiguous();
+at::Tensor row_scales_layout(const at::Tensor& scales) {
+  return !scales.defined() || scales.stride(2) == 1 ? scales : scales.contiguous();
 }
-
-at::Tensor given(const c10::optional<at::Tensor>& t) { return t && t->defined() ? *t : at::Tensor(); }
 
 at::Tensor decode_attention_cpu(const at::Tensor& query, const at::Tensor& key_cache, const at::Tensor& value_cache,
                                 const at::Tensor& query_starts, const at::Tensor& key_lengths, bool is_causal,
@@ -52,16 +49,14 @@ at::Tensor decode_attention_cpu(const at::Tensor& query, const at::Tensor& key_c
                                 const c10::optional<at::Tensor>& value_scales,
                                 const c10::optional<at::Tensor>& block_table,
                                 const c10::optional<at::Tensor>& tree_mask) {
-  check_input(kOp, "query", query, "[B, H, Tq, d_k]");
-  if (!is_int8_cache(key_cache)) check_input(kOp, "key_cache", key_cache, "[B, H_kv, capacity, d_k]");
-  if (!is_int8_cache(value_cache)) check_input(kOp, "value_cache", value_cache, "[B, H_kv, capacity, d_v]");
-  const DecodeOnlyInputs decode_only{row_scales_layout(key_scales), row_scales_layout(value_scales),
-                                     given(block_table), given(tree_mask)};
-  const CacheSizes c = check_cache_call(kOp, query, key_cache, value_cache, query_starts, key_lengths, decode_only);
+  DecodeOnlyInputs decode_only = DecodeOnlyInputs::of(key_scales, value_scales, block_table, tree_mask);
+  const CacheSizes c = concrete(check_decode_op_args_symbolic(kOp, query, key_cache, value_cache, query_starts,
+                                                              key_lengths, decode_only, is_causal, scale, window_left,
+                                                              window_right, softcap, alibi_slopes, sinks));
+  check_cache_positions(kOp, c, key_cache, query_starts, key_lengths, decode_only.block_table);
+  decode_only.key_scales = row_scales_layout(decode_only.key_scales);
+  decode_only.value_scales = row_scales_layout(decode_only.value_scales);
   const int64_t B = c.batch, H = c.heads, tq = c.tq, dk = c.dk, H_kv = c.kv_heads, dv = c.dv;
-  TORCH_CHECK(dv > 0, kOp, ": d_v must be positive, got value_cache ", value_cache.sizes());
-  check_decode_variants(kOp, c, query, is_causal, scale, window_left, window_right, softcap, alibi_slopes, sinks,
-                        decode_only.tree_mask);
   // A paged cache's block table as the kernel reads it, and a token tree's mask, contiguous.
   const at::Tensor blocks = decode_only.block_table.defined()
                                 ? host_positions(decode_only.block_table.flatten()).view(decode_only.block_table.sizes())
@@ -75,8 +70,7 @@ at::Tensor decode_attention_cpu(const at::Tensor& query, const at::Tensor& key_c
   // The query is small and converted; the caches are read in place, in their own dtype.
   const at::Tensor q = row_major_layout(query.to(compute));
   const at::Tensor k = row_major_layout(key_cache), v = row_major_layout(value_cache);
-  // [B, Tq, H, d_v] memory, as flash_attention's output: merging the heads back is a free view.
-  at::Tensor out = at::empty({B, tq, H, dv}, q.options()).transpose(1, 2);
+  at::Tensor out = empty_decode_output(c, q.options());
   const double sc = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(dk));
   // The per-head terms in the compute type, contiguous.
   const at::Tensor slopes = alibi_slopes && alibi_slopes->defined() ? alibi_slopes->to(compute).contiguous() : at::Tensor();

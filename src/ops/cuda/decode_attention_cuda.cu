@@ -449,8 +449,7 @@ at::Tensor decode_attention_cuda(const at::Tensor& query, const at::Tensor& key_
   const at::ArrayRef<int64_t> starts(host_starts.data_ptr<int64_t>(), B), lengths(host_lengths.data_ptr<int64_t>(), B);
 
   const c10::cuda::CUDAGuard guard(query.device());
-  // [B, Tq, H, d] memory, as flash_attention's output: merging the heads back is a free view.
-  at::Tensor out = at::empty({B, tq, H, d}, query.options()).transpose(1, 2);
+  at::Tensor out = empty_decode_output(c, query.options());
   if (B == 0 || H == 0 || tq == 0) return out;
   const auto float_options = query.options().dtype(at::kFloat);
   std::vector<int64_t> positions(starts.begin(), starts.end());

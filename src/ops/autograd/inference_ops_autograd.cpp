@@ -1,0 +1,61 @@
+// The Autograd kernels of the inference ops, attn::decode_attention and attn::linear_rows: they compute no
+// gradient, so a call that would need one is refused (a silently detached result would train nothing), and any
+// other call goes on to the device's kernel. Registered for every autograd key, the meta device's included.
+
+#include <attn/ops/decode_attention.h>
+#include <attn/ops/linear_rows.h>
+
+#include <ATen/core/grad_mode.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <torch/library.h>
+
+#include <initializer_list>
+
+namespace attn::ops {
+namespace {
+
+bool needs_grad(std::initializer_list<const c10::optional<at::Tensor>*> tensors) {
+  if (!at::GradMode::is_enabled()) return false;
+  for (const c10::optional<at::Tensor>* t : tensors) {
+    if (*t && (*t)->defined() && (*t)->requires_grad()) return true;
+  }
+  return false;
+}
+
+at::Tensor decode_attention_autograd(const at::Tensor& query, const at::Tensor& key_cache,
+                                     const at::Tensor& value_cache, const at::Tensor& query_starts,
+                                     const at::Tensor& key_lengths, bool is_causal, c10::optional<double> scale,
+                                     int64_t window_left, int64_t window_right, double softcap,
+                                     const c10::optional<at::Tensor>& alibi_slopes,
+                                     const c10::optional<at::Tensor>& sinks,
+                                     const c10::optional<at::Tensor>& key_scales,
+                                     const c10::optional<at::Tensor>& value_scales,
+                                     const c10::optional<at::Tensor>& block_table,
+                                     const c10::optional<at::Tensor>& tree_mask) {
+  const c10::optional<at::Tensor> q = query, k = key_cache, v = value_cache;
+  TORCH_CHECK(!needs_grad({&q, &k, &v, &alibi_slopes, &sinks}), "attn::decode_attention is an inference kernel and "
+              "computes no gradient, but an input requires one: call it under torch.no_grad() (C++: "
+              "torch::NoGradGuard), or use attn::flash_attention to train");
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return decode_attention(query, key_cache, value_cache, query_starts, key_lengths, is_causal, scale, window_left,
+                          window_right, softcap, alibi_slopes, sinks, key_scales, value_scales, block_table, tree_mask);
+}
+
+at::Tensor linear_rows_autograd(const at::Tensor& input, const at::Tensor& weight,
+                                const c10::optional<at::Tensor>& bias) {
+  const c10::optional<at::Tensor> x = input, w = weight;
+  TORCH_CHECK(!needs_grad({&x, &w, &bias}), "attn::linear_rows is an inference kernel and computes no gradient, "
+              "but an input requires one: call it under torch.no_grad() (C++: torch::NoGradGuard), or use "
+              "torch.nn.functional.linear to train");
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return linear_rows(input, weight, bias);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(attn, Autograd, m) {
+  m.impl("decode_attention", TORCH_FN(decode_attention_autograd));
+  m.impl("linear_rows", TORCH_FN(linear_rows_autograd));
+}
+
+}  // namespace attn::ops
