@@ -7,8 +7,9 @@ ifeq ($(TORCH),debian)
 BUILD_DIR ?= build
 else ifeq ($(TORCH),pip)
 BUILD_DIR ?= build-torch-pip
-# The lane's environment (scripts/torch-pip-env.sh): CMake finds the wheel's LibTorch and the CUDA toolkit,
-# the reference scripts and Python tests run on the venv's Python.
+# The lane's environment (scripts/torch-pip-env.sh): the wheel's torch.utils.cmake_prefix_path, its Python for
+# the reference scripts and Python tests, CUDACXX and TORCH_CUDA_ARCH_LIST. Configured as the README's recipe
+# says and with nothing else (no LDFLAGS, no extra prefix), so that every run of the lane tests the recipe.
 TORCH_PIP_ENV = eval "$$(bash scripts/torch-pip-env.sh)" &&
 else
 $(error TORCH=$(TORCH): the lanes are TORCH=debian (the default) and TORCH=pip)

@@ -57,8 +57,16 @@ ready=0
 trap 'rm -rf "$build"; [ "$ready" = 1 ] || rm -f "$stamp"' EXIT
 env_lines=$("$root/scripts/torch-pip-env.sh") || fail "scripts/torch-pip-env.sh failed (see above)"
 eval "$env_lines"
+# The check is a plain find_package(Torch) project, not attn, so it does itself what attn's CMake does for it
+# (cmake/torch_isolation.cmake), as any such project beside Debian's libtorch-dev must: the torch folder on the
+# prefix path, else TorchConfig links Debian's libc10.so; -rpath-link to the nvidia-* wheels, else the linker
+# checks libtorch_cuda.so against the toolkit's older NCCL.
+torch_dir=$(dirname "$(dirname "$ATTN_TORCH_CMAKE_PREFIX_PATH")")
+rpath_link=$(ls -d "$(dirname "$torch_dir")"/nvidia/*/lib 2>/dev/null | paste -sd: || true)
+[ -n "$rpath_link" ] || fail "$(dirname "$torch_dir") has no nvidia/*/lib: the nvidia-* wheels are missing"
 if ! { cmake -S "$check" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-         -DCMAKE_PREFIX_PATH="$ATTN_TORCH_CMAKE_PREFIX_PATH" > "$build/configure.log" 2>&1 &&
+         -DCMAKE_PREFIX_PATH="$ATTN_TORCH_CMAKE_PREFIX_PATH;$torch_dir" \
+         -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$rpath_link" > "$build/configure.log" 2>&1 &&
        cmake --build "$build" -j "${JOBS:-$(nproc)}" > "$build/build.log" 2>&1 &&
        "$build/torch_pip_check"; }; then
   cat "$build"/*.log >&2
