@@ -35,6 +35,16 @@ function(attn_add_kernel_variants target)
       SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUSION ON)
     target_compile_definitions(${target} PRIVATE ATTN_HAVE_BF16_DOT)
   endif()
+  # The int8 cache's dot products (src/ops/cpu/products/*_avx512vnni.cpp), likewise in files of their own.
+  check_cxx_compiler_flag(-mavx512vnni ATTN_COMPILER_HAS_AVX512VNNI)
+  if(ATTN_COMPILER_HAS_AVX512VNNI)
+    file(GLOB vnni_sources CONFIGURE_DEPENDS ${dir}/products/*_avx512vnni.cpp)
+    target_sources(${target} PRIVATE ${vnni_sources})
+    set_source_files_properties(${vnni_sources} PROPERTIES
+      COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mfma;$<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>;$<$<CXX_COMPILER_ID:GNU>:-Wno-uninitialized>"
+      SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUSION ON)
+    target_compile_definitions(${target} PRIVATE ATTN_HAVE_INT8_DOT)
+  endif()
   # The tests of the micro-kernel are compiled where it is.
   set(ATTN_HAVE_BF16_DOT ${ATTN_COMPILER_HAS_AVX512BF16} CACHE INTERNAL "the bfloat16 route is compiled")
   target_include_directories(${target} PRIVATE ${ATTN_SLEEF_INCLUDE_DIR})

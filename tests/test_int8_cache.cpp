@@ -97,20 +97,39 @@ TEST(Int8Cache, RefusesWhatItCannotStoreAndLeavesItselfAsItWas) {
 struct Int8Param {
   ops::cpu::Capability capability;
   torch::Dtype query_dtype;
+  ops::cpu::Int8Products products = ops::cpu::Int8Products::Widen;  // the AVX-512 variant's int8 products
 };
 
+bool takes_dot(const Int8Param& p) { return p.products == ops::cpu::Int8Products::Dot; }
+
 void PrintTo(const Int8Param& p, std::ostream* os) {
-  *os << ops::cpu::capability_name(p.capability) << " " << c10::toString(p.query_dtype);
+  *os << ops::cpu::capability_name(p.capability) << " " << c10::toString(p.query_dtype)
+      << (takes_dot(p) ? " int8 dot" : "");
 }
 
 std::string int8_param_name(const ::testing::TestParamInfo<Int8Param>& info) {
-  return std::string(ops::cpu::capability_name(info.param.capability)) + "_" + c10::toString(info.param.query_dtype);
+  return std::string(ops::cpu::capability_name(info.param.capability)) + "_" +
+         c10::toString(info.param.query_dtype) + (takes_dot(info.param) ? "_int8_dot" : "");
 }
 
 class Int8DecodeKernel : public ::testing::TestWithParam<Int8Param> {
  protected:
-  void SetUp() override { scope_ = std::make_unique<CapabilityScope>(GetParam().capability); }
-  void TearDown() override { scope_.reset(); }
+  void SetUp() override {
+    if (takes_dot(GetParam()) && !ops::cpu::hardware_has_int8_dot()) {
+      GTEST_SKIP() << "skipped: this CPU (or build) has no AVX512-VNNI for the int8 dot products";
+    }
+    scope_ = std::make_unique<CapabilityScope>(GetParam().capability);
+    ops::cpu::force_int8_products(GetParam().products);
+  }
+  void TearDown() override {
+    scope_.reset();
+    ops::cpu::reset_int8_products();
+  }
+
+  /// The float32 tolerance against float64: the dot products round the query and the weights to int16, which
+  /// moves a product by at most 1/65534 of its row's largest term (products/int8_dot.h); measured up to 8.2e-5 of
+  /// the output's scale in these cases, widened elements 1e-6.
+  double float_tolerance() const { return takes_dot(GetParam()) ? 2e-4 : tolerance(torch::kFloat32); }
 
  private:
   std::unique_ptr<CapabilityScope> scope_;
@@ -124,12 +143,13 @@ struct Int8Case {
 };
 
 // The head sizes take the int8 loads' two-vector, one-vector and scalar steps on every variant (16, 24, 40,
-// 64, 72, 128); lengths cross the 256-key splits; groups of 1 to 8 query heads per cache head; Tq from 1 to
+// 64, 72, 128), and the dot products' whole and half value chunks (d = 64, 128, 256; 32); lengths cross the
+// splits (1024 keys for int8); groups of 1 to 8 query heads per cache head; Tq from 1 to
 // 40, past the decode kernel's 16 (an int8 cache is read by the decode kernel at any Tq).
 const std::vector<Int8Case> kInt8Cases = {
     {4, 1, 1, {1}, true, 16, 16},          {8, 2, 1, {1000}, true, 128, 128}, {6, 3, 1, {257, 3}, true, 40, 40},
     {8, 8, 3, {513, 77}, true, 64, 24},    {2, 2, 4, {9, 600}, false, 128, 72}, {8, 1, 1, {700}, false, 24, 40},
-    {4, 2, 40, {300, 45}, true, 64, 64},
+    {4, 2, 40, {300, 45}, true, 64, 64},  {4, 2, 2, {2100, 1030}, true, 256, 32},
 };
 
 TEST_P(Int8DecodeKernel, MatchesFloat64AttentionOverTheDequantizedRows) {
@@ -157,7 +177,7 @@ TEST_P(Int8DecodeKernel, MatchesFloat64AttentionOverTheDequantizedRows) {
         ops::decode_attention(q, kc, vc, longs(starts), longs(c.lengths), c.causal, c10::nullopt, -1, -1, 0.0,
                               c10::nullopt, c10::nullopt, ks, vs);
     ASSERT_EQ(out.scalar_type(), dtype);
-    EXPECT_CLOSE(out.to(torch::kFloat64), expected, dtype == torch::kBFloat16 ? tolerance(dtype) : 1e-5);
+    EXPECT_CLOSE(out.to(torch::kFloat64), expected, dtype == torch::kBFloat16 ? tolerance(dtype) : float_tolerance());
   }
 }
 
@@ -165,7 +185,7 @@ TEST_P(Int8DecodeKernel, MatchesFloat64AttentionOverTheDequantizedRows) {
 // holds the same dequantized rows (itself checked against float64 in test_variants.cpp).
 TEST_P(Int8DecodeKernel, VariantsMatchAFloatCacheOfTheSameRows) {
   torch::manual_seed(5);
-  const int64_t B = 2, H = 6, H_kv = 2, L = 700, d = 48;
+  const int64_t B = 2, H = 6, H_kv = 2, L = 700, d = 64;
   const torch::Tensor kc = torch::randint(-127, 128, {B, H_kv, L, d}).to(torch::kInt8);
   const torch::Tensor vc = torch::randint(-127, 128, {B, H_kv, L, d}).to(torch::kInt8);
   const torch::Tensor ks = torch::rand({B, H_kv, L}) * 0.02, vs = torch::rand({B, H_kv, L}) * 0.05;
@@ -182,13 +202,75 @@ TEST_P(Int8DecodeKernel, VariantsMatchAFloatCacheOfTheSameRows) {
   const torch::Tensor expected = run(query.to(torch::kFloat32), dequantized(kc, ks).to(torch::kFloat32),
                                      dequantized(vc, vs).to(torch::kFloat32), c10::nullopt, c10::nullopt);
   const torch::Tensor int8 = run(query, kc, vc, ks, vs);
-  EXPECT_CLOSE(int8, expected, GetParam().query_dtype == torch::kBFloat16 ? tolerance(torch::kBFloat16) : 1e-5);
+  EXPECT_CLOSE(int8, expected, GetParam().query_dtype == torch::kBFloat16 ? tolerance(torch::kBFloat16) : float_tolerance());
+}
+
+// The dot products' int32 sums at their limits: every key and value element -128 against a query whose elements
+// all round to 32767, d_k = 256, two splits, against float64; then a NaN in a query row and an infinite value
+// scale, which the dot products hand back to widening: a NaN row for that head only (its group then widens, so
+// the other heads match within the tolerance, not bitwise), and -inf everywhere (every value is -128 times a
+// positive scale) as float64 gives.
+TEST_P(Int8DecodeKernel, ExtremeElementsAndNonFiniteInputs) {
+  torch::manual_seed(9);
+  const int64_t H = 4, L = 2100, d = 256;
+  const torch::Tensor kc = torch::full({1, 1, L, d}, -128, torch::kInt8);
+  const torch::Tensor vc = torch::full({1, 1, L, d}, -128, torch::kInt8);
+  const torch::Tensor ks = torch::rand({1, 1, L}) * 0.0001 + 0.00001, vs = torch::rand({1, 1, L}) * 0.01;
+  const torch::Tensor q = torch::full({1, H, 1, d}, 4.0).to(GetParam().query_dtype);
+  const auto check = [&](const torch::Tensor& query, const torch::Tensor& value_scales) {
+    const torch::Tensor expected = std::get<0>(float64_attention(
+        query.to(torch::kFloat64), dequantized(kc, ks).expand({1, H, L, d}),
+        dequantized(vc, value_scales).expand({1, H, L, d}), cache_allowed_pairs({L - 1}, {L}, 1, L, true),
+        1.0 / std::sqrt(double(d))));
+    const torch::Tensor out = ops::decode_attention(query, kc, vc, longs({L - 1}), longs({L}), true, c10::nullopt,
+                                                    -1, -1, 0.0, c10::nullopt, c10::nullopt, ks, value_scales);
+    EXPECT_CLOSE(out.to(torch::kFloat64), expected,
+                 GetParam().query_dtype == torch::kBFloat16 ? tolerance(torch::kBFloat16) : float_tolerance());
+    return out;
+  };
+  const torch::Tensor clean = check(q, vs);
+  // A NaN in head 1's query: its row is NaN (as IEEE arithmetic gives on a float cache); the other heads keep
+  // the results checked above.
+  torch::Tensor nan_query = q.clone();
+  nan_query[0][1][0][5] = std::nan("");
+  const torch::Tensor with_nan = ops::decode_attention(nan_query, kc, vc, longs({L - 1}), longs({L}), true,
+                                                       c10::nullopt, -1, -1, 0.0, c10::nullopt, c10::nullopt, ks, vs);
+  EXPECT_TRUE(with_nan[0][1].isnan().all().item<bool>());
+  const double tol = GetParam().query_dtype == torch::kBFloat16 ? tolerance(torch::kBFloat16) : float_tolerance();
+  for (int64_t h : {0, 2, 3}) EXPECT_CLOSE(with_nan[0][h], clean[0][h], tol) << "head " << h;
+  torch::Tensor infinite = vs.clone();
+  infinite[0][0][7] = INFINITY;
+  EXPECT_TRUE(check(q, infinite).isinf().all().item<bool>());
+}
+
+// The int8 products are chosen once per call: the dot products on the AVX-512 variant where the CPU has
+// AVX512-VNNI (unless forced to widen), widening everywhere else; cpu_kernel_info() says which.
+TEST(Int8Products, KernelInfoSaysWhichProductsRun) {
+  {
+    CapabilityScope avx2(ops::cpu::Capability::Avx2);
+    EXPECT_FALSE(ops::cpu::int8_dot_route_chosen());
+    EXPECT_EQ(cpu_kernel_info().int8_products, "widen");
+  }
+  if (!ops::cpu::hardware_has_int8_dot() || ops::cpu::hardware_capability_limit() < ops::cpu::Capability::Avx512) {
+    GTEST_SKIP() << "skipped: this CPU (or build) has no AVX512-VNNI for the int8 dot products";
+  }
+  CapabilityScope avx512(ops::cpu::Capability::Avx512);
+  EXPECT_TRUE(ops::cpu::int8_dot_route_chosen());
+  EXPECT_EQ(cpu_kernel_info().int8_products, "dot");
+  EXPECT_NE(cpu_kernel_info().summary.find("AVX512-VNNI dot products"), std::string::npos) << cpu_kernel_info().summary;
+  ops::cpu::force_int8_products(ops::cpu::Int8Products::Widen);
+  EXPECT_FALSE(ops::cpu::int8_dot_route_chosen());
+  EXPECT_EQ(cpu_kernel_info().int8_products, "widen");
+  ops::cpu::reset_int8_products();
 }
 
 std::vector<Int8Param> int8_grid() {
   std::vector<Int8Param> grid;
   for (auto c : {ops::cpu::Capability::Default, ops::cpu::Capability::Avx2, ops::cpu::Capability::Avx512}) {
     for (torch::Dtype d : {torch::kFloat32, torch::kBFloat16}) grid.push_back({c, d});
+  }
+  for (torch::Dtype d : {torch::kFloat32, torch::kBFloat16}) {
+    grid.push_back({ops::cpu::Capability::Avx512, d, ops::cpu::Int8Products::Dot});
   }
   return grid;
 }

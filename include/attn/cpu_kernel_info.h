@@ -20,12 +20,16 @@ struct CpuKernelInfo {
   /// AVX-512 variant's default) or "blas" (LibTorch's BLAS once per tile: the other variants, or
   /// ATTN_FLOAT_PRODUCTS=blas).
   std::string float_products;
+  /// The decode kernel's products over an int8 KV cache: "dot" (integer dot products on AVX512-VNNI, the query
+  /// and the weights rounded to int16; the AVX-512 variant's default where the CPU has them) or "widen" (every
+  /// element widened to float: CPUs without AVX512-VNNI, the other variants, or ATTN_INT8_PRODUCTS=widen).
+  std::string int8_products;
   /// Whether the kernels spread their tiles over LibTorch's intra-op threads. True when attn was built with
   /// OpenMP (GCC); a build without it (clang) runs the tile loops on the calling thread, and only the tile
   /// GEMMs run threaded, inside the BLAS, whose rounding may then depend on the thread count.
   bool parallel_loops = true;
   /// One line that says the above, e.g. "avx512 (bfloat16 widened to float: AVX512-BF16 measured 0.52x),
-  /// float products on attn's tiles".
+  /// float products on attn's tiles, int8 cache on AVX512-VNNI dot products".
   std::string summary;
 };
 CpuKernelInfo cpu_kernel_info();

@@ -33,6 +33,9 @@ CpuKernelInfo cpu_kernel_info() {
   const bool tiles = ops::cpu::flash_product_route(at::kFloat, /*pairs_fit=*/true) == ops::cpu::ProductRoute::FloatTiles;
   info.float_products = tiles ? "tiles" : "blas";
   info.summary += info.float_products == "tiles" ? ", float products on attn's tiles" : ", float products on BLAS";
+  info.int8_products = ops::cpu::int8_dot_route_chosen() ? "dot" : "widen";
+  info.summary += info.int8_products == "dot" ? ", int8 cache on AVX512-VNNI dot products"
+                                              : ", int8 cache widened to float";
 #ifdef _OPENMP
   info.parallel_loops = true;
 #else

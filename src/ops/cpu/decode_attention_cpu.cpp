@@ -4,6 +4,8 @@
 #include "common/checks.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/math/kernel_layout.h"
+#include "ops/cpu/products/int8_dot.h"
+#include "ops/cpu/products/route.h"
 #include "ops/attention_contract.h"
 
 #include <ATen/ATen.h>
@@ -93,6 +95,8 @@ at::Tensor decode_attention_cpu(const at::Tensor& query, const at::Tensor& key_c
   // The kernel keeps every split's partial output for every query row: a long prompt (a prefill over an int8 or
   // paged cache) goes through in chunks of queries, so that memory stays bounded by the chunk. A token tree's
   // candidates see each other, so they go together.
+  const bool int8_dot = k.scalar_type() == at::kChar && compute == at::kFloat && int8_dot_fits(dk, dv) &&
+                        int8_dot_route_chosen();
   const int64_t chunk = tree.defined() ? std::max<int64_t>(tq, 1) : kDecodeQueryChunk;
   std::vector<int64_t> chunk_starts(B);
   AT_DISPATCH_FLOATING_TYPES(compute, kOp, [&] {
@@ -108,6 +112,7 @@ at::Tensor decode_attention_cpu(const at::Tensor& query, const at::Tensor& key_c
       args.v = cache_view(v, decode_only.value_scales, blocks);
       if (tree.defined()) args.tree = tree.data_ptr<bool>(), args.tree_stride = tree.dim() == 3 ? tq * tq : 0;
       args.scale = static_cast<scalar_t>(sc);
+      args.int8_dot = int8_dot;
       args.out = view<scalar_t>(out.narrow(2, t0, n));
       decode_forward(args);
     }

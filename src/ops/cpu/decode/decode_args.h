@@ -68,12 +68,20 @@ struct DecodeArgs {
   const bool* tree = nullptr;
   int64_t tree_stride = 0;
   View4<T> out;              // [B, H, Tq, dv]
+  // An int8 cache's products as integer dot products (products/int8_dot.h), chosen once per call by the op
+  // (int8_dot_route_chosen and int8_dot_fits); otherwise its elements are widened to float.
+  bool int8_dot = false;
 
   int64_t right_bound() const { return common::band_right(causal, window_right); }
 };
 
-/// Keys per split of a row's cache: the split depends on the length only, never on the thread count, so
-/// the merged result is bitwise the same at any thread count.
+/// Keys per split of a row's cache of KV elements: the split depends on the length and the element type only,
+/// never on the thread count, so the merged result is bitwise the same at any thread count. A split starts
+/// cold (its first rows wait on memory before the prefetches run ahead), so an int8 split, whose rows are half
+/// a bfloat16 one's, takes 1024 keys: about 0.75x the time of 256 and 0.9x that of 512 on the decode bench's int8 rows
+/// (bench/RESULTS.md, issue 33). A bfloat16 split of 512 keys measured no faster than 256.
 inline constexpr int64_t kDecodeKeyBlock = 256;
+template <typename KV>
+constexpr int64_t split_keys() { return sizeof(KV) == 1 ? 4 * kDecodeKeyBlock : kDecodeKeyBlock; }
 
 }  // namespace attn::ops::cpu

@@ -2,7 +2,7 @@
 // kernels (ops/cpu/variant_*.cpp). No include guard on purpose: each variant file includes it once.
 //
 // Decoding reads the whole cache for a few FLOPs per element, so it is bound by memory bandwidth. Each task
-// takes one split of kDecodeKeyBlock keys of one (batch row, K/V head) and computes, for every query row of
+// takes one split of split_keys<KV>() keys of one (batch row, K/V head) and computes, for every query row of
 // the heads that share that K/V head (group × Tq rows, packed into one tile so each K/V element is read once
 // per group), the split's running max, sum and unnormalised output. A second pass merges the splits of each
 // (row, K/V head) with their log-sum-exp, in split order. Splits are fixed by the length, so every thread
@@ -19,6 +19,7 @@
 #include "ops/cpu/isa/variants.h"
 #include "ops/cpu/math/rows.h"
 #include "ops/cpu/math/score_terms.h"
+#include "ops/cpu/products/int8_dot.h"
 #include "ops/cpu/products/row_tiles.h"
 
 #include <ATen/Parallel.h>
@@ -123,9 +124,30 @@ void scale_columns(T* s, int64_t rows, int64_t cols, int64_t lds, const float* s
   }
 }
 
+/// Whether this variant calls the int8 dot products (products/int8_dot.h): the AVX-512 one, where they are built.
+#if defined(CPU_CAPABILITY_AVX512) && defined(ATTN_HAVE_INT8_DOT)
+inline constexpr bool kVariantHasInt8Dot = true;
+#else
+inline constexpr bool kVariantHasInt8Dot = false;
+#endif
+
+/// The pointers of rows[0, n): a paged split's gathered ones as they are, a contiguous split's written to `buffer`.
+template <typename KV>
+const KV* const* row_pointers(const GatheredRows<KV>& rows, int64_t, std::vector<const KV*>&) {
+  return rows.rows;
+}
+template <typename KV>
+const KV* const* row_pointers(const StridedRows<KV>& rows, int64_t n, std::vector<const KV*>& buffer) {
+  buffer.resize(n);
+  for (int64_t c = 0; c < n; ++c) buffer[c] = rows[c];
+  return buffer.data();
+}
+
 template <typename T, typename KV>
 struct DecodeState {
   std::vector<T> q, scores;
+  std::vector<int16_t> q16;    // the packed query rows rounded for the int8 dot products, and their scales
+  std::vector<float> q_scales;
   std::vector<int64_t> begin, end;  // each packed row's allowed keys in the split, [begin, end)
   std::vector<const KV*> key_rows, value_rows;   // a paged cache's split, gathered through its block table
   std::vector<float> key_scales, value_scales;   // and its int8 rows' scales
@@ -175,10 +197,11 @@ template <typename T, typename KV>
 void decode(const DecodeArgs<T>& a) {
   const CacheView &keys = a.k, &values = a.v;
   const int64_t group = a.heads / a.kv_heads, rows = group * a.tq;
+  const int64_t split_length = split_keys<KV>();
   // Row b's splits are [first_split[b], first_split[b + 1]); a row with no key still has one (empty) split.
   std::vector<int64_t> first_split(a.batch + 1, 0);
   for (int64_t b = 0; b < a.batch; ++b) {
-    const int64_t splits = std::max<int64_t>((a.key_lengths[b] + kDecodeKeyBlock - 1) / kDecodeKeyBlock, 1);
+    const int64_t splits = std::max<int64_t>((a.key_lengths[b] + split_length - 1) / split_length, 1);
     first_split[b + 1] = first_split[b] + splits;
   }
   const int64_t total_splits = first_split[a.batch];
@@ -189,8 +212,8 @@ void decode(const DecodeArgs<T>& a) {
   run_tasks<DecodeState<T, KV>>(slots, [&](int64_t task, DecodeState<T, KV>& st) {
     const int64_t split = task / a.kv_heads, hk = task % a.kv_heads;
     const int64_t b = std::upper_bound(first_split.begin(), first_split.end(), split) - first_split.begin() - 1;
-    const int64_t j0 = (split - first_split[b]) * kDecodeKeyBlock;
-    const int64_t cols = std::clamp<int64_t>(a.key_lengths[b] - j0, 0, kDecodeKeyBlock);
+    const int64_t j0 = (split - first_split[b]) * split_length;
+    const int64_t cols = std::clamp<int64_t>(a.key_lengths[b] - j0, 0, split_length);
     T* m = part_max.data() + task * rows;
     T* l = part_sum.data() + task * rows;
     T* acc = part_out.data() + task * rows * a.dv;
@@ -219,6 +242,14 @@ void decode(const DecodeArgs<T>& a) {
         std::copy_n(a.q.row(b, hk * group + i, t), a.dk, st.q.data() + (i * a.tq + t) * a.dk);
       }
     }
+    // An int8 cache's dot products take the query rows rounded to int16 (a non-finite query widens instead).
+    bool int8_dot = false;
+    if constexpr (kHasRowScales<KV> && kVariantHasInt8Dot) {
+      st.q16.resize(rows * a.dk);
+      st.q_scales.resize(rows);
+      int8_dot = a.int8_dot && quantize_query_rows(st.q.data(), rows, a.dk, st.q16.data(), st.q_scales.data());
+    }
+    TORCH_INTERNAL_ASSERT(kVariantHasInt8Dot || !a.int8_dot, "attn: int8 dot products asked of a variant without");
     // Scores and weighted sums run in register tiles of kTileRows packed rows: each K and V row comes from
     // memory once per split and serves every row of the group while it is in L1 or L2. (A GEMM of so few
     // rows would stream the tile through its packing instead.)
@@ -227,13 +258,28 @@ void decode(const DecodeArgs<T>& a) {
     T* s = st.scores.data();
     with_split_rows(keys, values, b, hk, j0, cols, st, [&](const auto& krows, const auto& vrows,
                                                            const float* key_scales, const float* value_scales) {
-      for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
-        score_rows(std::min<int64_t>(kTileRows, rows - r0), st.q.data() + r0 * a.dk, krows, vrows, cols, a.dk, a.dv,
-                   a.scale, s + r0 * lds, lds);
-      }
       // An int8 row stands for its scale times its elements: the scale multiplies the row's score (and, below,
       // its probability), so the products read the int8 elements as they are.
-      if constexpr (kHasRowScales<KV>) scale_columns(s, rows, cols, lds, key_scales);
+      const KV* const* key_pointers = nullptr;
+      const KV* const* value_pointers = nullptr;
+      if constexpr (kHasRowScales<KV> && kVariantHasInt8Dot) {
+        if (int8_dot) {
+          key_pointers = row_pointers(krows, cols, st.key_rows);
+          value_pointers = row_pointers(vrows, cols, st.value_rows);
+          for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
+            int8_dot_scores(std::min<int64_t>(kTileRows, rows - r0), st.q16.data() + r0 * a.dk,
+                            st.q_scales.data() + r0, key_pointers, key_scales, cols, a.dk, a.scale, s + r0 * lds, lds,
+                            value_pointers, a.dv);
+          }
+        }
+      }
+      if (!int8_dot) {
+        for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
+          score_rows(std::min<int64_t>(kTileRows, rows - r0), st.q.data() + r0 * a.dk, krows, vrows, cols, a.dk,
+                     a.dv, a.scale, s + r0 * lds, lds);
+        }
+        if constexpr (kHasRowScales<KV>) scale_columns(s, rows, cols, lds, key_scales);
+      }
       // A token tree's candidates start at this column of the split.
       const int64_t first_candidate = a.query_starts[b] - j0;
 
@@ -268,8 +314,16 @@ void decode(const DecodeArgs<T>& a) {
             std::max(common_begin, *std::min_element(st.end.begin() + r0, st.end.begin() + r0 + tile));
         if (a.tree) common_end = std::clamp(first_candidate, common_begin, common_end);
         if (common_end > common_begin) {
-          weighted_sum_rows(tile, s + r0 * lds + common_begin, lds, common_end - common_begin,
-                            vrows.from(common_begin), a.dv, acc + r0 * a.dv);
+          bool done = false;
+          if constexpr (kHasRowScales<KV> && kVariantHasInt8Dot) {
+            done = int8_dot && int8_dot_weighted_sum(tile, s + r0 * lds + common_begin, lds,
+                                                     common_end - common_begin, value_pointers + common_begin, a.dv,
+                                                     acc + r0 * a.dv);
+          }
+          if (!done) {
+            weighted_sum_rows(tile, s + r0 * lds + common_begin, lds, common_end - common_begin,
+                              vrows.from(common_begin), a.dv, acc + r0 * a.dv);
+          }
         }
         for (int64_t r = r0; r < r0 + tile; ++r) {
           const auto add = [&](int64_t c) {

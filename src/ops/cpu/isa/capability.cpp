@@ -1,6 +1,6 @@
 // Detects the widest instruction-set variant this CPU and build support: the only place that asks the CPU.
 // CMake says which variants this build compiled (ATTN_HAVE_AVX2_KERNELS, ATTN_HAVE_AVX512_KERNELS,
-// ATTN_HAVE_BF16_DOT).
+// ATTN_HAVE_BF16_DOT, ATTN_HAVE_INT8_DOT).
 
 #include "ops/cpu/isa/capability.h"
 
@@ -63,6 +63,15 @@ bool capability_forced() { return forced_within_limit() >= 0; }
 
 void force_capability(Capability capability) { forced.store(static_cast<int>(capability)); }
 void reset_capability() { forced.store(-1); }
+
+bool hardware_has_int8_dot() {
+#if defined(ATTN_HAVE_INT8_DOT) && defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  static const bool has = __builtin_cpu_supports("avx512vnni");
+  return has;
+#else
+  return false;
+#endif
+}
 
 const char* capability_name(Capability capability) {
   switch (capability) {

@@ -20,5 +20,8 @@ void reset_capability();
 /// Whether a capability this CPU supports is forced.
 bool capability_forced();
 const char* capability_name(Capability capability);
+/// Whether this CPU and build have AVX512-VNNI's int16 dot products (products/int8_dot.h), whatever variant is
+/// active.
+bool hardware_has_int8_dot();
 
 }  // namespace attn::ops::cpu

@@ -81,6 +81,25 @@ FloatProducts float_products() {
 void force_float_products(FloatProducts products) { forced_products.store(static_cast<int>(products)); }
 void reset_float_products() { forced_products.store(-1); }
 
+namespace {
+// -1: no override; otherwise an Int8Products.
+std::atomic<int> forced_int8{-1};
+}  // namespace
+
+bool int8_dot_route_chosen() {
+  if (!avx512_variant_active() || !hardware_has_int8_dot()) return false;
+  const int f = forced_int8.load();
+  if (f >= 0) return static_cast<Int8Products>(f) == Int8Products::Dot;
+  static const bool widen = [] {
+    const char* env = std::getenv("ATTN_INT8_PRODUCTS");
+    return env && std::strcmp(env, "widen") == 0;
+  }();
+  return !widen;
+}
+
+void force_int8_products(Int8Products products) { forced_int8.store(static_cast<int>(products)); }
+void reset_int8_products() { forced_int8.store(-1); }
+
 ProductRoute flash_product_route(at::ScalarType input, bool pairs_fit) {
   if (input == at::kBFloat16 && pairs_fit && bf16_route_chosen()) return ProductRoute::BfloatPairs;
   if (input == at::kDouble) return ProductRoute::Blas;

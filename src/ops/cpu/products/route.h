@@ -36,6 +36,18 @@ bool bf16_route_chosen();
 /// measured.
 double bf16_pair_speed();
 
+/// The products of an int8 cache's decode: integer dot products on AVX512-VNNI (products/int8_dot.h) or every
+/// element widened to float.
+enum class Int8Products { Dot, Widen };
+/// Whether a decode over an int8 cache takes the dot products: where the AVX-512 variant is active and the CPU
+/// has AVX512-VNNI, unless ATTN_INT8_PRODUCTS=widen or forced to Widen (the op still widens head sizes the dot
+/// products do not take, int8_dot_fits).
+bool int8_dot_route_chosen();
+/// Forces the int8 products (tests run both); `reset_int8_products()` undoes it. Dot is taken only where the
+/// CPU can.
+void force_int8_products(Int8Products products);
+void reset_int8_products();
+
 /// The products of float tiles on the AVX-512 variant: attn's register tiles unless ATTN_FLOAT_PRODUCTS=blas or
 /// forced (bench/RESULTS.md, "Where the kernels' constants come from").
 enum class FloatProducts { Tiles, Blas };
