@@ -122,9 +122,18 @@ inline void sum_lanes4(const Vectorized<T>* v, T* out) {
   for (int i = 0; i < 4; ++i) out[i] = at::vec::vec_reduce_all<T>(std::plus<Vectorized<T>>(), v[i]);
 }
 
-/// s[r · lds + c] = scale · q_r · k_c for R packed query rows (q, stride dk) and K keys (k[0] .. k[K - 1]).
+/// Every step-th row of `rows`: row c is rows[c · step].
+template <typename Rows>
+struct EveryNth {
+  Rows rows;
+  int64_t step;
+  auto operator[](int64_t c) const { return rows[c * step]; }
+};
+
+/// s[r · lds + c · col_step] = scale · q_r · k_c for R packed query rows (q, stride dk) and K keys (k[0] ..
+/// k[K - 1]).
 template <int R, int K, typename T, typename Rows>
-void score_tile(const T* q, const Rows& k, int64_t dk, T scale, T* s, int64_t lds) {
+void score_tile(const T* q, const Rows& k, int64_t dk, T scale, T* s, int64_t lds, int64_t col_step = 1) {
   using Vec = Vectorized<T>;
   constexpr int64_t W = Vec::size();
   Vec acc[R * K];
@@ -156,7 +165,7 @@ void score_tile(const T* q, const Rows& k, int64_t dk, T scale, T* s, int64_t ld
     }
   }
   for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < K; ++c) s[r * lds + c] = scale * sum[r * K + c];
+    for (int c = 0; c < K; ++c) s[r * lds + c * col_step] = scale * sum[r * K + c];
   }
 }
 
