@@ -206,7 +206,8 @@ TEST_P(Int8DecodeKernel, VariantsMatchAFloatCacheOfTheSameRows) {
 }
 
 // The dot products' int32 sums at their limits: every key and value element -128 against a query whose elements
-// all round to 32767, d_k = 256, two splits, against float64; then a NaN in a query row and an infinite value
+// all round to 32767, d_k = 256, two splits, against float64, and a query and value scales near float's
+// smallest normal; then a NaN in a query row and an infinite value
 // scale, which the dot products hand back to widening: a NaN row for that head only (its group then widens, so
 // the other heads match within the tolerance, not bitwise), and -inf everywhere (every value is -128 times a
 // positive scale) as float64 gives.
@@ -238,6 +239,9 @@ TEST_P(Int8DecodeKernel, ExtremeElementsAndNonFiniteInputs) {
   EXPECT_TRUE(with_nan[0][1].isnan().all().item<bool>());
   const double tol = GetParam().query_dtype == torch::kBFloat16 ? tolerance(torch::kBFloat16) : float_tolerance();
   for (int64_t h : {0, 2, 3}) EXPECT_CLOSE(with_nan[0][h], clean[0][h], tol) << "head " << h;
+  // A query and value scales so small that 32767 over their largest overflows float: still float64's result.
+  check(torch::full({1, H, 1, d}, 2e-38).to(GetParam().query_dtype), vs);
+  check(q, vs * 1e-33);
   torch::Tensor infinite = vs.clone();
   infinite[0][0][7] = INFINITY;
   EXPECT_TRUE(check(q, infinite).isinf().all().item<bool>());

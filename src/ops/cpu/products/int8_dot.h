@@ -20,8 +20,9 @@ namespace attn::ops::cpu {
 inline bool int8_dot_fits(int64_t dk, int64_t dv) { return dk % 32 == 0 && dk <= 256 && dv % 32 == 0; }
 
 /// q16[r · dk + e] = round(q[r · dk + e] / q_scales[r]) with q_scales[r] = max_e |q[r · dk + e]| / 32767, for
-/// r < rows. False, with nothing meaningful written, when a row holds a non-finite value: the caller then
-/// widens instead, so that a NaN or Inf query gives what it gives on a float cache.
+/// r < rows. False, with nothing meaningful written, when a row holds a non-finite value (the caller then widens
+/// instead, so that a NaN or Inf query gives what it gives on a float cache) or its largest is so small (below
+/// 32767 · FLT_MIN, about 3.9e-34) that its scale would be subnormal.
 bool quantize_query_rows(const float* q, int64_t rows, int64_t dk, int16_t* q16, float* q_scales);
 
 /// s[r · lds + c] = scale · q_scales[r] · key_scales[c] · Σ_e q16[r · dk + e] · keys[c][e], for r < rows (1 to 4)
@@ -32,8 +33,9 @@ void int8_dot_scores(int64_t rows, const int16_t* q16, const float* q_scales, co
                      const int8_t* const* values, int64_t dv);
 
 /// out[r · dv + e] += Σ_{c < n} w[r · ldw + c] · values[c][e] for r < rows (1 to 4), with each row's weights
-/// (probabilities times the value rows' scales) rounded to int16 against that row's largest magnitude. False, with
-/// out untouched, when a weight is not finite: the caller then widens.
+/// (probabilities times the value rows' scales) rounded to int16 per block of keys against the block's largest
+/// magnitude. False, with out untouched, when a weight is not finite or a row's largest is below 32767 · FLT_MIN:
+/// the caller then widens.
 bool int8_dot_weighted_sum(int64_t rows, const float* w, int64_t ldw, int64_t n, const int8_t* const* values,
                            int64_t dv, float* out);
 

@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 
@@ -203,16 +204,33 @@ void weighted_sum(const int16_t* w16, int64_t ldw, const float* scales, int64_t 
   for (int64_t e0 = 0; e0 < dv; e0 += 32) weighted_chunk<R>(w16, ldw, scales, lds, n, v, e0, out, dv);
 }
 
-/// Whether every w[i], i < n, is finite.
-bool finite_weights(const float* w, int64_t n) {
+/// 32767 / largest, the factor that rounds values up to `largest` in magnitude to int16: at most FLT_MAX, so that
+/// a tiny largest (below 32767 / FLT_MAX) still gives finite products (0 stays 0), and 0 for an all-zero row.
+inline float rounding_factor(float largest) {
+  return largest > 0.0f ? static_cast<float>(std::min<double>(32767.0 / largest, FLT_MAX)) : 0.0f;
+}
+
+/// The smallest largest magnitude a row may have for its int16 scale (largest / 32767) to be a normal float:
+/// below it the scale loses bits, and the caller widens instead.
+constexpr float kSmallestRoundedRow = 32767.0f * FLT_MIN;
+
+/// Whether the weights w[0, n) can be rounded to int16: all finite, and their largest magnitude 0 or at least
+/// kSmallestRoundedRow.
+bool roundable(const float* w, int64_t n) {
   __mmask16 bad = 0;
+  __m512 most = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 x = _mm512_loadu_ps(w + i);
     bad |= _mm512_cmp_ps_mask(_mm512_sub_ps(x, x), _mm512_setzero_ps(), _CMP_NEQ_UQ);  // NaN or ±Inf
+    most = _mm512_max_ps(most, _mm512_abs_ps(x));
   }
-  for (; i < n; ++i) bad |= !std::isfinite(w[i]);
-  return bad == 0;
+  float largest = _mm512_reduce_max_ps(most);
+  for (; i < n; ++i) {
+    bad |= !std::isfinite(w[i]);
+    largest = std::max(largest, std::fabs(w[i]));
+  }
+  return bad == 0 && (largest == 0.0f || largest >= kSmallestRoundedRow);
 }
 
 /// w16[i] = round(w[i] / scales[i / kWeightBlock]) with scales[j] = the largest |w| of block j / 32767, for
@@ -229,7 +247,7 @@ void round_weights(const float* w, int64_t n, int16_t* w16, float* scales) {
       for (int64_t j = 0; j < m; ++j) largest = std::max(largest, std::fabs(w[c0 + j]));
     }
     scales[c0 / kWeightBlock] = largest / kInt16Max;
-    const float inv = largest > 0.0f ? kInt16Max / largest : 0.0f;
+    const float inv = rounding_factor(largest);
     if (m == kWeightBlock) {
       const __m512 vinv = _mm512_set1_ps(inv);
       const __m512i top = _mm512_set1_epi32(32767), bottom = _mm512_set1_epi32(-32767);
@@ -257,8 +275,9 @@ bool quantize_query_rows(const float* q, int64_t rows, int64_t dk, int16_t* q16,
       if (!std::isfinite(x[e])) return false;
       m = std::max(m, std::fabs(x[e]));
     }
+    if (m > 0.0f && m < kSmallestRoundedRow) return false;
     q_scales[r] = m / kInt16Max;
-    const float inv = m > 0.0f ? kInt16Max / m : 0.0f;
+    const float inv = rounding_factor(m);
     for (int64_t e = 0; e < dk; ++e) {
       q16[r * dk + e] = static_cast<int16_t>(std::clamp(std::nearbyint(x[e] * inv), -kInt16Max, kInt16Max));
     }
@@ -283,9 +302,9 @@ bool int8_dot_weighted_sum(int64_t rows, const float* w, int64_t ldw, int64_t n,
   alignas(64) int16_t w16[kRows][kValueKeys];
   float scales[kRows][kBlocks];
   const int8_t* pairs[kValueKeys];  // the value rows, the last repeated to pair an odd count
-  // Every weight is checked before anything is added, so that a non-finite one leaves out as it was.
+  // Every weight is checked before anything is added, so that widening instead starts from out as it was.
   for (int64_t r = 0; r < rows; ++r) {
-    if (!finite_weights(w + r * ldw, n)) return false;
+    if (!roundable(w + r * ldw, n)) return false;
   }
   for (int64_t c0 = 0; c0 < n; c0 += kValueKeys) {
     const int64_t m = std::min(kValueKeys, n - c0), even = m + m % 2;
