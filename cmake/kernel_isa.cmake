@@ -1,6 +1,21 @@
 # The fused kernels are compiled once per instruction set and picked at run time (as ATen does), so the
 # library runs on any x86-64 and uses AVX2 or AVX-512 where present. at::vec's AVX variants call SLEEF for
 # exp(), so they need sleef.h (Debian: libsleef-dev); without it only the portable variant is built.
+# Adds ${dir}/products/*_<extension>.cpp to target, compiled for AVX-512 and that extension, and defines
+# `definition` for the target, where the compiler takes -m<extension>; `found` says whether it did.
+function(attn_add_extension_files target extension definition found)
+  check_cxx_compiler_flag(-m${extension} ${found})
+  if(${found})
+    file(GLOB sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/ops/cpu/products/*_${extension}.cpp)
+    target_sources(${target} PRIVATE ${sources})
+    set_source_files_properties(${sources} PROPERTIES
+      COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-m${extension};-mfma;$<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>;$<$<CXX_COMPILER_ID:GNU>:-Wno-uninitialized>"
+      SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUSION ON)
+    target_compile_definitions(${target} PRIVATE ${definition})
+  endif()
+  set(${found} ${${found}} PARENT_SCOPE)
+endfunction()
+
 function(attn_add_kernel_variants target)
   set(dir ${PROJECT_SOURCE_DIR}/src/ops/cpu)
   target_sources(${target} PRIVATE ${dir}/variant_default.cpp)
@@ -23,28 +38,12 @@ function(attn_add_kernel_variants target)
     COMPILE_DEFINITIONS "CPU_CAPABILITY=AVX512;CPU_CAPABILITY_AVX512"
     COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mfma;$<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>;$<$<CXX_COMPILER_ID:GNU>:-Wno-uninitialized>"
     SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUSION ON)
-  # The bfloat16 pairs route's micro-kernel and softmax step (src/ops/cpu/products/*_avx512bf16.cpp): files of
-  # their own, so that no other code is compiled for AVX512-BF16, which CPUs with AVX-512 may lack.
+  # Products that need an extension CPUs with AVX-512 may lack live in files of their own, named for it, so
+  # that no other code is compiled for it: the bfloat16 pairs route's micro-kernel and softmax step
+  # (products/*_avx512bf16.cpp) and the int8 cache's dot products (products/*_avx512vnni.cpp).
   include(CheckCXXCompilerFlag)
-  check_cxx_compiler_flag(-mavx512bf16 ATTN_COMPILER_HAS_AVX512BF16)
-  if(ATTN_COMPILER_HAS_AVX512BF16)
-    file(GLOB bf16_sources CONFIGURE_DEPENDS ${dir}/products/*_avx512bf16.cpp)
-    target_sources(${target} PRIVATE ${bf16_sources})
-    set_source_files_properties(${bf16_sources} PROPERTIES
-      COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512bf16;-mfma;$<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>;$<$<CXX_COMPILER_ID:GNU>:-Wno-uninitialized>"
-      SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUSION ON)
-    target_compile_definitions(${target} PRIVATE ATTN_HAVE_BF16_DOT)
-  endif()
-  # The int8 cache's dot products (src/ops/cpu/products/*_avx512vnni.cpp), likewise in files of their own.
-  check_cxx_compiler_flag(-mavx512vnni ATTN_COMPILER_HAS_AVX512VNNI)
-  if(ATTN_COMPILER_HAS_AVX512VNNI)
-    file(GLOB vnni_sources CONFIGURE_DEPENDS ${dir}/products/*_avx512vnni.cpp)
-    target_sources(${target} PRIVATE ${vnni_sources})
-    set_source_files_properties(${vnni_sources} PROPERTIES
-      COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mfma;$<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>;$<$<CXX_COMPILER_ID:GNU>:-Wno-uninitialized>"
-      SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUSION ON)
-    target_compile_definitions(${target} PRIVATE ATTN_HAVE_INT8_DOT)
-  endif()
+  attn_add_extension_files(${target} avx512bf16 ATTN_HAVE_BF16_DOT ATTN_COMPILER_HAS_AVX512BF16)
+  attn_add_extension_files(${target} avx512vnni ATTN_HAVE_INT8_DOT ATTN_COMPILER_HAS_AVX512VNNI)
   # The tests of the micro-kernel are compiled where it is.
   set(ATTN_HAVE_BF16_DOT ${ATTN_COMPILER_HAS_AVX512BF16} CACHE INTERNAL "the bfloat16 route is compiled")
   target_include_directories(${target} PRIVATE ${ATTN_SLEEF_INCLUDE_DIR})
