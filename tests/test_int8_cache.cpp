@@ -9,7 +9,9 @@
 #include <attn/ops/decode_attention.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
+#include <string>
 #include <vector>
 
 namespace attn::test {
@@ -115,11 +117,15 @@ std::string int8_param_name(const ::testing::TestParamInfo<Int8Param>& info) {
 class Int8DecodeKernel : public ::testing::TestWithParam<Int8Param> {
  protected:
   void SetUp() override {
-    if (takes_dot(GetParam()) && !ops::cpu::hardware_has_int8_dot()) {
-      GTEST_SKIP() << "skipped: this CPU (or build) has no AVX512-VNNI for the int8 dot products";
+    if (takes_dot(GetParam()) && (!ops::cpu::hardware_has_int8_dot() ||
+                                  ops::cpu::hardware_capability_limit() < ops::cpu::Capability::Avx512)) {
+      GTEST_SKIP() << "skipped: the int8 dot products need AVX-512 with AVX512-VNNI, which this CPU (or build, "
+                      "or ATTN_CPU_CAPABILITY) does not give";
     }
     scope_ = std::make_unique<CapabilityScope>(GetParam().capability);
     ops::cpu::force_int8_products(GetParam().products);
+    // The case runs the route it names (the environment cannot have lowered it).
+    ASSERT_EQ(cpu_kernel_info().int8_products, takes_dot(GetParam()) ? "dot" : "widen");
   }
   void TearDown() override {
     scope_.reset();
@@ -143,13 +149,14 @@ struct Int8Case {
 };
 
 // The head sizes take the int8 loads' two-vector, one-vector and scalar steps on every variant (16, 24, 40,
-// 64, 72, 128), and the dot products' whole and half value chunks (d = 64, 128, 256; 32); lengths cross the
-// splits (1024 keys for int8); groups of 1 to 8 query heads per cache head; Tq from 1 to
+// 64, 72, 128), and the dot products' sizes (d_k 64, 128, 256; d_v 32, 64, 128) with tiles of 1 to 4 packed
+// rows; lengths cross the splits (1024 keys for int8); groups of 1 to 8 query heads per cache head; Tq from 1 to
 // 40, past the decode kernel's 16 (an int8 cache is read by the decode kernel at any Tq).
 const std::vector<Int8Case> kInt8Cases = {
     {4, 1, 1, {1}, true, 16, 16},          {8, 2, 1, {1000}, true, 128, 128}, {6, 3, 1, {257, 3}, true, 40, 40},
     {8, 8, 3, {513, 77}, true, 64, 24},    {2, 2, 4, {9, 600}, false, 128, 72}, {8, 1, 1, {700}, false, 24, 40},
     {4, 2, 40, {300, 45}, true, 64, 64},  {4, 2, 2, {2100, 1030}, true, 256, 32},
+    {3, 1, 1, {1000, 77}, true, 64, 64},   {2, 1, 1, {1030, 5}, false, 128, 32},
 };
 
 TEST_P(Int8DecodeKernel, MatchesFloat64AttentionOverTheDequantizedRows) {
@@ -206,8 +213,8 @@ TEST_P(Int8DecodeKernel, VariantsMatchAFloatCacheOfTheSameRows) {
 }
 
 // The dot products' int32 sums at their limits: every key and value element -128 against a query whose elements
-// all round to 32767, d_k = 256, two splits, against float64, and a query and value scales near float's
-// smallest normal; then a NaN in a query row and an infinite value
+// all round to 32767, d_k = 256, two splits, against float64, and a query and value scales too small to round;
+// then a NaN in a query row and an infinite value
 // scale, which the dot products hand back to widening: a NaN row for that head only (its group then widens, so
 // the other heads match within the tolerance, not bitwise), and -inf everywhere (every value is -128 times a
 // positive scale) as float64 gives.
@@ -239,7 +246,7 @@ TEST_P(Int8DecodeKernel, ExtremeElementsAndNonFiniteInputs) {
   EXPECT_TRUE(with_nan[0][1].isnan().all().item<bool>());
   const double tol = GetParam().query_dtype == torch::kBFloat16 ? tolerance(torch::kBFloat16) : float_tolerance();
   for (int64_t h : {0, 2, 3}) EXPECT_CLOSE(with_nan[0][h], clean[0][h], tol) << "head " << h;
-  // A query and value scales so small that 32767 over their largest overflows float: still float64's result.
+  // A query and value scales so small that their int16 scales would be subnormal (widened): float64's result.
   check(torch::full({1, H, 1, d}, 2e-38).to(GetParam().query_dtype), vs);
   check(q, vs * 1e-33);
   torch::Tensor infinite = vs.clone();
@@ -256,9 +263,14 @@ TEST(Int8Products, KernelInfoSaysWhichProductsRun) {
     EXPECT_EQ(cpu_kernel_info().int8_products, "widen");
   }
   if (!ops::cpu::hardware_has_int8_dot() || ops::cpu::hardware_capability_limit() < ops::cpu::Capability::Avx512) {
-    GTEST_SKIP() << "skipped: this CPU (or build) has no AVX512-VNNI for the int8 dot products";
+    GTEST_SKIP() << "skipped: the int8 dot products need AVX-512 with AVX512-VNNI, which this CPU (or build, or "
+                    "ATTN_CPU_CAPABILITY) does not give";
   }
   CapabilityScope avx512(ops::cpu::Capability::Avx512);
+  const char* env = std::getenv("ATTN_INT8_PRODUCTS");
+  const bool widen_by_default = env && std::string(env) == "widen";
+  EXPECT_EQ(ops::cpu::int8_dot_route_chosen(), !widen_by_default);
+  ops::cpu::force_int8_products(ops::cpu::Int8Products::Dot);
   EXPECT_TRUE(ops::cpu::int8_dot_route_chosen());
   EXPECT_EQ(cpu_kernel_info().int8_products, "dot");
   EXPECT_NE(cpu_kernel_info().summary.find("AVX512-VNNI dot products"), std::string::npos) << cpu_kernel_info().summary;

@@ -72,43 +72,47 @@ TEST(PagedKVCache, AttentionMatchesTheContiguousCache) {
 
 // One query per row, every key allowed: the paged cache gives the contiguous cache's bits whether a row's blocks
 // follow each other in the pool (each sequence written alone: the kernel reads such a split as a contiguous
-// one) or alternate with another row's (written 16 positions at a time in turn: gathered through the table and
-// scored in four sweeps side by side). A key's score and the weighted sum's order are the same either way.
+// one) or alternate with another row's (written 16 positions at a time in turn: gathered through the table, and
+// for float32 scored in four sweeps side by side). A key's score and the weighted sum's order are the same
+// either way. Float32 and int8 (head size 64, which the int8 dot products take where the CPU has them);
+// lengths whose last splits leave keys past the sweeps.
 TEST(PagedKVCache, DecodingGivesTheContiguousCachesBitsWhereverTheBlocksLie) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(6);
-  const std::vector<int64_t> lengths = {700, 300};
+  const std::vector<int64_t> lengths = {701, 333};
   const int64_t H_kv = 2, d = 64;
   std::vector<torch::Tensor> keys, values;
   for (int64_t l : lengths) keys.push_back(torch::randn({1, H_kv, l, d})), values.push_back(torch::randn({1, H_kv, l, d}));
-  KVCache contiguous(KVCacheOptions(1, 2, H_kv, d, 704));
-  for (int64_t b = 0; b < 2; ++b) {
-    std::vector<int64_t> counts = {0, 0};
-    counts[b] = lengths[b];
-    const torch::Tensor pad = torch::zeros({1, H_kv, lengths[b], d});
-    contiguous.append(0, b == 0 ? torch::cat({keys[b], pad}) : torch::cat({pad, keys[b]}),
-                      b == 0 ? torch::cat({values[b], pad}) : torch::cat({pad, values[b]}), counts);
-  }
   const torch::Tensor q = torch::randn({2, 8, 1, d});
-  const torch::Tensor starts = longs({699, 299});
-  const torch::Tensor expected = attention_with_kv_cache(q, contiguous, 0, starts);
-  for (int64_t step : {int64_t{1000}, int64_t{16}}) {  // whole sequences, or 16 positions in turn
-    SCOPED_TRACE(::testing::Message() << "written " << step << " positions at a time");
-    PagedKVCache paged(PagedKVCacheOptions(1, H_kv, d, 64, 16));
-    const std::vector<int64_t> ids = {paged.add_sequence(), paged.add_sequence()};
-    std::vector<int64_t> written = {0, 0};
-    while (written[0] < lengths[0] || written[1] < lengths[1]) {
-      for (int64_t b = 0; b < 2; ++b) {
-        const int64_t n = std::min(step, lengths[b] - written[b]);
-        if (n > 0) paged.append(0, {ids[b]}, keys[b].narrow(2, written[b], n), values[b].narrow(2, written[b], n));
-        written[b] += n;
-      }
+  const torch::Tensor starts = longs({700, 332});
+  for (torch::Dtype dtype : {torch::kFloat32, torch::kInt8}) {
+    KVCache contiguous(KVCacheOptions(1, 2, H_kv, d, 704).dtype(dtype));
+    for (int64_t b = 0; b < 2; ++b) {
+      std::vector<int64_t> counts = {0, 0};
+      counts[b] = lengths[b];
+      const torch::Tensor pad = torch::zeros({1, H_kv, lengths[b], d});
+      contiguous.append(0, b == 0 ? torch::cat({keys[b], pad}) : torch::cat({pad, keys[b]}),
+                        b == 0 ? torch::cat({values[b], pad}) : torch::cat({pad, values[b]}), counts);
     }
-    const std::vector<int64_t> blocks = paged.blocks_of(ids[0]);
-    int64_t adjacent = 0;
-    for (size_t i = 1; i < blocks.size(); ++i) adjacent += blocks[i] == blocks[i - 1] + 1;
-    EXPECT_EQ(adjacent == static_cast<int64_t>(blocks.size()) - 1, step == 1000) << adjacent << " adjacent";
-    EXPECT_TRUE(torch::equal(attention_with_kv_cache(q, paged, paged.batch(0, ids), starts), expected));
+    const torch::Tensor expected = attention_with_kv_cache(q, contiguous, 0, starts);
+    for (int64_t step : {int64_t{1000}, int64_t{16}}) {  // whole sequences, or 16 positions in turn
+      SCOPED_TRACE(::testing::Message() << c10::toString(dtype) << ", written " << step << " positions at a time");
+      PagedKVCache paged(PagedKVCacheOptions(1, H_kv, d, 70, 16).dtype(dtype));
+      const std::vector<int64_t> ids = {paged.add_sequence(), paged.add_sequence()};
+      std::vector<int64_t> written = {0, 0};
+      while (written[0] < lengths[0] || written[1] < lengths[1]) {
+        for (int64_t b = 0; b < 2; ++b) {
+          const int64_t n = std::min(step, lengths[b] - written[b]);
+          if (n > 0) paged.append(0, {ids[b]}, keys[b].narrow(2, written[b], n), values[b].narrow(2, written[b], n));
+          written[b] += n;
+        }
+      }
+      const std::vector<int64_t> blocks = paged.blocks_of(ids[0]);
+      int64_t adjacent = 0;
+      for (size_t i = 1; i < blocks.size(); ++i) adjacent += blocks[i] == blocks[i - 1] + 1;
+      EXPECT_EQ(adjacent == static_cast<int64_t>(blocks.size()) - 1, step == 1000) << adjacent << " adjacent";
+      EXPECT_TRUE(torch::equal(attention_with_kv_cache(q, paged, paged.batch(0, ids), starts), expected));
+    }
   }
 }
 

@@ -79,11 +79,13 @@ inline constexpr bool kIsGathered = false;
 template <typename KV>
 inline constexpr bool kIsGathered<GatheredRows<KV>> = true;
 
-/// Sweeps a paged split's scores run side by side. Its rows lie in blocks anywhere in the pool (4 KiB for 16
-/// bfloat16 rows of 128), and the hardware prefetchers start over at each block; scoring the split's quarters
-/// together keeps four such starts in flight instead of one: on blocks scattered through the pool, 0.67x-0.77x
-/// of the contiguous cache's speed became about 0.9x (bench/RESULTS.md, issue 33). A contiguous split streams
-/// no faster that way, so it keeps one sweep. A key's score is computed alike in either order.
+/// Sweeps a gathered (paged, not evenly spaced) split's scores run side by side, where it has at least
+/// kPagedSweeps · kPrefetchKeys keys: four on AVX-512, two on AVX2. Its rows lie in blocks anywhere in the pool
+/// (4 KiB for 16 bfloat16 rows of 128), and the hardware prefetchers start over at each block; scoring the
+/// split's parts together keeps several such starts in flight instead of one: on blocks scattered through the
+/// pool, 0.67x-0.77x of the contiguous cache's speed became about 0.9x (bench/RESULTS.md, issue 33). A
+/// contiguous split streams no faster that way, so it keeps one sweep. A key's score is computed alike in
+/// either order. (The int8 dot products, products/int8_dot.h, sweep in order.)
 inline constexpr int64_t kPagedSweeps = kScoreKeys;
 
 /// score_tile for a run-time row count (1 to kTileRows) over keys k[0, n): full tiles of kScoreKeys (a paged
@@ -285,14 +287,14 @@ void decode(const DecodeArgs<T>& a) {
         std::copy_n(a.q.row(b, hk * group + i, t), a.dk, st.q.data() + (i * a.tq + t) * a.dk);
       }
     }
-    // An int8 cache's dot products take the query rows rounded to int16 (a non-finite query widens instead).
+    // An int8 cache's dot products take the query rows rounded to int16; a query they cannot take, or a variant
+    // without them (the op's choice raced a forced capability), widens instead, which is always right.
     bool int8_dot = false;
     if constexpr (kHasRowScales<KV> && kVariantHasInt8Dot) {
       st.q16.resize(rows * a.dk);
       st.q_scales.resize(rows);
       int8_dot = a.int8_dot && quantize_query_rows(st.q.data(), rows, a.dk, st.q16.data(), st.q_scales.data());
     }
-    TORCH_INTERNAL_ASSERT(kVariantHasInt8Dot || !a.int8_dot, "attn: int8 dot products asked of a variant without");
     // Scores and weighted sums run in register tiles of kTileRows packed rows: each K and V row comes from
     // memory once per split and serves every row of the group while it is in L1 or L2. (A GEMM of so few
     // rows would stream the tile through its packing instead.)

@@ -6,9 +6,9 @@
 // the step is bound by memory again instead of by arithmetic (bench/RESULTS.md, issue 33).
 //
 // The other operand is rounded to int16 for it: a query row with a scale of max|q| / 32767, and a row's weights
-// (probability times the value row's scale) with max w / 32767. Each rounding moves a product by at most
-// 1/65534 of that row's largest term, 1/256 of the step of the int8 elements it meets; docs/decoding.md gives
-// the error. Only int8_dot_avx512vnni.cpp is compiled with AVX512-VNNI: call these only where
+// (probability times the value row's scale) per block of 64 keys with the block's max |w| / 32767. Each rounded
+// element is off by at most 1/65534 of its row's (or block's) largest, 1/258 of the rounding error an int8
+// element already carries (half its step); docs/decoding.md gives the measured error. Only int8_dot_avx512vnni.cpp is compiled with AVX512-VNNI: call these only where
 // int8_dot_route_chosen() (products/route.h).
 
 #include <cstdint>
