@@ -78,8 +78,8 @@ struct DecodeArgs {
 /// Keys per split of a row's cache of KV elements: the split depends on the length and the element type only,
 /// never on the thread count, so the merged result is bitwise the same at any thread count. A split starts
 /// cold (its first rows wait on memory before the prefetches run ahead), so an int8 split, whose rows are half
-/// a bfloat16 one's, takes 1024 keys: about 0.75x the time of 256 and 0.9x that of 512 on the decode bench's int8 rows
-/// (bench/RESULTS.md, issue 33). A bfloat16 split of 512 keys measured no faster than 256.
+/// a bfloat16 one's, takes 1024 keys: about 0.75x the time of 256 and 0.9x that of 512 on the decode bench's
+/// int8 rows (bench/RESULTS.md, issue 33). A bfloat16 split of 512 keys measured no faster than 256.
 inline constexpr int64_t kDecodeKeyBlock = 256;
 template <typename KV>
 constexpr int64_t split_keys() { return sizeof(KV) == 1 ? 4 * kDecodeKeyBlock : kDecodeKeyBlock; }

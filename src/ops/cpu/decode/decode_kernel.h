@@ -314,7 +314,7 @@ void decode(const DecodeArgs<T>& a) {
           for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
             int8_dot_scores(std::min<int64_t>(kTileRows, rows - r0), st.q16.data() + r0 * a.dk,
                             st.q_scales.data() + r0, key_pointers, key_scales, cols, a.dk, a.scale, s + r0 * lds, lds,
-                            value_pointers, a.dv);
+                            value_pointers, a.dv, kPrefetchKeys<KV>);
           }
         }
       }

@@ -8,8 +8,9 @@
 // The other operand is rounded to int16 for it: a query row with a scale of max|q| / 32767, and a row's weights
 // (probability times the value row's scale) per block of 64 keys with the block's max |w| / 32767. Each rounded
 // element is off by at most 1/65534 of its row's (or block's) largest, 1/258 of the rounding error an int8
-// element already carries (half its step); docs/decoding.md gives the measured error. Only int8_dot_avx512vnni.cpp is compiled with AVX512-VNNI: call these only where
-// int8_dot_route_chosen() (products/route.h).
+// element already carries (half its step); docs/decoding.md gives the measured error. Only
+// int8_dot_avx512vnni.cpp is compiled with AVX512-VNNI: call these only where int8_dot_route_chosen()
+// (products/route.h).
 
 #include <cstdint>
 
@@ -30,7 +31,7 @@ bool quantize_query_rows(const float* q, int64_t rows, int64_t dk, int16_t* q16,
 /// sweep goes, so that the weighted sum that follows reads the values from L2.
 void int8_dot_scores(int64_t rows, const int16_t* q16, const float* q_scales, const int8_t* const* keys,
                      const float* key_scales, int64_t n, int64_t dk, float scale, float* s, int64_t lds,
-                     const int8_t* const* values, int64_t dv);
+                     const int8_t* const* values, int64_t dv, int64_t ahead);
 
 /// out[r · dv + e] += Σ_{c < n} w[r · ldw + c] · values[c][e] for r < rows (1 to 4), with each row's weights
 /// (probabilities times the value rows' scales) rounded to int16 per block of keys against the block's largest

@@ -23,8 +23,6 @@ constexpr int64_t kWeightBlock = 64;
 /// Keys whose weights are rounded at a time (a buffer on the stack).
 constexpr int64_t kValueKeys = 256;
 static_assert(kWeightBlock % 16 == 0 && kValueKeys % kWeightBlock == 0, "blocks of whole vectors");
-/// Keys ahead of the one being scored whose rows are requested from memory (as decode/decode_kernel.h).
-constexpr int64_t kAhead = 32;
 
 /// 32 int8 elements at p, sign-extended to int16.
 inline __m512i widen(const int8_t* p) {
@@ -125,14 +123,14 @@ ATTN_INLINE void store_tile(__m512 x, float* s, int64_t lds) {
 
 template <int R, int K>
 void scores(const int16_t* q16, const float* q_scales, const int8_t* const* keys, const float* key_scales, int64_t n,
-            int64_t dk, float scale, float* s, int64_t lds, const int8_t* const* values, int64_t dv) {
+            int64_t dk, float scale, float* s, int64_t lds, const int8_t* const* values, int64_t dv, int64_t ahead) {
   static_assert(R * K == 16 || (R == 3 && K == 4), "a tile fills the 16 lanes of the sums");
   alignas(64) float row_lanes[16] = {};
   for (int i = 0; i < R * K; ++i) row_lanes[i] = scale * q_scales[i / K];
   const __m512 row_scale = _mm512_load_ps(row_lanes);
   int64_t c = 0;
   for (; c + K <= n; c += K) {
-    for (int64_t a = c + kAhead; a < std::min(c + kAhead + K, n); ++a) {
+    for (int64_t a = c + ahead; a < std::min(c + ahead + K, n); ++a) {
       prefetch_row(keys[a], dk);
       prefetch_row(values[a], dv);
     }
@@ -287,12 +285,12 @@ bool quantize_query_rows(const float* q, int64_t rows, int64_t dk, int16_t* q16,
 
 void int8_dot_scores(int64_t rows, const int16_t* q16, const float* q_scales, const int8_t* const* keys,
                      const float* key_scales, int64_t n, int64_t dk, float scale, float* s, int64_t lds,
-                     const int8_t* const* values, int64_t dv) {
+                     const int8_t* const* values, int64_t dv, int64_t ahead) {
   switch (rows) {
-    case 1: return scores<1, 16>(q16, q_scales, keys, key_scales, n, dk, scale, s, lds, values, dv);
-    case 2: return scores<2, 8>(q16, q_scales, keys, key_scales, n, dk, scale, s, lds, values, dv);
-    case 3: return scores<3, 4>(q16, q_scales, keys, key_scales, n, dk, scale, s, lds, values, dv);
-    default: return scores<4, 4>(q16, q_scales, keys, key_scales, n, dk, scale, s, lds, values, dv);
+    case 1: return scores<1, 16>(q16, q_scales, keys, key_scales, n, dk, scale, s, lds, values, dv, ahead);
+    case 2: return scores<2, 8>(q16, q_scales, keys, key_scales, n, dk, scale, s, lds, values, dv, ahead);
+    case 3: return scores<3, 4>(q16, q_scales, keys, key_scales, n, dk, scale, s, lds, values, dv, ahead);
+    default: return scores<4, 4>(q16, q_scales, keys, key_scales, n, dk, scale, s, lds, values, dv, ahead);
   }
 }
 
