@@ -197,6 +197,18 @@ inline bool evenly_spaced(const CacheView& view, int64_t b, int64_t j0, int64_t 
   return true;
 }
 
+/// Calls f(c, n) for each run [c, c + n) of split columns (positions j0 + c ..) that lie in one block of a
+/// paged cache: a row's place is looked up once per block, not once per row (a division and a table read per
+/// row cost as much as streaming the split's rows).
+template <typename F>
+void for_each_block_run(const CacheView& view, int64_t j0, int64_t cols, F&& f) {
+  for (int64_t c = 0; c < cols;) {
+    const int64_t n = std::min(view.block_size - (j0 + c) % view.block_size, cols - c);
+    f(c, n);
+    c += n;
+  }
+}
+
 /// Calls body(keys, values, key_scales, value_scales) with the rows of row b's split [j0, j0 + cols) for K/V
 /// head hk: where they lie for a contiguous cache (or a paged split whose blocks follow each other), gathered
 /// through the block table for a paged one (the tiles then read any layout alike, and look ahead across
@@ -208,7 +220,9 @@ void with_split_rows(const CacheView& keys, const CacheView& values, int64_t b, 
     if constexpr (!kHasRowScales<KV>) return nullptr;
     if (view.blocks == nullptr) return view.row_scales(b, hk, j0);
     gathered.resize(cols);
-    for (int64_t c = 0; c < cols; ++c) gathered[c] = *view.row_scales(b, hk, j0 + c);
+    for_each_block_run(view, j0, cols, [&](int64_t c, int64_t n) {
+      std::copy_n(view.row_scales(b, hk, j0 + c), n, gathered.data() + c);
+    });
     return gathered.data();
   };
   const float* key_scales = scales_of(keys, st.key_scales);
@@ -218,12 +232,15 @@ void with_split_rows(const CacheView& keys, const CacheView& values, int64_t b, 
          key_scales, value_scales);
     return;
   }
-  st.key_rows.resize(cols);
-  st.value_rows.resize(cols);
-  for (int64_t c = 0; c < cols; ++c) {
-    st.key_rows[c] = keys.row<KV>(b, hk, j0 + c);
-    st.value_rows[c] = values.row<KV>(b, hk, j0 + c);
-  }
+  const auto gather = [&](const CacheView& view, std::vector<const KV*>& rows) {
+    rows.resize(cols);
+    for_each_block_run(view, j0, cols, [&](int64_t c, int64_t n) {
+      const KV* first = view.row<KV>(b, hk, j0 + c);
+      for (int64_t i = 0; i < n; ++i) rows[c + i] = first + i * view.si;
+    });
+  };
+  gather(keys, st.key_rows);
+  gather(values, st.value_rows);
   body(GatheredRows<KV>{st.key_rows.data()}, GatheredRows<KV>{st.value_rows.data()}, key_scales, value_scales);
 }
 
