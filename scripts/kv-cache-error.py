@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""How much a KV cache's storage moves SmolLM2's greedy tokens and logits, apart from attn's kernels.
+
+Runs transformers' float32 SmolLM2 on the reference prompts (tests' smollm2_generation.safetensors), rounding
+the cache after every step as a cache of each form would store it: float32 (untouched), bfloat16, attn's int8
+rows (a scale max|x|/127 per token and head, elements rounded to nearest), and int8 variants that attn does not
+implement: a scale per block of 32 (llama.cpp's q8_0), and keys with their per-channel mean over the prompt
+taken out before rounding (the mean adds q·mean to every score of a query, which its softmax ignores).
+For each form it prints the greedy tokens' agreement over 64 steps with the float32 cache and with the bfloat16
+cache, and the largest teacher-forced logit error against the float32 cache. The model runs in float32 here,
+so what moves the tokens is the cache alone. bench/RESULTS.md (issue 33) has a run.
+
+  .venv-torch/bin/python scripts/kv-cache-error.py --model build-torch-pip/tests/models/smollm2 \\
+      --reference build-torch-pip/tests/reference/smollm2_generation.safetensors
+"""
+import argparse
+import sys
+import time
+
+FORMS = ("float32", "bfloat16", "int8", "int8-q8_0", "int8-key-mean")
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="SmolLM2 folder (config.json, model.safetensors)")
+    p.add_argument("--reference", required=True, help="smollm2_generation.safetensors (prompt.N, tokens.N)")
+    p.add_argument("--forms", default=",".join(FORMS), help="comma-separated, of: " + ", ".join(FORMS))
+    p.add_argument("--steps", type=int, default=64, help="new tokens per prompt (default 64)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (default: every core)")
+    return p.parse_args()
+
+
+def main():
+    args = parse_args()
+    forms = args.forms.split(",")
+    for f in forms:
+        if f not in FORMS:
+            sys.exit(f"kv-cache-error.py: unknown form '{f}' (expected one of {', '.join(FORMS)})")
+    import os
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM, DynamicCache
+
+    torch.set_num_threads(args.threads or os.cpu_count())
+    ref = load_file(args.reference)
+    prompts = [ref[f"prompt.{n}"].long() for n in range(len([k for k in ref if k.startswith("prompt.")]))]
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
+
+    def int8_rows(x):
+        s = x.abs().amax(-1, keepdim=True) / 127
+        s = torch.where(s > 0, s, torch.ones_like(s))
+        return torch.round(x / s).clamp(-127, 127) * s
+
+    def q8_0(x):
+        shape = x.shape
+        return int8_rows(x.reshape(*shape[:-1], shape[-1] // 32, 32)).reshape(shape)
+
+    def rounder(form):
+        key_means = {}
+
+        def apply(cache, prompt_step):
+            for i, layer in enumerate(cache.layers):
+                k, v = layer.keys, layer.values
+                if form == "bfloat16":
+                    layer.keys, layer.values = k.bfloat16().float(), v.bfloat16().float()
+                elif form == "int8":
+                    layer.keys, layer.values = int8_rows(k), int8_rows(v)
+                elif form == "int8-q8_0":
+                    layer.keys, layer.values = q8_0(k), q8_0(v)
+                elif form == "int8-key-mean":
+                    if prompt_step:
+                        key_means[i] = k.mean(-2, keepdim=True)
+                    layer.keys, layer.values = int8_rows(k - key_means[i]) + key_means[i], int8_rows(v)
+        # Rounding a row already rounded the same way gives it back, so the whole cache is rounded each step.
+        return apply
+
+    @torch.no_grad()
+    def run(prompt, form, forced=None):
+        round_cache, cache = rounder(form), DynamicCache()
+        out = model(prompt[None], past_key_values=cache, use_cache=True)
+        round_cache(cache, True)
+        tokens, logits = [], []
+        for step in range(args.steps):
+            last = out.logits[0, -1]
+            logits.append(last)
+            tokens.append(int(last.argmax()))
+            nxt = tokens[-1] if forced is None else int(forced[step])
+            out = model(torch.tensor([[nxt]]), past_key_values=cache, use_cache=True)
+            round_cache(cache, False)
+        return tokens, torch.stack(logits)
+
+    def followed(a, b):
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        return n
+
+    need = list(dict.fromkeys(["float32", "bfloat16"] + forms))
+    greedy, forced = {}, {}
+    start = time.time()
+    for form in need:
+        print(f"kv-cache-error: {form} cache, {len(prompts)} prompts x {args.steps} steps, greedy and "
+              f"teacher-forced ({time.time() - start:.0f} s so far)", file=sys.stderr, flush=True)
+        greedy[form] = [run(p, form)[0] for p in prompts]
+        reference_tokens = greedy["float32"]
+        forced[form] = [run(p, form, reference_tokens[n])[1] for n, p in enumerate(prompts)]
+    print(f"SmolLM2 float32, {len(prompts)} prompts x {args.steps} greedy steps; caches rounded as each form stores them")
+    print("| cache | steps following the float32 cache, per prompt | prompts identical to the float32 cache | "
+          "to the bfloat16 cache | largest teacher-forced logit error vs float32 | vs the bfloat16 cache's |")
+    print("|---|---|---|---|---|---|")
+    bf16_error = max((forced["bfloat16"][n] - forced["float32"][n]).abs().max().item() for n in range(len(prompts)))
+    for form in need:
+        kept = [followed(greedy[form][n], greedy["float32"][n]) for n in range(len(prompts))]
+        same32 = sum(greedy[form][n] == greedy["float32"][n] for n in range(len(prompts)))
+        same16 = sum(greedy[form][n] == greedy["bfloat16"][n] for n in range(len(prompts)))
+        error = max((forced[form][n] - forced["float32"][n]).abs().max().item() for n in range(len(prompts)))
+        ratio = f"{error / bf16_error:.2f}x" if bf16_error > 0 else "-"
+        print(f"| {form} | {' '.join(map(str, kept))} | {same32} | {same16} | {error:.3f} | {ratio} |")
+
+
+if __name__ == "__main__":
+    main()
