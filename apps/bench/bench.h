@@ -49,7 +49,8 @@ struct Config {
   std::string term;
   std::vector<int64_t> lengths;
   // Decode: how the cache is kept, "" for a contiguous cache in the query's dtype, "int8" for a KVCache of int8
-  // rows with a scale per row, "pagedN" for a PagedKVCache of blocks of N positions.
+  // rows with a scale per row, "pagedN" for a PagedKVCache of blocks of N positions ("-scattered": blocks taken in
+  // turn with as many other sequences), "int8-pagedN" for one of int8 rows.
   std::string cache;
   // Caps on the suite's warm-up runs and reps, for the configurations that take many seconds (-1: none).
   int max_warmup = -1, max_reps = -1;

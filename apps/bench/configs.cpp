@@ -134,9 +134,10 @@ Suite build_decode_suite() {
             // The same step of a bfloat16 model over an int8 cache (KVCacheOptions().dtype(torch::kInt8)) and
             // over a paged cache (PagedKVCache) in blocks of 16 (vLLM's default) and of 64, each sequence's
             // blocks taken in order (as a prompt's are), and in blocks of 16 scattered through the pool (as a
-            // batch decoding together takes them, block by block in turn).
+            // batch decoding together takes them, block by block in turn); and a paged int8 cache both ways.
             if (impl == "decode" && dtype == "bfloat16") {
-              for (const std::string cache : {"int8", "paged16", "paged64", "paged16-scattered"}) {
+              for (const std::string cache : {"int8", "paged16", "paged64", "paged16-scattered", "int8-paged16",
+                                               "int8-paged16-scattered"}) {
                 Config form = c;
                 form.name += "/" + cache + "-cache";
                 form.cache = cache;
@@ -380,7 +381,7 @@ double bytes_read(const Config& c) {
       for (int64_t length : c.lengths) keys += static_cast<double>(length);
     }
     // An int8 row: one byte per element and its float32 scale.
-    const double row = c.cache == "int8" ? c.d + 4.0 : element * c.d;
+    const double row = c.cache.rfind("int8", 0) == 0 ? c.d + 4.0 : element * c.d;
     return kv_heads(c) * keys * 2.0 * row;
   }
   if (c.kind == Kind::Linear) return element * c.Tk * c.d;  // the weight, read once

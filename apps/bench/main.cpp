@@ -98,8 +98,9 @@ decode/IMPL/B=N/Hkv=N/L=N (one step of 32 query heads of 128 over a cache of L p
 torch_sdpa), linear/IMPL/rows=N/OUTxIN (a decoding step's product x [rows, IN] times a weight [OUT, IN]; IMPL
 attn_linear or at_linear), prefill/fused/T=2048/Hkv=N; a bfloat16 row ends in /bfloat16, and a bfloat16 decode step
 over an int8 cache or a paged cache in blocks of 16 or 64 in /int8-cache, /paged16-cache, /paged64-cache, and in
-blocks of 16 scattered through the pool as a batch decoding together takes them in /paged16-scattered-cache (each
-reported beside the contiguous bfloat16 cache). torch_sdpa is LibTorch's
+blocks of 16 scattered through the pool as a batch decoding together takes them in /paged16-scattered-cache, and
+a paged int8 cache in /int8-paged16-cache and /int8-paged16-scattered-cache (each reported beside the contiguous
+bfloat16 cache, an int8 one also beside the contiguous int8 cache). torch_sdpa is LibTorch's
 scaled_dot_product_attention (on LibTorch 2.x its fused CPU flash kernel). Examples:
   attn-bench --json bench.json
   attn-bench --suite peer                  # ours against LibTorch's SDPA, float32 and bfloat16

@@ -262,11 +262,16 @@ void print_ratios(const std::vector<Record>& records, const Ceilings& ceilings) 
     Config plain = c;
     plain.cache.clear();
     const Record* peer = find_peer(records, plain, c.impl);
+    // A paged int8 cache is also set beside the contiguous int8 cache.
+    Config int8 = c;
+    int8.cache = "int8";
+    const Record* int8_peer = c.cache.rfind("int8-", 0) == 0 ? find_peer(records, int8, c.impl) : nullptr;
     fmt::print("  decode B={} H={} Hkv={} L={}{} over the {} cache: {:.3f} ms/token, {:.1f} GB/s ({} of the ceiling) "
-               "in {:.2f}x the bytes of the{} cache; {} its speed\n",
+               "in {:.2f}x the bytes of the{} cache; {} its speed{}\n",
                c.B, c.H, kv_heads(c), c.Tk, dtype_suffix(c), c.cache, r.measurement->ms_median, r.gbps(),
                number_or_dash(r.gbps() / bandwidth * 100, "{:.0f}%"), bytes_read(c) / bytes_read(plain),
-               dtype_suffix(c), speedup(&r, peer));
+               dtype_suffix(c), speedup(&r, peer),
+               int8_peer ? fmt::format(", {} the int8 cache's", speedup(&r, int8_peer)) : "");
   }
   // A decoding step's product: attn::linear against at::linear on the same weight, and its share of the ceiling.
   for (const Record& r : records) {

@@ -154,17 +154,19 @@ std::function<void()> make_workload(const Config& c, const torch::Device& device
         const auto options = attn::SdpaOptions().causal(true);
         return [=] { attn::attention_with_kv_cache(q, *cache, 0, starts, options); };
       }
-      if (c.cache.rfind("paged", 0) == 0) {
+      const bool int8_paged = c.cache.rfind("int8-paged", 0) == 0;
+      if (c.cache.rfind("paged", 0) == 0 || int8_paged) {
         if (!c.lengths.empty() || c.impl != "decode") throw std::invalid_argument("paged cache rows: impl decode, full rows");
         if (!device.is_cpu()) throw std::invalid_argument("a PagedKVCache lives on the CPU");
-        const int64_t block_size = std::stoll(c.cache.substr(5));
+        const int64_t block_size = std::stoll(c.cache.substr(int8_paged ? 10 : 5));
         // Scattered: twice the sequences, filled a block at a time in turn, so each read sequence's consecutive
         // blocks lie 2B blocks apart; otherwise each sequence takes its blocks in order, 1024 positions at a time.
         const bool scattered = c.cache.find("-scattered") != std::string::npos;
         const int64_t sequences = scattered ? 2 * c.B : c.B, step = scattered ? block_size : 1024;
         const int64_t blocks = sequences * ((c.Tk + block_size - 1) / block_size);
         auto cache = std::make_shared<attn::PagedKVCache>(
-            attn::PagedKVCacheOptions(1, kv_heads(c), c.d, blocks, block_size).dtype(opts.dtype().toScalarType()));
+            attn::PagedKVCacheOptions(1, kv_heads(c), c.d, blocks, block_size)
+                .dtype(int8_paged ? torch::kInt8 : opts.dtype().toScalarType()));
         std::vector<int64_t> all;
         for (int64_t b = 0; b < sequences; ++b) all.push_back(cache->add_sequence());
         for (int64_t filled = 0; filled < c.Tk; filled += step) {
