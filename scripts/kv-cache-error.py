@@ -37,6 +37,9 @@ def main():
         if f not in FORMS:
             sys.exit(f"kv-cache-error.py: unknown form '{f}' (expected one of {', '.join(FORMS)})")
     import os
+    for path, what in ((os.path.join(args.model, "config.json"), "--model"), (args.reference, "--reference")):
+        if not os.path.isfile(path):
+            sys.exit(f"kv-cache-error.py: {what}: no file {path} (make test TORCH=pip builds both under build-torch-pip/tests)")
     import torch
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM, DynamicCache
