@@ -7,7 +7,8 @@ rows (a scale max|x|/127 per token and head, elements rounded to nearest), and i
 implement: a scale per block of 32 (llama.cpp's q8_0), and keys with their per-channel mean over the prompt
 taken out before rounding (the mean adds q·mean to every score of a query, which its softmax ignores).
 For each form it prints the greedy tokens' agreement over 64 steps with the float32 cache and with the bfloat16
-cache, and the largest teacher-forced logit error against the float32 cache. The model runs in float32 here,
+cache, and the largest teacher-forced logit error against the float32 cache; then how large the keys' per-channel
+offsets are. The model runs in float32 here,
 so what moves the tokens is the cache alone. bench/RESULTS.md (issue 33) has a run.
 
   .venv-torch/bin/python scripts/kv-cache-error.py --model build-torch-pip/tests/models/smollm2 \\
@@ -59,23 +60,45 @@ def main():
         return int8_rows(x.reshape(*shape[:-1], shape[-1] // 32, 32)).reshape(shape)
 
     def rounder(form):
-        key_means = {}
+        key_means, rounded = {}, {}
 
         def apply(cache, prompt_step):
             for i, layer in enumerate(cache.layers):
-                k, v = layer.keys, layer.values
+                # Only the positions appended since the last step: each row is rounded once, as a cache stores it.
+                start = rounded.get(i, 0)
+                k, v = layer.keys[..., start:, :], layer.values[..., start:, :]
+                rounded[i] = layer.keys.shape[-2]
                 if form == "bfloat16":
-                    layer.keys, layer.values = k.bfloat16().float(), v.bfloat16().float()
+                    k.copy_(k.bfloat16().float())
+                    v.copy_(v.bfloat16().float())
                 elif form == "int8":
-                    layer.keys, layer.values = int8_rows(k), int8_rows(v)
+                    k.copy_(int8_rows(k))
+                    v.copy_(int8_rows(v))
                 elif form == "int8-q8_0":
-                    layer.keys, layer.values = q8_0(k), q8_0(v)
+                    k.copy_(q8_0(k))
+                    v.copy_(q8_0(v))
                 elif form == "int8-key-mean":
                     if prompt_step:
                         key_means[i] = k.mean(-2, keepdim=True)
-                    layer.keys, layer.values = int8_rows(k - key_means[i]) + key_means[i], int8_rows(v)
-        # Rounding a row already rounded the same way gives it back, so the whole cache is rounded each step.
+                    k.copy_(int8_rows(k - key_means[i]) + key_means[i])
+                    v.copy_(int8_rows(v))
         return apply
+
+    @torch.no_grad()
+    def key_offsets():
+        """Per layer, over every prompt: the largest |channel mean| of the keys over the prompt in units of the
+        channels' mean standard deviation, and the rows' mean largest |element| after the means are taken out
+        against before."""
+        ratios, shrink = [], []
+        for p in prompts:
+            cache = DynamicCache()
+            model(p[None], past_key_values=cache, use_cache=True)
+            for layer in cache.layers:
+                k = layer.keys[0]  # [H_kv, T, d]
+                mean = k.mean(1, keepdim=True)
+                ratios.append((mean.abs().amax(-1).squeeze(-1) / k.std(1).mean(-1)).mean().item())
+                shrink.append(((k - mean).abs().amax(-1).mean() / k.abs().amax(-1).mean()).item())
+        return ratios, shrink
 
     @torch.no_grad()
     def run(prompt, form, forced=None):
@@ -119,6 +142,11 @@ def main():
         error = max((forced[form][n] - forced["float32"][n]).abs().max().item() for n in range(len(prompts)))
         ratio = f"{error / bf16_error:.2f}x" if bf16_error > 0 else "-"
         print(f"| {form} | {' '.join(map(str, kept))} | {same32} | {same16} | {error:.3f} | {ratio} |")
+    ratios, shrink = key_offsets()
+    print(f"Keys over each prompt, per layer and prompt ({len(ratios)}): largest |channel mean| / mean channel std "
+          f"{min(ratios):.1f} to {max(ratios):.1f} (median {sorted(ratios)[len(ratios) // 2]:.1f}); rows' largest "
+          f"|element| with the channel means taken out / without: {min(shrink):.2f} to {max(shrink):.2f} (median "
+          f"{sorted(shrink)[len(shrink) // 2]:.2f})")
 
 
 if __name__ == "__main__":
