@@ -4,6 +4,8 @@
 #include "common/dtypes.h"
 #include "int8_rows.h"
 
+#include <attn/ops/decode_attention.h>
+
 #include <ATen/ATen.h>
 
 #include <sys/mman.h>
@@ -69,8 +71,12 @@ PagedKVCache::PagedKVCache(const PagedKVCacheOptions& options) : options_(option
     key_scales_.push_back(quantized() ? block_pool({N, H, S}, torch::kFloat32) : torch::Tensor());
     value_scales_.push_back(quantized() ? block_pool({N, H, S}, torch::kFloat32) : torch::Tensor());
   }
+  const int64_t split = quantized() ? ops::kDecodeSplitKeysInt8 : ops::kDecodeSplitKeys;
+  const int64_t run = options.run_positions().value_or(split);
+  check_positive(kPaged, "run_positions", run);
+  run_blocks_ = std::min((run + S - 1) / S, N);
   references_.assign(N, 0);
-  for (int64_t block = N - 1; block >= 0; --block) free_.push_back(block);  // taken from the back: 0, 1, ...
+  for (int64_t block = 0; block < N; ++block) free_.insert(free_.end(), block);
 }
 
 void PagedKVCache::check_layer(const char* fn, int64_t layer) const {
@@ -84,15 +90,54 @@ const PagedKVCache::Sequence& PagedKVCache::find(const char* fn, int64_t sequenc
   return it->second;
 }
 
-int64_t PagedKVCache::take_block() {
-  const int64_t block = free_.back();
-  free_.pop_back();
+int64_t PagedKVCache::take_reserved(Sequence& s) {
+  --s.run_left, --reserved_;
+  return s.run_next++;
+}
+
+// Block `index` of s: the next of its run; or the first of a new run of adjacent free blocks, up to the end of
+// run `index` belongs to (runs start at multiples of run_blocks_, as the kernel's splits do), reserving the
+// rest; or, with no free block left but those reserved, the last block of the longest run another sequence
+// reserved. append has checked that the pool has a block for every call.
+int64_t PagedKVCache::take_block(Sequence& s, int64_t index) {
+  int64_t block = -1;
+  if (s.run_left > 0 && index > 0 && s.run_next == s.blocks[index - 1] + 1) {
+    block = take_reserved(s);
+  } else if (!free_.empty()) {
+    end_run(s);  // a run left behind (the sequence copied a shared block instead) goes back to the pool
+    const int64_t wanted = run_blocks_ - index % run_blocks_;
+    // First fit: the first run of `wanted` adjacent free blocks, else the longest run the pool has.
+    int64_t best = *free_.begin(), best_length = 0, start = best, length = 0, previous = -2;
+    for (int64_t b : free_) {
+      if (b != previous + 1) start = b, length = 0;
+      previous = b;
+      if (++length > best_length) best = start, best_length = length;
+      if (best_length == wanted) break;
+    }
+    auto it = free_.find(best);
+    for (int64_t i = 0; i < best_length; ++i) it = free_.erase(it);
+    block = best;
+    s.run_next = best + 1, s.run_left = best_length - 1;
+    reserved_ += s.run_left;
+  } else {
+    Sequence* donor = nullptr;
+    for (auto& entry : sequences_) {
+      if (entry.second.run_left > 0 && (!donor || entry.second.run_left > donor->run_left)) donor = &entry.second;
+    }
+    TORCH_INTERNAL_ASSERT(donor != nullptr, kPaged, ": no free block (append checks the pool first)");
+    --donor->run_left, --reserved_;
+    block = donor->run_next + donor->run_left;
+  }
   references_[block] = 1;
   return block;
 }
 
+void PagedKVCache::end_run(Sequence& s) {
+  for (; s.run_left > 0; --s.run_left, --reserved_) free_.insert(s.run_next++);
+}
+
 void PagedKVCache::drop_block(int64_t block) {
-  if (--references_[block] == 0) free_.push_back(block);
+  if (--references_[block] == 0) free_.insert(block);
 }
 
 int64_t PagedKVCache::add_sequence() {
@@ -103,6 +148,7 @@ int64_t PagedKVCache::add_sequence() {
 
 int64_t PagedKVCache::fork(int64_t sequence) {
   Sequence copy = find("fork", sequence);
+  copy.run_left = 0;  // the parent keeps its run
   for (int64_t block : copy.blocks) ++references_[block];
   sequences_[next_id_] = std::move(copy);
   ++version_;
@@ -110,7 +156,9 @@ int64_t PagedKVCache::fork(int64_t sequence) {
 }
 
 void PagedKVCache::release(int64_t sequence) {
-  const Sequence& s = find("release", sequence);
+  find("release", sequence);
+  Sequence& s = sequences_.at(sequence);
+  end_run(s);
   for (int64_t block : s.blocks) drop_block(block);
   sequences_.erase(sequence);
   ++version_;
@@ -192,9 +240,9 @@ void PagedKVCache::append(int64_t layer, const std::vector<int64_t>& sequences, 
     const int64_t begin = s.lengths[layer], end = begin + n[b];
     for (int64_t i = begin / S; i * S < end; ++i) {
       if (i == static_cast<int64_t>(s.blocks.size())) {
-        s.blocks.push_back(take_block());
+        s.blocks.push_back(take_block(s, i));
       } else if (references_[s.blocks[i]] > 1) {  // copy on write, every layer's rows of the block
-        const int64_t shared = s.blocks[i], own = take_block();
+        const int64_t shared = s.blocks[i], own = take_block(s, i);
         for (int64_t l = 0; l < num_layers(); ++l) {
           for (std::vector<torch::Tensor>* pool : {&keys_, &values_, &key_scales_, &value_scales_}) {
             if ((*pool)[l].defined()) (*pool)[l][own].copy_((*pool)[l][shared]);

@@ -71,11 +71,12 @@ TEST(PagedKVCache, AttentionMatchesTheContiguousCache) {
 }
 
 // One query per row, every key allowed: the paged cache gives the contiguous cache's bits whether a row's blocks
-// follow each other in the pool (each sequence written alone: the kernel reads such a split as a contiguous
-// one) or alternate with another row's (written 16 positions at a time in turn: gathered through the table, and
-// for float32 scored in four sweeps side by side). A key's score and the weighted sum's order are the same
-// either way. Float32 and int8 (head size 64, which the int8 dot products take where the CPU has them);
-// lengths whose last splits leave keys past the sweeps.
+// follow each other in the pool (each sequence written alone, or 16 positions at a time in turn with the
+// default runs: the kernel reads such a split as a contiguous one) or alternate with another row's (written in
+// turn a block at a time, run_positions(1): gathered through the table, and for float32 scored in four sweeps
+// side by side). A key's score and the weighted sum's order are the same either way. Float32 and int8 (head
+// size 64, which the int8 dot products take where the CPU has them); lengths whose last splits leave keys past
+// the sweeps.
 TEST(PagedKVCache, DecodingGivesTheContiguousCachesBitsWhereverTheBlocksLie) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(6);
@@ -95,9 +96,13 @@ TEST(PagedKVCache, DecodingGivesTheContiguousCachesBitsWhereverTheBlocksLie) {
                         b == 0 ? torch::cat({values[b], pad}) : torch::cat({pad, values[b]}), counts);
     }
     const torch::Tensor expected = attention_with_kv_cache(q, contiguous, 0, starts);
-    for (int64_t step : {int64_t{1000}, int64_t{16}}) {  // whole sequences, or 16 positions in turn
-      SCOPED_TRACE(::testing::Message() << c10::toString(dtype) << ", written " << step << " positions at a time");
-      PagedKVCache paged(PagedKVCacheOptions(1, H_kv, d, 70, 16).dtype(dtype));
+    // Whole sequences; 16 positions in turn, in runs of a split; 16 positions in turn, a block at a time.
+    for (const auto& [step, run] : std::vector<std::pair<int64_t, int64_t>>{{1000, 0}, {16, 0}, {16, 1}}) {
+      SCOPED_TRACE(::testing::Message() << c10::toString(dtype) << ", written " << step << " positions at a time"
+                                        << (run == 1 ? ", a block at a time" : ""));
+      PagedKVCacheOptions options = PagedKVCacheOptions(1, H_kv, d, 200, 16).dtype(dtype);
+      if (run > 0) options.run_positions(run);
+      PagedKVCache paged(options);
       const std::vector<int64_t> ids = {paged.add_sequence(), paged.add_sequence()};
       std::vector<int64_t> written = {0, 0};
       while (written[0] < lengths[0] || written[1] < lengths[1]) {
@@ -107,10 +112,16 @@ TEST(PagedKVCache, DecodingGivesTheContiguousCachesBitsWhereverTheBlocksLie) {
           written[b] += n;
         }
       }
+      // Row 0's adjacent blocks while both rows grow: all of them written alone; within each split's run in
+      // turn; none a block at a time.
       const std::vector<int64_t> blocks = paged.blocks_of(ids[0]);
-      int64_t adjacent = 0;
-      for (size_t i = 1; i < blocks.size(); ++i) adjacent += blocks[i] == blocks[i - 1] + 1;
-      EXPECT_EQ(adjacent == static_cast<int64_t>(blocks.size()) - 1, step == 1000) << adjacent << " adjacent";
+      const int64_t split_blocks = (dtype == torch::kInt8 ? ops::kDecodeSplitKeysInt8 : ops::kDecodeSplitKeys) / 16;
+      int64_t adjacent = 0, expected_adjacent = 0;
+      for (size_t i = 1; i < paged.blocks_of(ids[1]).size(); ++i) {
+        adjacent += blocks[i] == blocks[i - 1] + 1;
+        expected_adjacent += step == 1000 || (run == 0 && i % split_blocks != 0);
+      }
+      EXPECT_EQ(adjacent, expected_adjacent);
       EXPECT_TRUE(torch::equal(attention_with_kv_cache(q, paged, paged.batch(0, ids), starts), expected));
     }
   }
@@ -179,6 +190,41 @@ TEST(PagedKVCache, ForkSharesThePrefixUntilTheFirstDivergentBlock) {
   cache.release(child);
   EXPECT_EQ(cache.blocks_in_use(), 3);
   EXPECT_EQ(cache.sequences(), (std::vector<int64_t>{aligned, twin}));
+}
+
+// A sequence takes a run of adjacent blocks at a time and reserves the rest of it; the reserved blocks count as
+// free, go to another sequence when the pool has no other free block (from the longest run, last block first),
+// go back to the pool on release, and stay with the parent on fork.
+TEST(PagedKVCache, RunsOfAdjacentBlocksAreReservedButFree) {
+  torch::NoGradGuard no_grad;
+  PagedKVCache cache(PagedKVCacheOptions(1, 1, 4, 10, 4).run_positions(16));  // runs of 4 blocks
+  const auto write = [&](int64_t id, int64_t n) {
+    cache.append(0, {id}, torch::randn({1, 1, n, 4}), torch::randn({1, 1, n, 4}));
+  };
+  const int64_t a = cache.add_sequence(), b = cache.add_sequence();
+  write(a, 1);  // block 0; 1-3 reserved
+  EXPECT_EQ(cache.blocks_in_use(), 1);
+  EXPECT_EQ(cache.free_blocks(), 9);
+  write(b, 5);  // blocks 4, 5 of its run 4-7
+  write(a, 8);  // blocks 1, 2 of its run
+  EXPECT_EQ(cache.blocks_of(a), (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(cache.blocks_of(b), (std::vector<int64_t>{4, 5}));
+  write(a, 8);  // block 3 ends its run; the next run starts at block 8, where two adjacent blocks are free
+  EXPECT_EQ(cache.blocks_of(a), (std::vector<int64_t>{0, 1, 2, 3, 8}));
+  EXPECT_EQ(cache.blocks_in_use(), 7);
+  const int64_t child = cache.fork(a);  // shares a's five blocks; a keeps its reserved block 9
+  write(child, 1);  // copies a's last block: the pool's free blocks are all reserved, so the longest run gives
+  EXPECT_EQ(cache.blocks_of(child), (std::vector<int64_t>{0, 1, 2, 3, 7}));  // b's block 7 (b's run: 6, 7)
+  write(b, 8);  // block 6, the rest of its run; then a's reserved block 9
+  EXPECT_EQ(cache.blocks_of(b), (std::vector<int64_t>{4, 5, 6, 9}));
+  EXPECT_EQ(cache.free_blocks(), 0);
+  EXPECT_ERROR_CONTAINS(write(a, 4), "the block pool is full");
+  cache.release(child);  // its copy, block 7, goes back
+  EXPECT_EQ(cache.free_blocks(), 1);
+  write(a, 4);
+  EXPECT_EQ(cache.blocks_of(a), (std::vector<int64_t>{0, 1, 2, 3, 8, 7}));
+  EXPECT_ERROR_CONTAINS(PagedKVCache(PagedKVCacheOptions(1, 1, 4, 10, 4).run_positions(0)),
+                        "run_positions must be positive, got 0");
 }
 
 TEST(PagedKVCache, AFullPoolAStaleBatchAndUnknownSequencesAreRefusedCleanly) {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -32,6 +33,14 @@ struct PagedKVCacheOptions {
   /// The model's dtype (float32, float64, bfloat16), or torch::kInt8 for int8 rows with a scale each, as
   /// KVCacheOptions::dtype. The blocks live on the CPU: the decode kernel that reads them is the CPU's.
   TORCH_ARG(torch::Dtype, dtype) = torch::kFloat32;
+  /// Positions a sequence takes adjacent blocks for at a time, where the pool has such a run. Default: the
+  /// decode kernel's split (ops::kDecodeSplitKeys, 256, or ops::kDecodeSplitKeysInt8, 1024, for int8), so
+  /// that sequences growing together, as a batch decoding in turn, still keep each split in adjacent blocks,
+  /// which the kernel streams as it streams a contiguous cache; blocks taken one at a time in turn are read at
+  /// about 0.6x-0.8x that speed on the CPUs measured (docs/decoding.md). The rest of a run is reserved for
+  /// its sequence but counts as free: another sequence takes it when the pool has no other free block, and a
+  /// release returns it. 1 takes one block at a time.
+  TORCH_ARG(std::optional<int64_t>, run_positions) = std::nullopt;
 };
 
 /// Some sequences of a PagedKVCache, as one call's batch: their block tables [B, max_blocks] (int64, CPU) and
@@ -84,7 +93,8 @@ class PagedKVCache {
   int64_t length(int64_t layer, int64_t sequence) const;
   /// The blocks `sequence` refers to, in order (shared ones included).
   std::vector<int64_t> blocks_of(int64_t sequence) const;
-  int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
+  /// Blocks no sequence holds (a sequence's reserved run included: see PagedKVCacheOptions::run_positions).
+  int64_t free_blocks() const { return static_cast<int64_t>(free_.size()) + reserved_; }
   int64_t blocks_in_use() const { return options_.num_blocks() - free_blocks(); }
 
   /// Writes key [B, H_kv, T, head_dim] and value [B, H_kv, T, value_dim] after the current length of
@@ -111,15 +121,20 @@ class PagedKVCache {
   struct Sequence {
     std::vector<int64_t> blocks;
     std::vector<int64_t> lengths;  // per layer
+    int64_t run_next = 0, run_left = 0;  // its reserved blocks: [run_next, run_next + run_left), taken in order
   };
   void check_layer(const char* fn, int64_t layer) const;
   const Sequence& find(const char* fn, int64_t sequence) const;
-  int64_t take_block();
+  int64_t take_block(Sequence& s, int64_t index);
+  int64_t take_reserved(Sequence& s);
   void drop_block(int64_t block);
+  void end_run(Sequence& s);
 
   PagedKVCacheOptions options_;
   std::vector<torch::Tensor> keys_, values_, key_scales_, value_scales_;
-  std::vector<int64_t> free_;        // blocks nobody refers to, taken from the back
+  int64_t run_blocks_ = 1;           // blocks per run (run_positions in blocks)
+  std::set<int64_t> free_;           // blocks nobody refers to or reserves, in pool order (to find runs)
+  int64_t reserved_ = 0;             // blocks reserved in the sequences' runs
   std::vector<int64_t> references_;  // per block: how many sequences refer to it
   std::unordered_map<int64_t, Sequence> sequences_;
   int64_t next_id_ = 0;

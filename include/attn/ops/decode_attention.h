@@ -10,6 +10,12 @@
 
 namespace attn::ops {
 
+/// Keys per split of the CPU decode kernel (each task reads one split of one K/V head): 256 for a cache of
+/// float32, float64 or bfloat16 rows, 1024 for int8 rows (ops/cpu/decode/decode_args.h says why). A
+/// PagedKVCache takes its blocks in runs of this many positions, so that a split lies in adjacent blocks.
+inline constexpr int64_t kDecodeSplitKeys = 256;
+inline constexpr int64_t kDecodeSplitKeysInt8 = 1024;
+
 /// Attention of query [B, H, Tq, d_k] over the caches key_cache [B, H_kv, capacity, d_k] and value_cache
 /// [B, H_kv, capacity, d_v] (H_kv divides H; query head h reads cache head h / (H / H_kv)), read in place.
 /// Query t of row b sits at position query_starts[b] + t and may attend key j iff j < key_lengths[b] and,

@@ -3,6 +3,8 @@
 #include "common/band.h"
 #include "ops/cpu/math/kernel_layout.h"
 
+#include <attn/ops/decode_attention.h>
+
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
@@ -79,9 +81,9 @@ struct DecodeArgs {
 /// never on the thread count, so the merged result is bitwise the same at any thread count. A split starts
 /// cold (its first rows wait on memory before the prefetches run ahead), so an int8 split, whose rows are half
 /// a bfloat16 one's, takes 1024 keys: about 0.75x the time of 256 and 0.9x that of 512 on the decode bench's
-/// int8 rows (bench/RESULTS.md, issue 33). A bfloat16 split of 512 keys measured no faster than 256.
-inline constexpr int64_t kDecodeKeyBlock = 256;
+/// int8 rows (bench/RESULTS.md, issue 33). A bfloat16 split of 512 keys measured no faster than 256. (The two
+/// lengths are public, <attn/ops/decode_attention.h>: a PagedKVCache takes its blocks in runs of a split.)
 template <typename KV>
-constexpr int64_t split_keys() { return sizeof(KV) == 1 ? 4 * kDecodeKeyBlock : kDecodeKeyBlock; }
+constexpr int64_t split_keys() { return sizeof(KV) == 1 ? kDecodeSplitKeysInt8 : kDecodeSplitKeys; }
 
 }  // namespace attn::ops::cpu
