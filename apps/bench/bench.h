@@ -49,8 +49,8 @@ struct Config {
   std::string term;
   std::vector<int64_t> lengths;
   // Decode: how the cache is kept, "" for a contiguous cache in the query's dtype, "int8" for a KVCache of int8
-  // rows with a scale per row, "pagedN" for a PagedKVCache of blocks of N positions ("-scattered": blocks taken in
-  // turn with as many other sequences), "int8-pagedN" for one of int8 rows.
+  // rows with a scale per row, "pagedN" for a PagedKVCache of blocks of N positions ("-interleaved" and
+  // "-scattered": see CacheForm), "int8-pagedN" for one of int8 rows.
   std::string cache;
   // Caps on the suite's warm-up runs and reps, for the configurations that take many seconds (-1: none).
   int max_warmup = -1, max_reps = -1;
@@ -59,6 +59,22 @@ struct Config {
   bool gpu = false;
   int64_t bandwidth_gib = 1;
 };
+
+/// A decode row's cache form, read from Config::cache in one place: int8 rows with a scale each or the query's
+/// dtype, contiguous (block_size 0) or paged in blocks of block_size positions, placed as below.
+struct CacheForm {
+  enum class Placement {
+    InOrder,      // each sequence written alone: its blocks follow each other
+    Interleaved,  // twice the sequences, growing a block at a time in turn, in the cache's default runs
+    Scattered,    // the same with run_positions(1): each read sequence's consecutive blocks lie 2B apart
+  };
+  bool int8 = false;
+  int64_t block_size = 0;
+  Placement placement = Placement::InOrder;
+  bool paged() const { return block_size > 0; }
+};
+/// Config::cache parsed; throws std::invalid_argument naming a form it does not know.
+CacheForm cache_form(const Config& config);
 
 struct Suite {
   std::string name;

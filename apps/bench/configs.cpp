@@ -5,6 +5,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <regex>
 
 namespace bench {
 
@@ -132,12 +133,14 @@ Suite build_decode_suite() {
             c.dtype = dtype;
             out.push_back(c);
             // The same step of a bfloat16 model over an int8 cache (KVCacheOptions().dtype(torch::kInt8)) and
-            // over a paged cache (PagedKVCache) in blocks of 16 (vLLM's default) and of 64, each sequence's
-            // blocks taken in order (as a prompt's are), and in blocks of 16 scattered through the pool (as a
-            // batch decoding together takes them, block by block in turn); and a paged int8 cache both ways.
+            // over a paged cache (PagedKVCache) in blocks of 16 (vLLM's default): each sequence's blocks taken in
+            // order (as a prompt's are), taken in turn by a batch growing together, in the cache's runs
+            // (interleaved) and a block at a time (scattered); scattered in blocks of 128 (vLLM's size on the
+            // CPU with IPEX); and a paged int8 cache the same ways.
             if (impl == "decode" && dtype == "bfloat16") {
-              for (const std::string cache : {"int8", "paged16", "paged64", "paged16-scattered", "int8-paged16",
-                                               "int8-paged16-scattered"}) {
+              for (const std::string cache :
+                   {"int8", "paged16", "paged16-interleaved", "paged16-scattered", "paged128-scattered", "int8-paged16",
+                    "int8-paged16-interleaved", "int8-paged16-scattered", "int8-paged128-scattered"}) {
                 Config form = c;
                 form.name += "/" + cache + "-cache";
                 form.cache = cache;
@@ -371,6 +374,20 @@ double attended_pairs(const Config& c) {
   return pairs;  // the padded batch is credited with the same useful work
 }
 
+CacheForm cache_form(const Config& c) {
+  // "" | "int8" | "pagedN" | "int8-pagedN", each paged form with "-interleaved", "-scattered" or neither.
+  static const std::regex pattern(R"(^(?:(int8)|(int8-)?paged([1-9][0-9]{0,5})(-interleaved|-scattered)?)?$)");
+  std::smatch m;
+  if (!std::regex_match(c.cache, m, pattern)) throw std::invalid_argument("unknown cache '" + c.cache + "'");
+  CacheForm form;
+  form.int8 = m[1].matched || m[2].matched;
+  form.block_size = m[3].matched ? std::stoll(m[3].str()) : 0;
+  if (m[4].matched) {
+    form.placement = m[4].str() == "-scattered" ? CacheForm::Placement::Scattered : CacheForm::Placement::Interleaved;
+  }
+  return form;
+}
+
 double bytes_read(const Config& c) {
   const double element = c.dtype == "float32" ? 4.0 : 2.0;
   if (c.kind == Kind::Bandwidth) return kBandwidthBytes * static_cast<double>(c.bandwidth_gib);
@@ -381,7 +398,7 @@ double bytes_read(const Config& c) {
       for (int64_t length : c.lengths) keys += static_cast<double>(length);
     }
     // An int8 row: one byte per element and its float32 scale.
-    const double row = c.cache.rfind("int8", 0) == 0 ? c.d + 4.0 : element * c.d;
+    const double row = cache_form(c).int8 ? c.d + 4.0 : element * c.d;
     return kv_heads(c) * keys * 2.0 * row;
   }
   if (c.kind == Kind::Linear) return element * c.Tk * c.d;  // the weight, read once

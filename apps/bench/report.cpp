@@ -265,7 +265,8 @@ void print_ratios(const std::vector<Record>& records, const Ceilings& ceilings) 
     // A paged int8 cache is also set beside the contiguous int8 cache.
     Config int8 = c;
     int8.cache = "int8";
-    const Record* int8_peer = c.cache.rfind("int8-", 0) == 0 ? find_peer(records, int8, c.impl) : nullptr;
+    const CacheForm form = cache_form(c);
+    const Record* int8_peer = form.int8 && form.paged() ? find_peer(records, int8, c.impl) : nullptr;
     fmt::print("  decode B={} H={} Hkv={} L={}{} over the {} cache: {:.3f} ms/token, {:.1f} GB/s ({} of the ceiling) "
                "in {:.2f}x the bytes of the{} cache; {} its speed{}\n",
                c.B, c.H, kv_heads(c), c.Tk, dtype_suffix(c), c.cache, r.measurement->ms_median, r.gbps(),

@@ -141,7 +141,8 @@ std::function<void()> make_workload(const Config& c, const torch::Device& device
     case Kind::Decode: {
       // A full cache of Tk positions and the step's one query per head (the newest position).
       const torch::Tensor q = torch::randn({c.B, c.H, 1, c.d}, opts);
-      if (c.cache == "int8") {
+      const CacheForm form = cache_form(c);
+      if (form.int8 && !form.paged()) {
         if (!c.lengths.empty() || c.impl != "decode") throw std::invalid_argument("int8 cache rows: impl decode, full rows");
         auto cache = std::make_shared<attn::KVCache>(
             attn::KVCacheOptions(1, c.B, kv_heads(c), c.d, c.Tk).dtype(torch::kInt8).device(device));
@@ -154,19 +155,19 @@ std::function<void()> make_workload(const Config& c, const torch::Device& device
         const auto options = attn::SdpaOptions().causal(true);
         return [=] { attn::attention_with_kv_cache(q, *cache, 0, starts, options); };
       }
-      const bool int8_paged = c.cache.rfind("int8-paged", 0) == 0;
-      if (c.cache.rfind("paged", 0) == 0 || int8_paged) {
+      if (form.paged()) {
         if (!c.lengths.empty() || c.impl != "decode") throw std::invalid_argument("paged cache rows: impl decode, full rows");
         if (!device.is_cpu()) throw std::invalid_argument("a PagedKVCache lives on the CPU");
-        const int64_t block_size = std::stoll(c.cache.substr(int8_paged ? 10 : 5));
-        // Scattered: twice the sequences, filled a block at a time in turn, so each read sequence's consecutive
-        // blocks lie 2B blocks apart; otherwise each sequence takes its blocks in order, 1024 positions at a time.
-        const bool scattered = c.cache.find("-scattered") != std::string::npos;
-        const int64_t sequences = scattered ? 2 * c.B : c.B, step = scattered ? block_size : 1024;
+        const int64_t block_size = form.block_size;
+        // In turn (interleaved or scattered): twice the sequences, filled a block at a time in turn; otherwise
+        // each sequence takes its blocks in order, 1024 positions at a time.
+        const bool in_turn = form.placement != CacheForm::Placement::InOrder;
+        const int64_t sequences = in_turn ? 2 * c.B : c.B, step = in_turn ? block_size : 1024;
         const int64_t blocks = sequences * ((c.Tk + block_size - 1) / block_size);
-        auto cache = std::make_shared<attn::PagedKVCache>(
-            attn::PagedKVCacheOptions(1, kv_heads(c), c.d, blocks, block_size)
-                .dtype(int8_paged ? torch::kInt8 : opts.dtype().toScalarType()));
+        attn::PagedKVCacheOptions pool = attn::PagedKVCacheOptions(1, kv_heads(c), c.d, blocks, block_size)
+                                                .dtype(form.int8 ? torch::kInt8 : opts.dtype().toScalarType());
+        if (form.placement == CacheForm::Placement::Scattered) pool.run_positions(1);
+        auto cache = std::make_shared<attn::PagedKVCache>(pool);
         std::vector<int64_t> all;
         for (int64_t b = 0; b < sequences; ++b) all.push_back(cache->add_sequence());
         for (int64_t filled = 0; filled < c.Tk; filled += step) {
@@ -174,14 +175,13 @@ std::function<void()> make_workload(const Config& c, const torch::Device& device
           cache->append(0, all, torch::empty({sequences, kv_heads(c), n, c.d}, opts).uniform_(-1, 1),
                         torch::empty({sequences, kv_heads(c), n, c.d}, opts).uniform_(-1, 1));
         }
-        std::vector<int64_t> ids;  // the read sequences: every other one when scattered
-        for (int64_t b = 0; b < c.B; ++b) ids.push_back(all[scattered ? 2 * b : b]);
+        std::vector<int64_t> ids;  // the read sequences: every other one when filled in turn
+        for (int64_t b = 0; b < c.B; ++b) ids.push_back(all[in_turn ? 2 * b : b]);
         const attn::PagedBatch batch = cache->batch(0, ids);
         const torch::Tensor starts = torch::full({c.B}, c.Tk - 1, torch::kLong);
         const auto options = attn::SdpaOptions().causal(true);
         return [=] { attn::attention_with_kv_cache(q, *cache, batch, starts, options); };
       }
-      if (!c.cache.empty()) throw std::invalid_argument("unknown cache '" + c.cache + "'");
       const torch::Tensor k = torch::empty({c.B, kv_heads(c), c.Tk, c.d}, opts).uniform_(-1, 1);
       const torch::Tensor v = torch::empty({c.B, kv_heads(c), c.Tk, c.d}, opts).uniform_(-1, 1);
       // A ragged batch (c.lengths) fills row b's cache up to lengths[b].
