@@ -1,8 +1,9 @@
 #pragma once
 // A KV cache in fixed-size blocks, for serving many sequences at once (vLLM's paged attention on the CPU):
 // each sequence has a list of blocks (its block table), sequences that share a prefix share its blocks
-// (fork), and a finished sequence gives its blocks back (release). The decode kernel reads the blocks in place
-// through the block table. KVCache (kv_cache.h) remains the simple, contiguous case.
+// (fork), and a finished sequence gives its blocks back (release). A sequence takes its blocks in runs of
+// adjacent ones, so that sequences growing together still read like contiguous caches. The decode kernel reads
+// the blocks in place through the block table. KVCache (kv_cache.h) remains the simple, contiguous case.
 
 #include <torch/arg.h>
 #include <torch/types.h>

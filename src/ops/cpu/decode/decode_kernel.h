@@ -83,8 +83,8 @@ inline constexpr bool kIsGathered<GatheredRows<KV>> = true;
 /// kPagedSweeps · kPrefetchKeys keys: four on AVX-512, two on AVX2. Its rows lie in blocks anywhere in the pool
 /// (4 KiB for 16 bfloat16 rows of 128), and the hardware prefetchers start over at each block; scoring the
 /// split's parts together keeps several such starts in flight instead of one: on blocks scattered through the
-/// pool, 0.67x-0.77x of the contiguous cache's speed became about 0.9x (bench/RESULTS.md, issue 33). A
-/// contiguous split streams no faster that way, so it keeps one sweep. A key's score is computed alike in
+/// pool, 0.59x-0.64x of the contiguous cache's speed in one sweep, 0.68x-0.74x in four (bench/RESULTS.md,
+/// issue 33). A contiguous split streams no faster that way, so it keeps one sweep. A key's score is computed alike in
 /// either order. (The int8 dot products, products/int8_dot.h, sweep in order.)
 inline constexpr int64_t kPagedSweeps = kScoreKeys;
 
