@@ -90,50 +90,57 @@ const PagedKVCache::Sequence& PagedKVCache::find(const char* fn, int64_t sequenc
   return it->second;
 }
 
-int64_t PagedKVCache::take_reserved(Sequence& s) {
-  --s.run_left, --reserved_;
-  return s.run_next++;
+void PagedKVCache::set_run(Sequence& s, int64_t next, int64_t left) {
+  if (s.run_left > 0) runs_.erase({s.run_left, s.id});
+  reserved_ += left - s.run_left;
+  s.run_next = next, s.run_left = left;
+  if (left > 0) runs_.insert({left, s.id});
 }
 
 // Block `index` of s: the next of its run; or the first of a new run of adjacent free blocks, up to the end of
-// run `index` belongs to (runs start at multiples of run_blocks_, as the kernel's splits do), reserving the
-// rest; or, with no free block left but those reserved, the last block of the longest run another sequence
-// reserved. append has checked that the pool has a block for every call.
+// the run `index` belongs to (runs start at multiples of run_blocks_, as the kernel's splits do), reserving the
+// rest; or, with no free block left but those reserved, the last block of the longest run a sequence reserved
+// (runs_ keeps them in order, so a full pool of many sequences costs no search). append has checked that the
+// pool has a block for every call.
 int64_t PagedKVCache::take_block(Sequence& s, int64_t index) {
   int64_t block = -1;
   if (s.run_left > 0 && index > 0 && s.run_next == s.blocks[index - 1] + 1) {
-    block = take_reserved(s);
+    block = s.run_next;
+    set_run(s, s.run_next + 1, s.run_left - 1);
   } else if (!free_.empty()) {
     end_run(s);  // a run left behind (the sequence copied a shared block instead) goes back to the pool
     const int64_t wanted = run_blocks_ - index % run_blocks_;
-    // First fit: the first run of `wanted` adjacent free blocks, else the longest run the pool has.
-    int64_t best = *free_.begin(), best_length = 0, start = best, length = 0, previous = -2;
-    for (int64_t b : free_) {
-      if (b != previous + 1) start = b, length = 0;
-      previous = b;
+    // Next fit, from where the last search ended: the first run of `wanted` adjacent free blocks among the next
+    // kRunSearch free blocks, else the longest run among them (bounded, so a fragmented pool costs little).
+    constexpr int64_t kRunSearch = 4096;
+    auto it = free_.lower_bound(search_from_);
+    if (it == free_.end()) it = free_.begin();
+    int64_t best = *it, best_length = 0, start = *it, length = 0, previous = -2;
+    const int64_t visits = std::min<int64_t>(kRunSearch, static_cast<int64_t>(free_.size()));
+    for (int64_t seen = 0; seen < visits && best_length < wanted; ++seen) {
+      if (*it != previous + 1) start = *it, length = 0;
+      previous = *it;
       if (++length > best_length) best = start, best_length = length;
-      if (best_length == wanted) break;
+      if (++it == free_.end()) it = free_.begin(), previous = -2;  // blocks do not run on across the end
     }
-    auto it = free_.find(best);
+    it = free_.find(best);
     for (int64_t i = 0; i < best_length; ++i) it = free_.erase(it);
+    search_from_ = best + best_length;
     block = best;
-    s.run_next = best + 1, s.run_left = best_length - 1;
-    reserved_ += s.run_left;
+    set_run(s, best + 1, best_length - 1);
   } else {
-    Sequence* donor = nullptr;
-    for (auto& entry : sequences_) {
-      if (entry.second.run_left > 0 && (!donor || entry.second.run_left > donor->run_left)) donor = &entry.second;
-    }
-    TORCH_INTERNAL_ASSERT(donor != nullptr, kPaged, ": no free block (append checks the pool first)");
-    --donor->run_left, --reserved_;
-    block = donor->run_next + donor->run_left;
+    TORCH_INTERNAL_ASSERT(!runs_.empty(), kPaged, ": no free block (append checks the pool first)");
+    Sequence& donor = sequences_.at(runs_.rbegin()->second);  // the longest run (of the highest id, if tied)
+    block = donor.run_next + donor.run_left - 1;
+    set_run(donor, donor.run_next, donor.run_left - 1);
   }
   references_[block] = 1;
   return block;
 }
 
 void PagedKVCache::end_run(Sequence& s) {
-  for (; s.run_left > 0; --s.run_left, --reserved_) free_.insert(s.run_next++);
+  for (int64_t i = 0; i < s.run_left; ++i) free_.insert(s.run_next + i);
+  set_run(s, 0, 0);
 }
 
 void PagedKVCache::drop_block(int64_t block) {
@@ -141,13 +148,16 @@ void PagedKVCache::drop_block(int64_t block) {
 }
 
 int64_t PagedKVCache::add_sequence() {
-  sequences_[next_id_].lengths.assign(num_layers(), 0);
+  Sequence& s = sequences_[next_id_];
+  s.id = next_id_;
+  s.lengths.assign(num_layers(), 0);
   ++version_;
   return next_id_++;
 }
 
 int64_t PagedKVCache::fork(int64_t sequence) {
   Sequence copy = find("fork", sequence);
+  copy.id = next_id_;
   copy.run_left = 0;  // the parent keeps its run
   for (int64_t block : copy.blocks) ++references_[block];
   sequences_[next_id_] = std::move(copy);

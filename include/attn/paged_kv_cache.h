@@ -12,6 +12,7 @@
 #include <optional>
 #include <set>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace attn {
@@ -120,6 +121,7 @@ class PagedKVCache {
 
  private:
   struct Sequence {
+    int64_t id = 0;
     std::vector<int64_t> blocks;
     std::vector<int64_t> lengths;  // per layer
     int64_t run_next = 0, run_left = 0;  // its reserved blocks: [run_next, run_next + run_left), taken in order
@@ -127,7 +129,7 @@ class PagedKVCache {
   void check_layer(const char* fn, int64_t layer) const;
   const Sequence& find(const char* fn, int64_t sequence) const;
   int64_t take_block(Sequence& s, int64_t index);
-  int64_t take_reserved(Sequence& s);
+  void set_run(Sequence& s, int64_t next, int64_t left);  // keeps reserved_ and runs_ in step
   void drop_block(int64_t block);
   void end_run(Sequence& s);
 
@@ -135,7 +137,9 @@ class PagedKVCache {
   std::vector<torch::Tensor> keys_, values_, key_scales_, value_scales_;
   int64_t run_blocks_ = 1;           // blocks per run (run_positions in blocks)
   std::set<int64_t> free_;           // blocks nobody refers to or reserves, in pool order (to find runs)
+  int64_t search_from_ = 0;          // where the next search for a run starts: after the last run taken
   int64_t reserved_ = 0;             // blocks reserved in the sequences' runs
+  std::set<std::pair<int64_t, int64_t>> runs_;  // (blocks reserved, sequence id) of every sequence with a run
   std::vector<int64_t> references_;  // per block: how many sequences refer to it
   std::unordered_map<int64_t, Sequence> sequences_;
   int64_t next_id_ = 0;
