@@ -60,7 +60,8 @@ double median_gbps(const char* pool, const std::vector<size_t>& slots, size_t ch
 
 int main(int argc, char** argv) {
   if (argc < 3 || std::string(argv[1]) == "--help") {
-    std::printf("usage: %s TOTAL_MiB CHUNK_BYTES... (chunk sizes multiples of 64)\n", argv[0]);
+    std::printf("usage: %s TOTAL_MiB CHUNK_BYTES... (chunk sizes multiples of 64, TOTAL a multiple of 8 chunks)\n",
+                argv[0]);
     return argc < 3 ? 2 : 0;
   }
   const size_t total = std::strtoull(argv[1], nullptr, 10) << 20;
@@ -68,8 +69,9 @@ int main(int argc, char** argv) {
   std::printf("%10s %20s %20s %20s\n", "chunk", "adjacent (+prefetch)", "strided (+prefetch)", "shuffled (+prefetch)");
   for (int a = 2; a < argc; ++a) {
     const size_t chunk = std::strtoull(argv[a], nullptr, 10);
-    if (chunk < 64 || chunk % 64 != 0 || chunk > total) {
-      std::fprintf(stderr, "chunk %s: must be a multiple of 64 bytes and at most TOTAL\n", argv[a]);
+    if (chunk < 64 || chunk % 64 != 0 || (total / chunk) % 8 != 0) {  // 16 apart fills a pool of 2n slots when 8 | n
+      std::fprintf(stderr, "chunk %s: must be a multiple of 64 bytes that leaves TOTAL a multiple of 8 chunks\n",
+                   argv[a]);
       return 2;
     }
     const size_t n = total / chunk, pool_chunks = 2 * n;

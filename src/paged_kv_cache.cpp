@@ -65,16 +65,16 @@ PagedKVCache::PagedKVCache(const PagedKVCacheOptions& options) : options_(option
               ": dtype must be float32, float64, bfloat16 or int8 (what the CPU decode kernel reads), got ",
               common::dtype_name(options.dtype()));
   const int64_t N = options.num_blocks(), H = options.num_kv_heads(), S = options.block_size();
+  const int64_t split = quantized() ? ops::kDecodeSplitKeysInt8 : ops::kDecodeSplitKeys;
+  const int64_t run = options.run_positions().value_or(split);
+  check_positive(kPaged, "run_positions", run);
+  run_blocks_ = std::min(run / S + (run % S != 0), N);
   for (int64_t l = 0; l < options.num_layers(); ++l) {
     keys_.push_back(block_pool({N, H, S, options.head_dim()}, options.dtype()));
     values_.push_back(block_pool({N, H, S, value_dim}, options.dtype()));
     key_scales_.push_back(quantized() ? block_pool({N, H, S}, torch::kFloat32) : torch::Tensor());
     value_scales_.push_back(quantized() ? block_pool({N, H, S}, torch::kFloat32) : torch::Tensor());
   }
-  const int64_t split = quantized() ? ops::kDecodeSplitKeysInt8 : ops::kDecodeSplitKeys;
-  const int64_t run = options.run_positions().value_or(split);
-  check_positive(kPaged, "run_positions", run);
-  run_blocks_ = std::min((run + S - 1) / S, N);
   references_.assign(N, 0);
   for (int64_t block = 0; block < N; ++block) free_.insert(free_.end(), block);
 }
@@ -97,19 +97,22 @@ void PagedKVCache::set_run(Sequence& s, int64_t next, int64_t left) {
   if (left > 0) runs_.insert({left, s.id});
 }
 
-// Block `index` of s: the next of its run; or the first of a new run of adjacent free blocks, up to the end of
-// the run `index` belongs to (runs start at multiples of run_blocks_, as the kernel's splits do), reserving the
-// rest; or, with no free block left but those reserved, the last block of the longest run a sequence reserved
-// (runs_ keeps them in order, so a full pool of many sequences costs no search). append has checked that the
-// pool has a block for every call.
+// Block `index` of s: the next of its run; else, up to the end of the run `index` belongs to (runs start at
+// multiples of run_blocks_, where the kernel's splits do when block_size divides them), the first of that many
+// adjacent free blocks, reserving the rest; or, with no free block left but those reserved, the tail half of the
+// longest run a sequence reserved (runs_ keeps them in order, so a full pool of many sequences costs no search).
+// append has checked that the pool has a block for every call.
 int64_t PagedKVCache::take_block(Sequence& s, int64_t index) {
-  int64_t block = -1;
   if (s.run_left > 0 && index > 0 && s.run_next == s.blocks[index - 1] + 1) {
-    block = s.run_next;
+    const int64_t block = s.run_next;
     set_run(s, s.run_next + 1, s.run_left - 1);
-  } else if (!free_.empty()) {
-    end_run(s);  // a run left behind (the sequence copied a shared block instead) goes back to the pool
-    const int64_t wanted = run_blocks_ - index % run_blocks_;
+    references_[block] = 1;
+    return block;
+  }
+  end_run(s);  // a run left behind (the sequence copied a shared block instead) goes back to the pool
+  const int64_t wanted = run_blocks_ - index % run_blocks_;
+  int64_t block = -1;
+  if (!free_.empty()) {
     // Next fit, from where the last search ended: the first run of `wanted` adjacent free blocks among the next
     // kRunSearch free blocks, else the longest run among them (bounded, so a fragmented pool costs little).
     constexpr int64_t kRunSearch = 4096;
@@ -131,8 +134,10 @@ int64_t PagedKVCache::take_block(Sequence& s, int64_t index) {
   } else {
     TORCH_INTERNAL_ASSERT(!runs_.empty(), kPaged, ": no free block (append checks the pool first)");
     Sequence& donor = sequences_.at(runs_.rbegin()->second);  // the longest run (of the highest id, if tied)
-    block = donor.run_next + donor.run_left - 1;
-    set_run(donor, donor.run_next, donor.run_left - 1);
+    const int64_t given = std::min(wanted, (donor.run_left + 1) / 2);
+    block = donor.run_next + donor.run_left - given;
+    set_run(donor, donor.run_next, donor.run_left - given);
+    set_run(s, block + 1, given - 1);
   }
   references_[block] = 1;
   return block;

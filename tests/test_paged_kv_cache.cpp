@@ -225,6 +225,37 @@ TEST(PagedKVCache, RunsOfAdjacentBlocksAreReservedButFree) {
   EXPECT_EQ(cache.blocks_of(a), (std::vector<int64_t>{0, 1, 2, 3, 8, 7}));
   EXPECT_ERROR_CONTAINS(PagedKVCache(PagedKVCacheOptions(1, 1, 4, 10, 4).run_positions(0)),
                         "run_positions must be positive, got 0");
+
+  // A fork holds none of its parent's run: released at once, it gives none of it back (the parent still takes
+  // those blocks, and the pool is then full). A released run is a run again for the next sequence.
+  PagedKVCache pool(PagedKVCacheOptions(1, 1, 4, 8, 4).run_positions(16));
+  const auto put = [&](int64_t id, int64_t n) {
+    pool.append(0, {id}, torch::randn({1, 1, n, 4}), torch::randn({1, 1, n, 4}));
+  };
+  const int64_t parent = pool.add_sequence();
+  put(parent, 1);  // block 0; 1-3 reserved
+  pool.release(pool.fork(parent));
+  EXPECT_EQ(pool.free_blocks(), 7);
+  const int64_t other = pool.add_sequence();
+  put(other, 16);  // blocks 4-7
+  put(parent, 15);  // blocks 1-3, its own run
+  EXPECT_EQ(pool.blocks_of(parent), (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(pool.blocks_of(other), (std::vector<int64_t>{4, 5, 6, 7}));
+  const int64_t late = pool.add_sequence();
+  EXPECT_ERROR_CONTAINS(put(late, 1), "the block pool is full");
+  pool.release(other);
+  put(late, 16);
+  EXPECT_EQ(pool.blocks_of(late), (std::vector<int64_t>{4, 5, 6, 7}));
+
+  // With no free block but reserved ones, a sequence takes the tail half of the longest run as a run of its own.
+  PagedKVCache full(PagedKVCacheOptions(1, 1, 4, 8, 4).run_positions(32));  // runs of 8 blocks: the whole pool
+  const int64_t first = full.add_sequence(), second = full.add_sequence();
+  full.append(0, {first}, torch::randn({1, 1, 1, 4}), torch::randn({1, 1, 1, 4}));  // block 0; 1-7 reserved
+  full.append(0, {second}, torch::randn({1, 1, 12, 4}), torch::randn({1, 1, 12, 4}));
+  EXPECT_EQ(full.blocks_of(second), (std::vector<int64_t>{4, 5, 6}));  // 4-7 of first's 1-7; 7 stays reserved
+  full.append(0, {first}, torch::randn({1, 1, 19, 4}), torch::randn({1, 1, 19, 4}));
+  EXPECT_EQ(full.blocks_of(first), (std::vector<int64_t>{0, 1, 2, 3, 7}));  // its run 1-3, then second's 7
+  EXPECT_EQ(full.free_blocks(), 0);
 }
 
 TEST(PagedKVCache, AFullPoolAStaleBatchAndUnknownSequencesAreRefusedCleanly) {

@@ -37,11 +37,11 @@ struct PagedKVCacheOptions {
   TORCH_ARG(torch::Dtype, dtype) = torch::kFloat32;
   /// Positions a sequence takes adjacent blocks for at a time, where the pool has such a run. Default: the
   /// decode kernel's split (ops::kDecodeSplitKeys, 256, or ops::kDecodeSplitKeysInt8, 1024, for int8), so
-  /// that sequences growing together, as a batch decoding in turn, still keep each split in adjacent blocks,
-  /// which the kernel streams as it streams a contiguous cache; blocks taken one at a time in turn are read at
-  /// about 0.6x-0.8x that speed on the CPUs measured (docs/decoding.md). The rest of a run is reserved for
-  /// its sequence but counts as free: another sequence takes it when the pool has no other free block, and a
-  /// release returns it. 1 takes one block at a time.
+  /// that sequences growing together, as a batch decoding in turn, still keep each split in adjacent blocks
+  /// (where block_size divides the split), which the kernel streams as it streams a contiguous cache; blocks
+  /// taken one at a time in turn read at 0.5x-1.0x that speed on the CPU measured (docs/decoding.md). The rest
+  /// of a run is reserved for its sequence but counts as free: another sequence takes part of it when the pool
+  /// has no other free block, and a release returns it. 1 takes one block at a time.
   TORCH_ARG(std::optional<int64_t>, run_positions) = std::nullopt;
 };
 
@@ -71,6 +71,7 @@ class PagedKVCache {
  public:
   explicit PagedKVCache(const PagedKVCacheOptions& options);
   /// Move-only: a copy would share the blocks but count their owners apart, and hand the same block out twice.
+  /// A moved-from cache may only be assigned to or destroyed.
   PagedKVCache(const PagedKVCache&) = delete;
   PagedKVCache& operator=(const PagedKVCache&) = delete;
   PagedKVCache(PagedKVCache&&) = default;
