@@ -90,7 +90,8 @@ int main(int argc, char** argv) {
     std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937_64(7));
     std::printf("%10zu", chunk);
     for (const auto* slots : {&adjacent, &strided, &shuffled}) {
-      std::printf("   %7.1f (%7.1f)   ", median_gbps(pool, *slots, chunk, false), median_gbps(pool, *slots, chunk, true));
+      const double plain = median_gbps(pool, *slots, chunk, false), prefetched = median_gbps(pool, *slots, chunk, true);
+      std::printf("   %7.1f (%7.1f)   ", plain, prefetched);
     }
     std::printf("\n");
     std::free(pool);
