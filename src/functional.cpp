@@ -9,6 +9,7 @@
 #include "backends/varlen_attention.h"
 #include "common/alibi_slopes.h"
 #include "common/checks.h"
+#include "int8_rows.h"
 
 namespace attn {
 namespace {
@@ -46,7 +47,7 @@ torch::Tensor attention_with_kv_cache(const torch::Tensor& query, const KVCache&
   ops::DecodeOnlyInputs decode_only;
   decode_only.key_scales = cache.key_scales(layer), decode_only.value_scales = cache.value_scales(layer);
   backends::check_cache_inputs(kWithCache, query, keys, values, query_starts, lengths, options, decode_only);
-  return backends::cache_attention(kWithCache, query, keys, values, query_starts, lengths, options, decode_only);
+  return attend_stored_rows(kWithCache, query, keys, values, query_starts, lengths, options, decode_only);
 }
 
 torch::Tensor attention_with_kv_cache(const torch::Tensor& query, const PagedKVCache& cache, const PagedBatch& batch,
@@ -64,7 +65,7 @@ torch::Tensor attention_with_kv_cache(const torch::Tensor& query, const PagedKVC
   decode_only.block_table = batch.block_table;
   const torch::Tensor &keys = cache.key_blocks(layer), &values = cache.value_blocks(layer);
   backends::check_cache_inputs(kWithCache, query, keys, values, query_starts, batch.lengths, options, decode_only);
-  return backends::cache_attention(kWithCache, query, keys, values, query_starts, batch.lengths, options, decode_only);
+  return attend_stored_rows(kWithCache, query, keys, values, query_starts, batch.lengths, options, decode_only);
 }
 
 torch::Tensor attention_over_token_tree(const torch::Tensor& query, const KVCache& cache, int64_t layer,
@@ -86,7 +87,7 @@ torch::Tensor attention_over_token_tree(const torch::Tensor& query, const KVCach
   const torch::Tensor starts = lengths - tree.size();
   const torch::Tensor &keys = cache.keys(layer), &values = cache.values(layer);
   backends::check_cache_inputs(fn, query, keys, values, starts, lengths, options, decode_only);
-  return backends::cache_attention(fn, query, keys, values, starts, lengths, options, decode_only);
+  return attend_stored_rows(fn, query, keys, values, starts, lengths, options, decode_only);
 }
 
 torch::Tensor varlen_attention(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,

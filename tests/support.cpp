@@ -183,4 +183,24 @@ torch::Tensor cache_allowed_pairs(const std::vector<int64_t>& starts, const std:
   return allowed;
 }
 
+torch::Tensor float64_hadamard(int64_t d) {
+  const int64_t n = d & -d;
+  torch::Tensor h = torch::zeros({d, d}, torch::kFloat64);
+  auto a = h.accessor<double, 2>();
+  for (int64_t block = 0; block < d; block += n) {
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        a[block + i][block + j] = (__builtin_popcountll(static_cast<uint64_t>(i & j)) % 2 ? -1.0 : 1.0) /
+                                  std::sqrt(static_cast<double>(n));
+      }
+    }
+  }
+  return h;
+}
+
+torch::Tensor int8_rows_in_model_basis(const torch::Tensor& rows, const torch::Tensor& scales) {
+  const torch::Tensor stored = rows.to(torch::kFloat64) * scales.to(torch::kFloat64).unsqueeze(-1);
+  return torch::matmul(stored, float64_hadamard(rows.size(-1)));
+}
+
 }  // namespace attn::test

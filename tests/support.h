@@ -76,6 +76,15 @@ std::tuple<torch::Tensor, torch::Tensor> float64_attention(const torch::Tensor& 
                                                            const torch::Tensor& v, const torch::Tensor& allowed,
                                                            double scale);
 
+/// An int8 cache's rotation written out from its definition, apart from attn's fast transform: the [d, d]
+/// float64 block-diagonal Walsh–Hadamard matrix, H[i][j] = (-1)^popcount(i & j) / sqrt(n) within each block
+/// of n = d & -d (the largest power of two dividing d). Symmetric: a row x rotates to x·H.
+torch::Tensor float64_hadamard(int64_t d);
+
+/// What an int8 cache's rows stand for in the model's own basis, in float64: rows times their scales
+/// ([..., d] and [...]), rotated back by float64_hadamard.
+torch::Tensor int8_rows_in_model_basis(const torch::Tensor& rows, const torch::Tensor& scales);
+
 /// [B, 1, Tq, Tk] bool: query t of row b may attend key j of a KV cache (j < lengths[b] and, when causal,
 /// j <= starts[b] + t), written out element by element: the tests' own statement of the cache rule.
 torch::Tensor cache_allowed_pairs(const std::vector<int64_t>& starts, const std::vector<int64_t>& lengths, int64_t tq,

@@ -1,6 +1,7 @@
-// The int8 KV cache: KVCache(dtype kInt8) quantizes each (token, head) row on append, and the decode kernel
-// reads the int8 rows with their scales. References: the quantization's definition written out in float64,
-// and attention in float64 over the dequantized rows (the cache's own int8 elements times its own scales).
+// The int8 KV cache: KVCache(dtype kInt8) rotates each (token, head) row (hadamard_rows) and quantizes it on
+// append, and the decode kernel reads the int8 rows with their scales. References: the rotation and the
+// quantization's definition written out in float64 (support.h's float64_hadamard), and attention in float64
+// over the dequantized rows (the cache's own int8 elements times its own scales).
 
 #include "kernel_variants.h"
 #include "support.h"
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -38,10 +40,12 @@ TEST(Int8Cache, AppendStoresEachRowWithinHalfAStepOfItsScale) {
   EXPECT_EQ(cache.key_scales(1).sizes(), (std::vector<int64_t>{2, 3, 16}));
   EXPECT_EQ(cache.lengths(1)[0].item<int64_t>(), 5);
   EXPECT_EQ(cache.lengths(1)[1].item<int64_t>(), 3);
-  const torch::Tensor kb = key.to(torch::kBFloat16).to(torch::kFloat64);
+  // What each row is quantized from: the appended row rotated, x·H (d = 40: blocks of 8; d = 24: blocks of 8).
+  const torch::Tensor kb = torch::matmul(key.to(torch::kBFloat16).to(torch::kFloat64), float64_hadamard(40));
+  const torch::Tensor vr = torch::matmul(value, float64_hadamard(24));
   for (const auto& [x, rows, scales, n] :
        {std::tuple{kb, cache.keys(1), cache.key_scales(1), std::vector<int64_t>{5, 3}},
-        std::tuple{value, cache.values(1), cache.value_scales(1), std::vector<int64_t>{5, 3}}}) {
+        std::tuple{vr, cache.values(1), cache.value_scales(1), std::vector<int64_t>{5, 3}}}) {
     for (int64_t b = 0; b < 2; ++b) {
       const torch::Tensor written = x[b].narrow(1, 0, n[b]);                 // [H, n, d]
       const torch::Tensor q = rows[b].narrow(1, 0, n[b]).to(torch::kFloat64);
@@ -57,21 +61,77 @@ TEST(Int8Cache, AppendStoresEachRowWithinHalfAStepOfItsScale) {
   }
   EXPECT_EQ(cache.key_scales(1)[0][1][2].item<float>(), 0.0f);
   EXPECT_EQ(cache.keys(1)[0][1][2].abs().sum().item<int64_t>(), 0);
-  EXPECT_NEAR(cache.key_scales(1)[1][2][2].item<float>(), 250.0 / 127.0, 1e-5);
+  // The large element is spread over its block of 8: the row's scale is about 250 / sqrt(8) / 127, where an
+  // unrotated row's would be 250 / 127.
+  EXPECT_LT(cache.key_scales(1)[1][2][2].item<float>(), 0.5 * 250.0 / 127.0);
+  EXPECT_GT(cache.key_scales(1)[1][2][2].item<float>(), 0.8 * 250.0 / std::sqrt(8.0) / 127.0);
   EXPECT_FALSE(cache.key_scales(0).sum().item<float>() != 0.0f);  // the other layer untouched
 }
 
-// The smallest float rows (subnormal) keep their shape: 127 / max|x| overflows float, so it is taken in double.
+// hadamard_rows is the block-diagonal Walsh–Hadamard matrix of support.h's float64 definition, its own inverse,
+// for head sizes whose largest power-of-two divisor is all of d (64, 128), part of it (40, 96) or 1 (3: no
+// rotation), and for float32, bfloat16 and float64 rows.
+TEST(Int8Cache, HadamardRowsIsTheOrthonormalWalshHadamardTransform) {
+  torch::manual_seed(5);
+  for (int64_t d : {1, 3, 8, 40, 64, 96, 128}) {
+    SCOPED_TRACE("d = " + std::to_string(d));
+    const torch::Tensor x = torch::randn({3, 5, d}, torch::kFloat64);
+    const torch::Tensor expected = torch::matmul(x, float64_hadamard(d));
+    const torch::Tensor rotated = hadamard_rows(x);
+    EXPECT_EQ(rotated.scalar_type(), torch::kFloat64);
+    EXPECT_TRUE(torch::allclose(rotated, expected, 1e-12, 1e-12));
+    EXPECT_TRUE(torch::allclose(hadamard_rows(rotated), x, 1e-12, 1e-12));
+    const torch::Tensor from_float = hadamard_rows(x.to(torch::kFloat32));
+    EXPECT_EQ(from_float.scalar_type(), torch::kFloat32);
+    EXPECT_TRUE(torch::allclose(from_float.to(torch::kFloat64), expected, 1e-5, 1e-5));
+    const torch::Tensor from_bf16 = hadamard_rows(x.to(torch::kBFloat16).transpose(0, 1));  // strided input
+    EXPECT_EQ(from_bf16.scalar_type(), torch::kFloat32);
+    EXPECT_TRUE(torch::allclose(from_bf16.to(torch::kFloat64),
+                                torch::matmul(x.to(torch::kBFloat16).to(torch::kFloat64), float64_hadamard(d))
+                                    .transpose(0, 1),
+                                1e-5, 1e-5));
+  }
+  EXPECT_ERROR_CONTAINS(hadamard_rows(torch::ones({2, 4}, torch::kLong)), "x must be a floating CPU tensor");
+  EXPECT_ERROR_CONTAINS(hadamard_rows(torch::Tensor()), "x must be a floating CPU tensor [..., d], got an undefined");
+}
+
+// Why the cache rotates: keys with per-channel offsets (SmolLM2's largest channel mean is about 10 times the
+// channels' spread, bench/RESULTS.md) waste a plain per-row scale on the offset channels. The rotated rows,
+// dequantized and rotated back, are nearer the appended keys than the same rows quantized unrotated (the
+// quantization's definition, in float64 here) by more than half.
+TEST(Int8Cache, RotationCutsTheErrorOfKeysWithChannelOffsets) {
+  torch::manual_seed(9);
+  const int64_t d = 64, T = 200;
+  torch::Tensor offsets = torch::zeros({d}, torch::kFloat64);
+  offsets[3] = 12.0, offsets[40] = -9.0, offsets[17] = 6.0;
+  const torch::Tensor keys = (torch::randn({1, 2, T, d}, torch::kFloat64) + offsets).to(torch::kFloat32);
+  KVCache cache(KVCacheOptions(1, 1, 2, d, T).dtype(torch::kInt8));
+  cache.append(0, keys, keys);
+  const torch::Tensor k64 = keys.to(torch::kFloat64);
+  const double rotated_error =
+      (int8_rows_in_model_basis(cache.keys(0), cache.key_scales(0)) - k64).pow(2).mean().sqrt().item<double>();
+  const torch::Tensor plain_scales = std::get<0>(k64.abs().max(-1, /*keepdim=*/true)) / 127.0;
+  const double plain_error = ((k64 / plain_scales).round() * plain_scales - k64).pow(2).mean().sqrt().item<double>();
+  std::cout << "[ info ] RMS error of keys with channel offsets: rotated rows " << rotated_error << ", unrotated "
+            << plain_error << "\n";
+  EXPECT_LT(rotated_error, 0.5 * plain_error);
+}
+
+// The smallest float rows (subnormal) keep their shape: 127 / max|r| overflows float, so it is taken in double.
+// The row [1e-38, 1e-40, 0, -5e-39] rotates (H of 4) to r = [0.2525, 0.745, 0.755, 0.245] · 1e-38, about.
 TEST(Int8Cache, SubnormalRowsKeepTheirRatios) {
   KVCache cache(KVCacheOptions(1, 1, 1, 4, 2).dtype(torch::kInt8));
   const torch::Tensor tiny = torch::tensor({1e-38f, 1e-40f, 0.0f, -5e-39f}).view({1, 1, 1, 4});
   cache.append(0, tiny, tiny);
-  const torch::Tensor q = cache.keys(0)[0][0][0];
-  EXPECT_EQ(q[0].item<int>(), 127);
-  EXPECT_EQ(q[1].item<int>(), 1);  // 127 / 100, rounded
-  EXPECT_EQ(q[2].item<int>(), 0);
-  EXPECT_EQ(q[3].item<int>(), -64);  // -63.5, ties to even
-  EXPECT_NEAR(cache.key_scales(0)[0][0][0].item<float>() * 127.0, 1e-38, 1e-43);
+  const torch::Tensor r = torch::matmul(tiny.to(torch::kFloat64), float64_hadamard(4)).flatten();
+  const double amax = r.abs().max().item<double>();
+  ASSERT_GT(127.0 / amax, static_cast<double>(std::numeric_limits<float>::max()));  // the case this test is for
+  const torch::Tensor expected = (r * (127.0 / amax)).round();
+  EXPECT_TRUE(torch::equal(cache.keys(0)[0][0][0].to(torch::kFloat64), expected))
+      << cache.keys(0)[0][0][0] << " against " << expected;
+  EXPECT_EQ(expected[2].item<double>(), 127.0);
+  EXPECT_GT(expected[0].item<double>(), 30.0);  // no element lost to the range
+  EXPECT_NEAR(cache.key_scales(0)[0][0][0].item<float>() * 127.0, amax, 2e-43);  // a subnormal scale: steps of 1.4e-45
 }
 
 TEST(Int8Cache, RefusesWhatItCannotStoreAndLeavesItselfAsItWas) {

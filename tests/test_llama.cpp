@@ -152,6 +152,13 @@ double worst_error(const std::vector<torch::Tensor>& ours, const std::vector<tor
   return worst;
 }
 
+/// The mean |logit error| over every step and token of every prompt.
+double mean_error(const std::vector<torch::Tensor>& ours, const std::vector<torch::Tensor>& reference) {
+  double sum = 0.0;
+  for (size_t n = 0; n < ours.size(); ++n) sum += (ours[n] - reference[n]).abs().mean().item<double>();
+  return sum / static_cast<double>(ours.size());
+}
+
 int matching_prompts(const std::vector<std::vector<int64_t>>& a, const std::vector<std::vector<int64_t>>& b) {
   int same = 0;
   for (size_t n = 0; n < a.size(); ++n) same += a[n] == b[n];
@@ -291,6 +298,10 @@ TEST(Llama, Int8CacheFollowsFloat32AsLongAsTheBfloat16CacheAndWithinTwiceItsLogi
             << "[ info ] largest logit error against float32 model + float32 cache, teacher-forced, 6 x 64 steps: "
             << "bfloat16 model + bfloat16 cache " << bf16_error << ", bfloat16 model + int8 cache " << bf16_int8_error
             << " (" << bf16_int8_error / bf16_error << "x), float32 model + int8 cache " << f32_int8_error << "\n"
+            << "[ info ] mean |logit error|, the same runs: bfloat16 model + bfloat16 cache "
+            << mean_error(bf16_forced, f32.logits) << ", bfloat16 model + int8 cache "
+            << mean_error(bf16_int8_forced, f32.logits) << ", float32 model + int8 cache "
+            << mean_error(f32_int8_forced, f32.logits) << "\n"
             << "[ info ] teacher-forced steps (of 384) whose argmax is the float32 reference's: bfloat16 cache "
             << same_argmax(bf16_forced, f32.logits) << ", bfloat16 model + int8 cache "
             << same_argmax(bf16_int8_forced, f32.logits) << ", float32 model + int8 cache "

@@ -66,11 +66,11 @@ TEST(TokenTreeAttention, EachCandidateMatchesItsPathAloneInFloat64) {
     const torch::Tensor q = torch::randn({B, H, N, d}).to(model);
     const torch::Tensor out = attention_over_token_tree(q, cache, 0, tree).to(torch::kFloat64);
 
-    // What the cache holds, in float64 (an int8 cache's rows times their scales).
+    // What the cache holds, in float64 (an int8 cache's rows times their scales, rotated back).
     torch::Tensor keys = cache.keys(0).to(torch::kFloat64), values = cache.values(0).to(torch::kFloat64);
     if (dtype == torch::kInt8) {
-      keys = keys * cache.key_scales(0).to(torch::kFloat64).unsqueeze(-1);
-      values = values * cache.value_scales(0).to(torch::kFloat64).unsqueeze(-1);
+      keys = int8_rows_in_model_basis(cache.keys(0), cache.key_scales(0));
+      values = int8_rows_in_model_basis(cache.values(0), cache.value_scales(0));
     }
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t i = 0; i < N; ++i) {

@@ -31,7 +31,8 @@ struct KVCacheOptions {
   TORCH_ARG(std::optional<int64_t>, value_dim) = std::nullopt;
   /// What the cache stores: the model's dtype (float32, float64, bfloat16, float16), or torch::kInt8 for
   /// int8 rows with a float32 scale per (token, head) on the CPU (keys and values of a float32 or bfloat16
-  /// model are quantized as they are appended: docs/decoding.md says how, and the error it adds).
+  /// model are rotated by hadamard_rows and quantized as they are appended: docs/decoding.md says how, and the
+  /// error it adds).
   TORCH_ARG(torch::Dtype, dtype) = torch::kFloat32;
   /// The model's device.
   TORCH_ARG(torch::Device, device) = torch::kCPU;
@@ -59,7 +60,7 @@ class KVCache {
   const torch::Tensor& keys(int64_t layer) const;
   const torch::Tensor& values(int64_t layer) const;
   /// An int8 cache's scales [B, H_kv, capacity] float32: row (b, h, j) of keys(layer) stands for
-  /// key_scales(layer)[b, h, j] times its elements. Undefined tensors for a cache of another dtype.
+  /// key_scales(layer)[b, h, j] times its elements, which is the appended row rotated by hadamard_rows. Undefined tensors for a cache of another dtype.
   const torch::Tensor& key_scales(int64_t layer) const;
   const torch::Tensor& value_scales(int64_t layer) const;
   /// Whether the cache stores int8 rows with scales (options().dtype() == torch::kInt8).
@@ -73,7 +74,7 @@ class KVCache {
   /// advances it: row b takes its first `counts[b]` positions of T (default: all T; fewer for a right-padded
   /// ragged batch). Checks every row's room first: when any would overflow, throws and writes nothing.
   /// An int8 cache takes float32, bfloat16, float16 or float64 keys and values, all finite, and stores each
-  /// (token, head) row as round(x / s) with s = max|x| / 127.
+  /// (token, head) row x as round(r / s), r = hadamard_rows(x) and s = max|r| / 127.
   void append(int64_t layer, const torch::Tensor& key, const torch::Tensor& value,
               const std::vector<int64_t>& counts = {});
 
@@ -112,6 +113,15 @@ class KVCache {
   std::vector<torch::Tensor> lengths_;
   std::shared_ptr<std::vector<const void*>> writers_;  // per layer: the module that wrote it, or nullptr
 };
+
+/// The rotation an int8 cache (KVCache or PagedKVCache of dtype torch::kInt8) applies to each key and value row
+/// before it quantizes it: the orthonormal Walsh–Hadamard transform H over the last dimension d, in blocks of
+/// the largest power of two that divides d (all of d for 64 or 128). H[i][j] = (-1)^popcount(i & j) / sqrt(n)
+/// within a block of n. H is symmetric and its own inverse, so q·k = (H·q)·(H·k): the int8 rows of
+/// cache.keys(layer) times their scales stand for hadamard_rows(k), and a caller reading them with
+/// ops::decode_attention passes hadamard_rows(query) and applies hadamard_rows to the output.
+/// attention_with_kv_cache and the modules do both. Returns float32 (float64 for a float64 x), contiguous.
+torch::Tensor hadamard_rows(const torch::Tensor& x);
 
 /// An encoder memory projected once by a cross-attention module, so that a decoder's every step reuses it
 /// instead of projecting the same encoder output again.

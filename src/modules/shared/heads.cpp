@@ -4,6 +4,7 @@
 #include "backends/dispatch.h"
 #include "backends/linear.h"
 #include "common/checks.h"
+#include "int8_rows.h"
 
 #include <ATen/ATen.h>
 
@@ -224,8 +225,8 @@ torch::Tensor attend_cache_step(const ModuleLayout& layout, const torch::Tensor&
   torch::Tensor out =
       fresh_int8_prompt
           ? std::get<0>(backends::attention(layout.module, heads.q, heads.k, heads.v, options, /*need_weights=*/false))
-          : backends::cache_attention(layout.module, heads.q, step.keys(), step.values(), step.starts, step.lengths(),
-                                      options, decode_only);
+          : attend_stored_rows(layout.module, heads.q, step.keys(), step.values(), step.starts, step.lengths(), options,
+                               decode_only);
   if (!counts.empty()) {
     // Positions past a row's count are padding: zero, not whatever the rule gives them.
     const torch::Tensor count_tensor = torch::tensor(at::ArrayRef<int64_t>(counts), torch::kLong).to(x.device());
