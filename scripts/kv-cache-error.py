@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """How much a KV cache's storage moves SmolLM2's greedy tokens and logits, apart from attn's kernels.
 
-Runs transformers' float32 SmolLM2 on the reference prompts (tests' smollm2_generation.safetensors), rounding
-the cache after every step as a cache of each form would store it: float32 (untouched), bfloat16, attn's int8
-rows (a scale max|x|/127 per token and head, elements rounded to nearest), and int8 variants that attn does not
-implement: a scale per block of 32 (llama.cpp's q8_0), and keys with their per-channel mean over the prompt
-taken out before rounding (the mean adds q·mean to every score of a query, which its softmax ignores).
+Runs transformers' float32 SmolLM2 on the reference prompts (tests' smollm2_generation.safetensors), its cache
+rounded as a cache of each form stores it (a decoding step reads its own new rows rounded too, as attn's do):
+float32 (untouched), bfloat16, attn's int8 rows (each row rotated by the orthonormal Walsh-Hadamard transform,
+attn::hadamard_rows, then a scale max|r|/127 per token and head, elements rounded to nearest), and int8 variants
+that attn does not implement: the same rows unrotated (attn's int8 cache before it rotated), unrotated with a
+scale per block of 32 (llama.cpp's q8_0), and rotated keys with their per-channel mean over the prompt taken out
+before rounding (the mean adds q·mean to every score of a query, which its softmax ignores).
 For each form it prints the greedy tokens' agreement over 64 steps with the float32 cache and with the bfloat16
-cache, and the largest teacher-forced logit error against the float32 cache; then how large the keys' per-channel
-offsets are. The model runs in float32 here,
-so what moves the tokens is the cache alone. bench/RESULTS.md (issue 33) has a run.
+cache, and the largest and the mean teacher-forced logit error against the float32 cache; then how large the
+keys' per-channel offsets are. The model runs in float32 here, so what moves the tokens is the cache alone.
+bench/RESULTS.md (issue 33) has a run.
 
   .venv-torch/bin/python scripts/kv-cache-error.py --model build-torch-pip/tests/models/smollm2 \\
       --reference build-torch-pip/tests/reference/smollm2_generation.safetensors
@@ -18,7 +20,7 @@ import argparse
 import sys
 import time
 
-FORMS = ("float32", "bfloat16", "int8", "int8-q8_0", "int8-key-mean")
+FORMS = ("float32", "bfloat16", "int8", "int8-unrotated", "int8-q8_0", "int8-key-mean")
 
 
 def parse_args():
@@ -44,6 +46,7 @@ def main():
     import torch
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM, DynamicCache
+    from transformers.cache_utils import DynamicLayer
 
     torch.set_num_threads(args.threads or os.cpu_count())
     ref = load_file(args.reference)
@@ -59,30 +62,52 @@ def main():
         shape = x.shape
         return int8_rows(x.reshape(*shape[:-1], shape[-1] // 32, 32)).reshape(shape)
 
-    def rounder(form):
-        key_means, rounded = {}, {}
+    hadamards = {}
 
-        def apply(cache, prompt_step):
-            for i, layer in enumerate(cache.layers):
-                # Only the positions appended since the last step: each row is rounded once, as a cache stores it.
-                start = rounded.get(i, 0)
-                k, v = layer.keys[..., start:, :], layer.values[..., start:, :]
-                rounded[i] = layer.keys.shape[-2]
-                if form == "bfloat16":
-                    k.copy_(k.bfloat16().float())
-                    v.copy_(v.bfloat16().float())
-                elif form == "int8":
-                    k.copy_(int8_rows(k))
-                    v.copy_(int8_rows(v))
-                elif form == "int8-q8_0":
-                    k.copy_(q8_0(k))
-                    v.copy_(q8_0(v))
-                elif form == "int8-key-mean":
-                    if prompt_step:
-                        key_means[i] = k.mean(-2, keepdim=True)
-                    k.copy_(int8_rows(k - key_means[i]) + key_means[i])
-                    v.copy_(int8_rows(v))
-        return apply
+    def hadamard(d):
+        """attn::hadamard_rows as a matrix: block-diagonal, blocks of the largest power of two dividing d."""
+        if d not in hadamards:
+            n = d & -d
+            h = torch.ones(1, 1)
+            while h.shape[0] < n:
+                h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+            hadamards[d] = torch.block_diag(*[h / n ** 0.5] * (d // n))
+        return hadamards[d]
+
+    def rotated_int8_rows(x):
+        h = hadamard(x.shape[-1])
+        return int8_rows(x @ h) @ h.T
+
+    def stored(form, key_means, layer, k, v, prompt):
+        """Keys and values [B, H_kv, T, d] as a cache of `form` gives them back."""
+        if form == "bfloat16":
+            return k.bfloat16().float(), v.bfloat16().float()
+        if form == "int8":
+            return rotated_int8_rows(k), rotated_int8_rows(v)
+        if form == "int8-unrotated":
+            return int8_rows(k), int8_rows(v)
+        if form == "int8-q8_0":
+            return q8_0(k), q8_0(v)
+        if form == "int8-key-mean":
+            if prompt:
+                key_means[layer] = k.mean(-2, keepdim=True)
+            return rotated_int8_rows(k - key_means[layer]) + key_means[layer], rotated_int8_rows(v)
+        return k, v
+
+    # A decoding step appends its rows, then reads the cache, its own rows included, as stored (attn's caches do
+    # the same). transformers' DynamicLayer.update appends and returns what attention reads: rounding its new
+    # rows first makes it such a cache. A prompt attends over its own rows as computed (attn's prompt into empty
+    # rows does too), and they are stored rounded after it.
+    rounding = {}
+    plain_update = DynamicLayer.update
+
+    def rounding_update(self, key_states, value_states, *args, **kwargs):
+        if rounding:
+            key_states, value_states = stored(rounding["form"], rounding["key_means"],
+                                              rounding["cache"].layers.index(self), key_states, value_states, False)
+        return plain_update(self, key_states, value_states, *args, **kwargs)
+
+    DynamicLayer.update = rounding_update
 
     @torch.no_grad()
     def key_offsets():
@@ -102,9 +127,12 @@ def main():
 
     @torch.no_grad()
     def run(prompt, form, forced=None):
-        round_cache, cache = rounder(form), DynamicCache()
+        cache, key_means = DynamicCache(), {}
+        rounding.clear()
         out = model(prompt[None], past_key_values=cache, use_cache=True)
-        round_cache(cache, True)
+        for i, layer in enumerate(cache.layers):
+            layer.keys, layer.values = stored(form, key_means, i, layer.keys, layer.values, True)
+        rounding.update(form=form, key_means=key_means, cache=cache)
         tokens, logits = [], []
         for step in range(args.steps):
             last = out.logits[0, -1]
@@ -112,7 +140,7 @@ def main():
             tokens.append(int(last.argmax()))
             nxt = tokens[-1] if forced is None else int(forced[step])
             out = model(torch.tensor([[nxt]]), past_key_values=cache, use_cache=True)
-            round_cache(cache, False)
+        rounding.clear()
         return tokens, torch.stack(logits)
 
     def followed(a, b):
@@ -132,16 +160,23 @@ def main():
         forced[form] = [run(p, form, reference_tokens[n])[1] for n, p in enumerate(prompts)]
     print(f"SmolLM2 float32, {len(prompts)} prompts x {args.steps} greedy steps; caches rounded as each form stores them")
     print("| cache | steps following the float32 cache, per prompt | prompts identical to the float32 cache | "
-          "to the bfloat16 cache | largest teacher-forced logit error vs float32 | vs the bfloat16 cache's |")
-    print("|---|---|---|---|---|---|")
+          "to the bfloat16 cache | largest teacher-forced logit error vs float32 | vs the bfloat16 cache's | "
+          "mean |logit error| | vs the bfloat16 cache's |")
+    print("|---|---|---|---|---|---|---|---|")
     bf16_error = max((forced["bfloat16"][n] - forced["float32"][n]).abs().max().item() for n in range(len(prompts)))
+
+    def mean_error(form):
+        return sum((forced[form][n] - forced["float32"][n]).abs().mean().item() for n in range(len(prompts))) / len(prompts)
     for form in need:
         kept = [followed(greedy[form][n], greedy["float32"][n]) for n in range(len(prompts))]
         same32 = sum(greedy[form][n] == greedy["float32"][n] for n in range(len(prompts)))
         same16 = sum(greedy[form][n] == greedy["bfloat16"][n] for n in range(len(prompts)))
         error = max((forced[form][n] - forced["float32"][n]).abs().max().item() for n in range(len(prompts)))
         ratio = f"{error / bf16_error:.2f}x" if bf16_error > 0 else "-"
-        print(f"| {form} | {' '.join(map(str, kept))} | {same32} | {same16} | {error:.3f} | {ratio} |")
+        mean = mean_error(form)
+        mean_ratio = f"{mean / mean_error('bfloat16'):.2f}x" if mean_error("bfloat16") > 0 else "-"
+        print(f"| {form} | {' '.join(map(str, kept))} | {same32} | {same16} | {error:.3f} | {ratio} | {mean:.4f} | "
+              f"{mean_ratio} |")
     ratios, shrink = key_offsets()
     print(f"Keys over each prompt, per layer and prompt ({len(ratios)}): largest |channel mean| / mean channel std "
           f"{min(ratios):.1f} to {max(ratios):.1f} (median {sorted(ratios)[len(ratios) // 2]:.1f}); rows' largest "
