@@ -90,6 +90,10 @@ const PagedKVCache::Sequence& PagedKVCache::find(const char* fn, int64_t sequenc
   return it->second;
 }
 
+PagedKVCache::Sequence& PagedKVCache::find(const char* fn, int64_t sequence) {
+  return const_cast<Sequence&>(std::as_const(*this).find(fn, sequence));
+}
+
 void PagedKVCache::set_run(Sequence& s, int64_t next, int64_t left) {
   if (s.run_left > 0) runs_.erase({s.run_left, s.id});
   reserved_ += left - s.run_left;
@@ -171,8 +175,7 @@ int64_t PagedKVCache::fork(int64_t sequence) {
 }
 
 void PagedKVCache::release(int64_t sequence) {
-  find("release", sequence);
-  Sequence& s = sequences_.at(sequence);
+  Sequence& s = find("release", sequence);
   end_run(s);
   for (int64_t block : s.blocks) drop_block(block);
   sequences_.erase(sequence);

@@ -130,6 +130,7 @@ class PagedKVCache {
   };
   void check_layer(const char* fn, int64_t layer) const;
   const Sequence& find(const char* fn, int64_t sequence) const;
+  Sequence& find(const char* fn, int64_t sequence);
   int64_t take_block(Sequence& s, int64_t index);
   void set_run(Sequence& s, int64_t next, int64_t left);  // keeps reserved_ and runs_ in step
   void drop_block(int64_t block);
