@@ -117,6 +117,50 @@ TEST(Int8Cache, RotationCutsTheErrorOfKeysWithChannelOffsets) {
   EXPECT_LT(rotated_error, 0.5 * plain_error);
 }
 
+// Through attention_with_kv_cache, whose query goes in rotated and whose output comes back rotated: an int8
+// cache gives what a float32 cache holding its rows in the model's basis (support.h's float64 rotation back)
+// gives, with every variant on (window, softcap, ALiBi, sinks), for float32 and bfloat16 queries, several
+// queries per row, ragged rows and GQA. Head size 40 rotates in blocks of 8.
+TEST(Int8Cache, AttentionOverTheRotatedRowsIsAFloatCacheOfTheirRows) {
+  torch::NoGradGuard no_grad;
+  for (int64_t d : {64, 40}) {
+    SCOPED_TRACE("d = " + std::to_string(d));
+    torch::manual_seed(21);
+    const int64_t B = 2, H = 6, H_kv = 2, L = 700, tq = 3;
+    const std::vector<int64_t> counts = {700, 450};
+    torch::Tensor offsets = torch::zeros({d});
+    offsets[1] = 8.0, offsets[d - 3] = -5.0;  // keys with offset channels, as a model's carry
+    const torch::Tensor k = torch::randn({B, H_kv, L, d}) + offsets, v = torch::randn({B, H_kv, L, d});
+    KVCache int8(KVCacheOptions(1, B, H_kv, d, L).dtype(torch::kInt8));
+    int8.append(0, k, v, counts);
+    KVCache plain(KVCacheOptions(1, B, H_kv, d, L));
+    plain.append(0, int8_rows_in_model_basis(int8.keys(0), int8.key_scales(0)).to(torch::kFloat32),
+                 int8_rows_in_model_basis(int8.values(0), int8.value_scales(0)).to(torch::kFloat32), counts);
+    const auto options = SdpaOptions()
+                             .causal(true)
+                             .scale(0.2)
+                             .window(100, 0)
+                             .softcap(30.0)
+                             .alibi_slopes(torch::rand({H}) * 0.1)
+                             .sinks(torch::randn({H}));
+    const torch::Tensor starts = longs({700 - tq, 450 - tq});
+    const torch::Tensor q = torch::randn({B, H, tq, d});
+    const torch::Tensor expected = attention_with_kv_cache(q, plain, 0, starts, options).to(torch::kFloat64);
+    for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16}) {
+      SCOPED_TRACE(c10::toString(dtype));
+      const torch::Tensor query = q.to(dtype);
+      const torch::Tensor out = attention_with_kv_cache(query, int8, 0, starts, options);
+      EXPECT_EQ(out.scalar_type(), dtype);
+      // float32: the dot route's int16 rounding (2e-4, as the kernel tests); bfloat16: the query's own rounding.
+      EXPECT_CLOSE(out.to(torch::kFloat64),
+                   dtype == torch::kFloat32 ? expected
+                                            : attention_with_kv_cache(query.to(torch::kFloat32), plain, 0, starts,
+                                                                      options).to(torch::kFloat64),
+                   dtype == torch::kFloat32 ? 2e-4 : tolerance(torch::kBFloat16));
+    }
+  }
+}
+
 // The smallest float rows (subnormal) keep their shape: 127 / max|r| overflows float, so it is taken in double.
 // The row [1e-38, 1e-40, 0, -5e-39] rotates (H of 4) to r = [0.2525, 0.745, 0.755, 0.245] · 1e-38, about.
 TEST(Int8Cache, SubnormalRowsKeepTheirRatios) {
