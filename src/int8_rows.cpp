@@ -4,6 +4,7 @@
 
 #include "backends/cache.h"
 #include "common/checks.h"
+#include "common/dtypes.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
@@ -54,10 +55,12 @@ void hadamard_in_place(T* row, int64_t d) {
 }  // namespace
 
 torch::Tensor hadamard_rows(const torch::Tensor& x) {
-  TORCH_CHECK(x.defined() && x.dim() >= 1 && at::isFloatingType(x.scalar_type()) && x.device().is_cpu(),
-              "attn::hadamard_rows: x must be a floating CPU tensor [..., d], got ",
+  TORCH_CHECK(x.defined() && x.dim() >= 1 && common::is_attention_dtype(x.scalar_type()) && x.device().is_cpu(),
+              "attn::hadamard_rows: x must be a float32, float64, bfloat16 or float16 CPU tensor [..., d], got ",
               x.defined() ? std::string(common::dtype_name(x)) + " " + c10::str(x.sizes()) + " on " + c10::str(x.device())
                           : std::string("an undefined tensor"));
+  TORCH_CHECK(!(x.requires_grad() && at::GradMode::is_enabled()),
+              "attn::hadamard_rows computes no gradient, but x requires one: call it under torch::NoGradGuard");
   // One pass per row (widen into the output, then the butterflies): a decoding step rotates a few rows, where a
   // chain of tensor operations would cost more than the transform.
   const torch::Tensor src = x.contiguous();

@@ -120,7 +120,9 @@ class KVCache {
 /// within a block of n. H is symmetric and its own inverse, so q·k = (H·q)·(H·k): the int8 rows of
 /// cache.keys(layer) times their scales stand for hadamard_rows(k), and a caller reading them with
 /// ops::decode_attention passes hadamard_rows(query) and applies hadamard_rows to the output.
-/// attention_with_kv_cache and the modules do both. Returns float32 (float64 for a float64 x), contiguous.
+/// attention_with_kv_cache, attention_over_token_tree and the modules do both. x: float32, float64, bfloat16 or
+/// float16 on the CPU, not requiring a gradient (it computes none). Returns float32 (float64 for a float64 x),
+/// contiguous, computed in that dtype: a row of elements near float32's largest may overflow to infinity.
 torch::Tensor hadamard_rows(const torch::Tensor& x);
 
 /// An encoder memory projected once by a cross-attention module, so that a decoder's every step reuses it
