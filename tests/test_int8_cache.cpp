@@ -73,7 +73,7 @@ TEST(Int8Cache, AppendStoresEachRowWithinHalfAStepOfItsScale) {
 // rotation), and for float32, bfloat16 and float64 rows.
 TEST(Int8Cache, HadamardRowsIsTheOrthonormalWalshHadamardTransform) {
   torch::manual_seed(5);
-  for (int64_t d : {1, 3, 8, 40, 64, 96, 128}) {
+  for (int64_t d : {1, 2, 3, 6, 8, 40, 64, 96, 128}) {
     SCOPED_TRACE("d = " + std::to_string(d));
     const torch::Tensor x = torch::randn({3, 5, d}, torch::kFloat64);
     const torch::Tensor expected = torch::matmul(x, float64_hadamard(d));
@@ -91,8 +91,17 @@ TEST(Int8Cache, HadamardRowsIsTheOrthonormalWalshHadamardTransform) {
                                     .transpose(0, 1),
                                 1e-5, 1e-5));
   }
-  EXPECT_ERROR_CONTAINS(hadamard_rows(torch::ones({2, 4}, torch::kLong)), "x must be a floating CPU tensor");
-  EXPECT_ERROR_CONTAINS(hadamard_rows(torch::Tensor()), "x must be a floating CPU tensor [..., d], got an undefined");
+  const torch::Tensor half = torch::randn({4, 24}).to(torch::kHalf);
+  EXPECT_TRUE(torch::allclose(hadamard_rows(half).to(torch::kFloat64),
+                              torch::matmul(half.to(torch::kFloat64), float64_hadamard(24)), 1e-5, 1e-5));
+  EXPECT_EQ(hadamard_rows(torch::empty({0, 64})).sizes(), (std::vector<int64_t>{0, 64}));
+  EXPECT_EQ(hadamard_rows(torch::empty({3, 0})).sizes(), (std::vector<int64_t>{3, 0}));
+  EXPECT_ERROR_CONTAINS(hadamard_rows(torch::ones({2, 4}, torch::kLong)),
+                        "x must be a float32, float64, bfloat16 or float16 CPU tensor [..., d], got Long");
+  EXPECT_ERROR_CONTAINS(hadamard_rows(torch::Tensor()), "CPU tensor [..., d], got an undefined tensor");
+  EXPECT_ERROR_CONTAINS(hadamard_rows(torch::ones({2, 4}, torch::requires_grad())), "computes no gradient");
+  torch::NoGradGuard no_grad;
+  EXPECT_EQ(hadamard_rows(torch::ones({2, 4}, torch::requires_grad())).sizes(), (std::vector<int64_t>{2, 4}));
 }
 
 // Why the cache rotates: keys with per-channel offsets (SmolLM2's largest channel mean is about 10 times the
@@ -162,7 +171,7 @@ TEST(Int8Cache, AttentionOverTheRotatedRowsIsAFloatCacheOfTheirRows) {
 }
 
 // The smallest float rows (subnormal) keep their shape: 127 / max|r| overflows float, so it is taken in double.
-// The row [1e-38, 1e-40, 0, -5e-39] rotates (H of 4) to r = [0.2525, 0.745, 0.755, 0.245] · 1e-38, about.
+// The row [1e-38, 1e-40, 0, -5e-39] rotates (H of 4) to r = [0.255, 0.745, 0.755, 0.245] · 1e-38, about.
 TEST(Int8Cache, SubnormalRowsKeepTheirRatios) {
   KVCache cache(KVCacheOptions(1, 1, 1, 4, 2).dtype(torch::kInt8));
   const torch::Tensor tiny = torch::tensor({1e-38f, 1e-40f, 0.0f, -5e-39f}).view({1, 1, 1, 4});
@@ -196,6 +205,18 @@ TEST(Int8Cache, RefusesWhatItCannotStoreAndLeavesItselfAsItWas) {
   torch::Tensor huge = torch::ones({1, 2, 1, 8}, torch::kFloat64);
   huge[0][0][0][1] = 1e300;  // finite in float64, beyond float32's scales
   EXPECT_ERROR_CONTAINS(cache.append(0, huge, torch::ones({1, 2, 1, 8})), "beyond float32's range");
+  // Finite float32 rows whose rotation is not: 8 elements of 3e38 rotate to 8.5e38 in their first element.
+  EXPECT_ERROR_CONTAINS(cache.append(0, torch::ones({1, 2, 1, 8}), torch::full({1, 2, 1, 8}, 3e38f)),
+                        "value holds a non-finite value, or a row whose rotation (hadamard_rows) has an element "
+                        "beyond float32's range");
+  // And a float64 row beyond float32's range whose rotation is within it: one element of 4e38 rotates to
+  // 4e38 / sqrt(8) = 1.4e38 in each of the 8 places, and is stored.
+  torch::Tensor spread = torch::zeros({1, 2, 1, 8}, torch::kFloat64);
+  spread[0][0][0][0] = 4e38, spread[0][1][0][0] = 4e38;
+  cache.append(0, spread, torch::ones({1, 2, 1, 8}));
+  EXPECT_EQ(cache.lengths(0)[0].item<int64_t>(), 3);
+  EXPECT_NEAR(cache.key_scales(0)[0][0][2].item<float>() * 127.0 / (4e38 / std::sqrt(8.0)), 1.0, 1e-6);
+  cache.truncate(2);
   EXPECT_EQ(cache.lengths(0)[0].item<int64_t>(), 2);
   EXPECT_ERROR_CONTAINS(KVCache(KVCacheOptions(1, 1, 2, 8, 4).dtype(torch::kInt32)), "float16 or int8, got Int");
 }

@@ -115,42 +115,53 @@ TEST(TokenTreeAttention, RefusesWhatATreeCannotTake) {
 }
 
 // The module over a tree, rotary included: every candidate's output is what the module gives for the last
-// position of its path run alone; keeping a path leaves the cache as decoding that path would.
+// position of its path run alone; keeping a path leaves the cache as decoding that path would. Float32 and int8
+// caches (an int8 prefix is made again by the same prompt, whose rows round alike).
 TEST(TokenTreeModule, ForwardWithTreeMatchesEachPathAloneAndKeepsOne) {
   torch::NoGradGuard no_grad;
-  torch::manual_seed(23);
-  const int64_t E = 64, B = 2;
-  MultiHeadAttention mha(MultiHeadAttentionOptions(E, 4).num_kv_heads(2).causal(true).rotary(RotaryEmbeddingOptions(16)));
-  const TokenTree tree(kParents);
-  const int64_t N = tree.size();
-  const torch::Tensor prompt = torch::randn({B, 9, E}), candidates = torch::randn({B, N, E});
+  for (torch::Dtype dtype : {torch::kFloat32, torch::kInt8}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    torch::manual_seed(23);
+    const int64_t E = 64, B = 2;
+    MultiHeadAttention mha(
+        MultiHeadAttentionOptions(E, 4).num_kv_heads(2).causal(true).rotary(RotaryEmbeddingOptions(16)));
+    const TokenTree tree(kParents);
+    const int64_t N = tree.size();
+    const torch::Tensor prompt = torch::randn({B, 9, E}), candidates = torch::randn({B, N, E});
 
-  KVCache cache(mha->cache_options(1, B, 40));
-  mha->forward_with_cache(prompt, cache, 0);
-  // The prefix alone, in a cache of its own (a KVCache copy would share the tensors).
-  const auto detached = [&] {
-    KVCache copy(mha->cache_options(1, B, 40));
-    copy.append(0, cache.keys(0).narrow(2, 0, 9), cache.values(0).narrow(2, 0, 9));
-    return copy;
-  };
-  const torch::Tensor out = mha->forward_with_tree(candidates, cache, 0, tree);
-  ASSERT_EQ(out.sizes(), (std::vector<int64_t>{B, N, E}));
-  for (int64_t i = 0; i < N; ++i) {
-    const std::vector<int64_t> path = tree.path_to(i);
-    KVCache alone = detached();
-    const torch::Tensor steps = mha->forward_with_cache(candidates.index_select(1, longs(path)), alone, 0);
-    EXPECT_CLOSE(out.narrow(1, i, 1), steps.narrow(1, steps.size(1) - 1, 1), 1e-5) << "candidate " << i;
-  }
-  // Row 0 keeps the path to candidate 4, row 1 the one to candidate 7.
-  const std::vector<std::vector<int64_t>> accepted = {tree.path_to(4), tree.path_to(7)};
-  cache.keep_candidates(N, accepted);
-  for (int64_t b = 0; b < B; ++b) {
-    KVCache alone = detached();
-    mha->forward_with_cache(candidates.index_select(1, longs(accepted[b])), alone, 0);
-    const int64_t length = 9 + static_cast<int64_t>(accepted[b].size());
-    EXPECT_EQ(cache.lengths(0)[b].item<int64_t>(), length);
-    EXPECT_CLOSE(cache.keys(0)[b].narrow(1, 0, length), alone.keys(0)[b].narrow(1, 0, length), 1e-5);
-    EXPECT_CLOSE(cache.values(0)[b].narrow(1, 0, length), alone.values(0)[b].narrow(1, 0, length), 1e-5);
+    KVCache cache(mha->cache_options(1, B, 40).dtype(dtype));
+    mha->forward_with_cache(prompt, cache, 0);
+    // The prefix alone, in a cache of its own (a KVCache copy would share the tensors).
+    const auto detached = [&] {
+      KVCache copy(mha->cache_options(1, B, 40).dtype(dtype));
+      if (dtype == torch::kInt8) {
+        mha->forward_with_cache(prompt, copy, 0);
+      } else {
+        copy.append(0, cache.keys(0).narrow(2, 0, 9), cache.values(0).narrow(2, 0, 9));
+      }
+      return copy;
+    };
+    const torch::Tensor out = mha->forward_with_tree(candidates, cache, 0, tree);
+    ASSERT_EQ(out.sizes(), (std::vector<int64_t>{B, N, E}));
+    for (int64_t i = 0; i < N; ++i) {
+      const std::vector<int64_t> path = tree.path_to(i);
+      KVCache alone = detached();
+      const torch::Tensor steps = mha->forward_with_cache(candidates.index_select(1, longs(path)), alone, 0);
+      EXPECT_CLOSE(out.narrow(1, i, 1), steps.narrow(1, steps.size(1) - 1, 1), 1e-5) << "candidate " << i;
+    }
+    // Row 0 keeps the path to candidate 4, row 1 the one to candidate 7.
+    const std::vector<std::vector<int64_t>> accepted = {tree.path_to(4), tree.path_to(7)};
+    cache.keep_candidates(N, accepted);
+    for (int64_t b = 0; b < B; ++b) {
+      KVCache alone = detached();
+      mha->forward_with_cache(candidates.index_select(1, longs(accepted[b])), alone, 0);
+      const int64_t length = 9 + static_cast<int64_t>(accepted[b].size());
+      EXPECT_EQ(cache.lengths(0)[b].item<int64_t>(), length);
+      EXPECT_CLOSE(cache.keys(0)[b].narrow(1, 0, length).to(torch::kFloat64),
+                   alone.keys(0)[b].narrow(1, 0, length).to(torch::kFloat64), 1e-5);
+      EXPECT_CLOSE(cache.values(0)[b].narrow(1, 0, length).to(torch::kFloat64),
+                   alone.values(0)[b].narrow(1, 0, length).to(torch::kFloat64), 1e-5);
+    }
   }
 }
 
