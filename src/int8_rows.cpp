@@ -1,10 +1,10 @@
 #include "int8_rows.h"
 
-#include <attn/kv_cache.h>
+#include <attn/hadamard_rows.h>
 
 #include "backends/cache.h"
 #include "common/checks.h"
-#include "common/dtypes.h"
+#include "common/walsh_hadamard.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
@@ -14,72 +14,9 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
-#include <type_traits>
 #include <vector>
 
 namespace attn {
-namespace {
-
-/// hadamard_rows on one row of d elements, in place: the butterflies of the fast Walsh–Hadamard transform
-/// (natural order, H[i][j] = (-1)^popcount(i & j)) on each block of n = d & -d, then 1 / sqrt(n). The first two
-/// stages run as one 4-point transform per group of 4, so that every later stage's inner loop is at least 4
-/// adjacent elements long, which the compiler vectorises.
-template <typename T>
-void hadamard_in_place(T* row, int64_t d) {
-  const int64_t n = d & -d;
-  const T norm = static_cast<T>(1.0 / std::sqrt(static_cast<double>(n)));
-  for (T* block = row; block < row + d; block += n) {
-    int64_t half = 1;
-    if (n >= 4) {
-      for (int64_t i = 0; i < n; i += 4) {
-        const T a = block[i] + block[i + 1], b = block[i] - block[i + 1];
-        const T c = block[i + 2] + block[i + 3], e = block[i + 2] - block[i + 3];
-        block[i] = a + c, block[i + 1] = b + e, block[i + 2] = a - c, block[i + 3] = b - e;
-      }
-      half = 4;
-    }
-    for (; half < n; half *= 2) {
-      for (int64_t i = 0; i < n; i += 2 * half) {
-        T* __restrict low = block + i;
-        T* __restrict high = block + i + half;
-        for (int64_t j = 0; j < half; ++j) {
-          const T a = low[j], b = high[j];
-          low[j] = a + b, high[j] = a - b;
-        }
-      }
-    }
-    for (int64_t i = 0; i < n; ++i) block[i] *= norm;
-  }
-}
-
-}  // namespace
-
-torch::Tensor hadamard_rows(const torch::Tensor& x) {
-  TORCH_CHECK(x.defined() && x.dim() >= 1 && common::is_attention_dtype(x.scalar_type()) && x.device().is_cpu(),
-              "attn::hadamard_rows: x must be a float32, float64, bfloat16 or float16 CPU tensor [..., d], got ",
-              x.defined() ? std::string(common::dtype_name(x)) + " " + c10::str(x.sizes()) + " on " + c10::str(x.device())
-                          : std::string("an undefined tensor"));
-  TORCH_CHECK(!(x.requires_grad() && at::GradMode::is_enabled()),
-              "attn::hadamard_rows computes no gradient, but x requires one: call it under torch::NoGradGuard");
-  // One pass per row (widen into the output, then the butterflies): a decoding step rotates a few rows, where a
-  // chain of tensor operations would cost more than the transform.
-  const torch::Tensor src = x.contiguous();
-  torch::Tensor out = at::empty(src.sizes(), src.options().dtype(x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat));
-  const int64_t d = x.size(-1), count = d > 0 ? out.numel() / d : 0;
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, src.scalar_type(), "attn::hadamard_rows", [&] {
-    using out_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
-    const scalar_t* in = src.data_ptr<scalar_t>();
-    out_t* rows = out.data_ptr<out_t>();
-    at::parallel_for(0, count, 256, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        out_t* row = rows + r * d;
-        for (int64_t i = 0; i < d; ++i) row[i] = static_cast<out_t>(in[r * d + i]);
-        hadamard_in_place(row, d);
-      }
-    });
-  });
-  return out;
-}
 
 torch::Tensor attend_stored_rows(const char* fn, const torch::Tensor& query, const torch::Tensor& key_cache,
                                  const torch::Tensor& value_cache, const torch::Tensor& query_starts,
@@ -117,7 +54,7 @@ StoredRows quantize_rows(const char* fn, const char* arg, const torch::Tensor& x
           rotated[i] = static_cast<double>(row[i]);
           row_finite = row_finite && std::isfinite(rotated[i]);
         }
-        hadamard_in_place(rotated.data(), d);
+        common::hadamard_in_place(rotated.data(), d);
         double amax = 0.0;
         for (int64_t i = 0; i < d; ++i) amax = std::max(amax, std::abs(rotated[i]));
         if (!row_finite || amax > static_cast<double>(std::numeric_limits<float>::max())) {

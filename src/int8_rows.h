@@ -14,7 +14,7 @@ struct StoredRows {
   torch::Tensor rows, scales;
 };
 
-/// x [..., d] as an int8 cache stores it: each row (token, head) rotated, r = hadamard_rows(x) (kv_cache.h), then
+/// x [..., d] as an int8 cache stores it: each row (token, head) rotated, r = hadamard_rows(x) (hadamard_rows.h), then
 /// scale s = max|r| / 127 (float32) and elements round(r / s) in [-127, 127]; an all-zero row has s = 0.
 /// Symmetric per row, as llama.cpp's q8_0 is per block of 32: a head's row is the unit the decode kernel reads,
 /// so one scale per row costs one multiply per score. The rotation spreads a row's few large channels (keys

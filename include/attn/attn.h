@@ -4,6 +4,7 @@
 #include <attn/cpu_kernel_info.h>
 #include <attn/device.h>
 #include <attn/functional.h>
+#include <attn/hadamard_rows.h>
 #include <attn/kv_cache.h>
 #include <attn/io/files.h>
 #include <attn/io/state_dict.h>

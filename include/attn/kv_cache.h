@@ -3,6 +3,7 @@
 // share them): the key/value cache of its self-attention, one for every layer of a model, and the encoder
 // memory its cross-attention projects once (ProjectedMemory).
 
+#include <attn/hadamard_rows.h>
 #include <attn/token_tree.h>
 
 #include <torch/arg.h>
@@ -60,7 +61,8 @@ class KVCache {
   const torch::Tensor& keys(int64_t layer) const;
   const torch::Tensor& values(int64_t layer) const;
   /// An int8 cache's scales [B, H_kv, capacity] float32: row (b, h, j) of keys(layer) stands for
-  /// key_scales(layer)[b, h, j] times its elements, which is the appended row rotated by hadamard_rows. Undefined tensors for a cache of another dtype.
+  /// key_scales(layer)[b, h, j] times its elements, which is the appended row rotated by hadamard_rows
+  /// (hadamard_rows.h). Undefined tensors for a cache of another dtype.
   const torch::Tensor& key_scales(int64_t layer) const;
   const torch::Tensor& value_scales(int64_t layer) const;
   /// Whether the cache stores int8 rows with scales (options().dtype() == torch::kInt8).
@@ -114,16 +116,6 @@ class KVCache {
   std::shared_ptr<std::vector<const void*>> writers_;  // per layer: the module that wrote it, or nullptr
 };
 
-/// The rotation an int8 cache (KVCache or PagedKVCache of dtype torch::kInt8) applies to each key and value row
-/// before it quantizes it: the orthonormal Walsh–Hadamard transform H over the last dimension d, in blocks of
-/// the largest power of two that divides d (all of d for 64 or 128). H[i][j] = (-1)^popcount(i & j) / sqrt(n)
-/// within a block of n. H is symmetric and its own inverse, so q·k = (H·q)·(H·k): the int8 rows of
-/// cache.keys(layer) times their scales stand for hadamard_rows(k), and a caller reading them with
-/// ops::decode_attention passes hadamard_rows(query) and applies hadamard_rows to the output.
-/// attention_with_kv_cache, attention_over_token_tree and the modules do both. x: float32, float64, bfloat16 or
-/// float16 on the CPU, not requiring a gradient (it computes none). Returns float32 (float64 for a float64 x),
-/// contiguous, computed in that dtype: a row of elements near float32's largest may overflow to infinity.
-torch::Tensor hadamard_rows(const torch::Tensor& x);
 
 /// An encoder memory projected once by a cross-attention module, so that a decoder's every step reuses it
 /// instead of projecting the same encoder output again.

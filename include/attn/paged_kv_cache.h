@@ -117,7 +117,7 @@ class PagedKVCache {
   const torch::Tensor& key_blocks(int64_t layer) const;
   const torch::Tensor& value_blocks(int64_t layer) const;
   /// An int8 cache's scales [num_blocks, H_kv, block_size]; undefined tensors otherwise. An int8 block's rows
-  /// times their scales stand for the appended rows rotated by hadamard_rows (kv_cache.h), as KVCache's do.
+  /// times their scales stand for the appended rows rotated by hadamard_rows (hadamard_rows.h), as KVCache's do.
   const torch::Tensor& key_scales(int64_t layer) const;
   const torch::Tensor& value_scales(int64_t layer) const;
 
