@@ -16,14 +16,16 @@ namespace attn {
 torch::Tensor hadamard_rows(const torch::Tensor& x) {
   TORCH_CHECK(x.defined() && x.dim() >= 1 && common::is_attention_dtype(x.scalar_type()) && x.device().is_cpu(),
               "attn::hadamard_rows: x must be a float32, float64, bfloat16 or float16 CPU tensor [..., d], got ",
-              x.defined() ? std::string(common::dtype_name(x)) + " " + c10::str(x.sizes()) + " on " + c10::str(x.device())
+              x.defined() ? std::string(common::dtype_name(x)) + " " + c10::str(x.sizes()) + " on " +
+                                c10::str(x.device())
                           : std::string("an undefined tensor"));
   TORCH_CHECK(!(x.requires_grad() && at::GradMode::is_enabled()),
               "attn::hadamard_rows computes no gradient, but x requires one: call it under torch::NoGradGuard");
   // One pass per row (widen into the output, then the butterflies): a decoding step rotates a few rows, where a
   // chain of tensor operations would cost more than the transform.
   const torch::Tensor src = x.contiguous();
-  torch::Tensor out = at::empty(src.sizes(), src.options().dtype(x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat));
+  const at::ScalarType out_type = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  torch::Tensor out = at::empty(src.sizes(), src.options().dtype(out_type));
   const int64_t d = x.size(-1), count = d > 0 ? out.numel() / d : 0;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, src.scalar_type(), "attn::hadamard_rows", [&] {
     using out_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;

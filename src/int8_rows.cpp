@@ -3,7 +3,6 @@
 #include <attn/hadamard_rows.h>
 
 #include "backends/cache.h"
-#include "common/checks.h"
 #include "common/walsh_hadamard.h"
 
 #include <ATen/ATen.h>

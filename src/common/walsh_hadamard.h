@@ -7,10 +7,10 @@
 
 namespace attn::common {
 
-/// The orthonormal Walsh–Hadamard transform of one row of d elements, in place (attn::hadamard_rows per row): the butterflies of the fast Walsh–Hadamard transform
-/// (natural order, H[i][j] = (-1)^popcount(i & j)) on each block of n = d & -d, then 1 / sqrt(n). The first two
-/// stages run as one 4-point transform per group of 4, so that every later stage's inner loop is at least 4
-/// adjacent elements long, which the compiler vectorises.
+/// The orthonormal Walsh–Hadamard transform of one row of d elements, in place (attn::hadamard_rows per row):
+/// the fast transform's butterflies (natural order, H[i][j] = (-1)^popcount(i & j)) on each block of
+/// n = d & -d, then 1 / sqrt(n). The first two stages run as one 4-point transform per group of 4, so that every
+/// later stage's inner loop is at least 4 adjacent elements long, which the compiler vectorises. d = 0 does nothing.
 template <typename T>
 void hadamard_in_place(T* row, int64_t d) {
   const int64_t n = d & -d;
