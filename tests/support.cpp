@@ -198,9 +198,12 @@ torch::Tensor float64_hadamard(int64_t d) {
   return h;
 }
 
+torch::Tensor dequantized(const torch::Tensor& rows, const torch::Tensor& scales) {
+  return rows.to(torch::kFloat64) * scales.to(torch::kFloat64).unsqueeze(-1);
+}
+
 torch::Tensor int8_rows_in_model_basis(const torch::Tensor& rows, const torch::Tensor& scales) {
-  const torch::Tensor stored = rows.to(torch::kFloat64) * scales.to(torch::kFloat64).unsqueeze(-1);
-  return torch::matmul(stored, float64_hadamard(rows.size(-1)));
+  return torch::matmul(dequantized(rows, scales), float64_hadamard(rows.size(-1)));
 }
 
 }  // namespace attn::test

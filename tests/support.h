@@ -81,8 +81,11 @@ std::tuple<torch::Tensor, torch::Tensor> float64_attention(const torch::Tensor& 
 /// of n = d & -d (the largest power of two dividing d). Symmetric: a row x rotates to x·H.
 torch::Tensor float64_hadamard(int64_t d);
 
-/// What an int8 cache's rows stand for in the model's own basis, in float64: rows times their scales
-/// ([..., d] and [...]), rotated back by float64_hadamard.
+/// What int8 rows stand for as the decode op reads them, in float64: rows [..., d] times their scales [...].
+torch::Tensor dequantized(const torch::Tensor& rows, const torch::Tensor& scales);
+
+/// What an int8 cache's rows stand for in the model's own basis, in float64: dequantized, rotated back by
+/// float64_hadamard.
 torch::Tensor int8_rows_in_model_basis(const torch::Tensor& rows, const torch::Tensor& scales);
 
 /// [B, 1, Tq, Tk] bool: query t of row b may attend key j of a KV cache (j < lengths[b] and, when causal,

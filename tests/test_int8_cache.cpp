@@ -21,11 +21,6 @@ namespace {
 
 torch::Tensor longs(const std::vector<int64_t>& v) { return torch::tensor(at::ArrayRef<int64_t>(v), torch::kLong); }
 
-/// What an int8 row stands for, in float64: its elements times its scale.
-torch::Tensor dequantized(const torch::Tensor& rows, const torch::Tensor& scales) {
-  return rows.to(torch::kFloat64) * scales.to(torch::kFloat64).unsqueeze(-1);
-}
-
 TEST(Int8Cache, AppendStoresEachRowWithinHalfAStepOfItsScale) {
   torch::manual_seed(41);
   KVCache cache(KVCacheOptions(2, 2, 3, 40, 16).value_dim(24).dtype(torch::kInt8));
@@ -184,7 +179,8 @@ TEST(Int8Cache, SubnormalRowsKeepTheirRatios) {
       << cache.keys(0)[0][0][0] << " against " << expected;
   EXPECT_EQ(expected[2].item<double>(), 127.0);
   EXPECT_GT(expected[0].item<double>(), 30.0);  // no element lost to the range
-  EXPECT_NEAR(cache.key_scales(0)[0][0][0].item<float>() * 127.0, amax, 2e-43);  // a subnormal scale: steps of 1.4e-45
+  // A subnormal scale, in steps of 1.4e-45.
+  EXPECT_NEAR(cache.key_scales(0)[0][0][0].item<float>() * 127.0, amax, 2e-43);
 }
 
 TEST(Int8Cache, RefusesWhatItCannotStoreAndLeavesItselfAsItWas) {

@@ -67,11 +67,11 @@ TEST(TokenTreeAttention, EachCandidateMatchesItsPathAloneInFloat64) {
     const torch::Tensor out = attention_over_token_tree(q, cache, 0, tree).to(torch::kFloat64);
 
     // What the cache holds, in float64 (an int8 cache's rows times their scales, rotated back).
-    torch::Tensor keys = cache.keys(0).to(torch::kFloat64), values = cache.values(0).to(torch::kFloat64);
-    if (dtype == torch::kInt8) {
-      keys = int8_rows_in_model_basis(cache.keys(0), cache.key_scales(0));
-      values = int8_rows_in_model_basis(cache.values(0), cache.value_scales(0));
-    }
+    const bool int8 = dtype == torch::kInt8;
+    const torch::Tensor keys = int8 ? int8_rows_in_model_basis(cache.keys(0), cache.key_scales(0))
+                                    : cache.keys(0).to(torch::kFloat64);
+    const torch::Tensor values = int8 ? int8_rows_in_model_basis(cache.values(0), cache.value_scales(0))
+                                      : cache.values(0).to(torch::kFloat64);
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t i = 0; i < N; ++i) {
         std::vector<int64_t> rows(prefix[b]);
