@@ -14,12 +14,13 @@ struct StoredRows {
   torch::Tensor rows, scales;
 };
 
-/// x [..., d] as an int8 cache stores it: each row (token, head) rotated, r = hadamard_rows(x) (hadamard_rows.h), then
-/// scale s = max|r| / 127 (float32) and elements round(r / s) in [-127, 127]; an all-zero row has s = 0.
+/// x [..., d] as an int8 cache stores it: each row (token, head) rotated, r = hadamard_rows(x), then scale
+/// s = max|r| / 127 (float32) and elements round(r / s) in [-127, 127]; an all-zero row has s = 0.
 /// Symmetric per row, as llama.cpp's q8_0 is per block of 32: a head's row is the unit the decode kernel reads,
 /// so one scale per row costs one multiply per score. The rotation spreads a row's few large channels (keys
 /// carry per-channel offsets) over all of them, so the 255 steps are not spent on the outliers alone.
-/// Throws, naming `fn` and `arg`, when x holds a non-finite value, or a row whose rotation leaves float32's range.
+/// Throws, naming `fn` and `arg`, when x holds a non-finite value, or a row whose rotation leaves float32's
+/// range.
 StoredRows quantize_rows(const char* fn, const char* arg, const torch::Tensor& x);
 
 /// backends::cache_attention over a cache's stored rows. An int8 cache stores H·k and H·v (H = hadamard_rows,

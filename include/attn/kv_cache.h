@@ -116,7 +116,6 @@ class KVCache {
   std::shared_ptr<std::vector<const void*>> writers_;  // per layer: the module that wrote it, or nullptr
 };
 
-
 /// An encoder memory projected once by a cross-attention module, so that a decoder's every step reuses it
 /// instead of projecting the same encoder output again.
 /// Keys [B, H_kv, Tk, d_k] and values [B, H_kv, Tk, d_v] from a module's project_memory(); pass them to the

@@ -29,8 +29,8 @@ inline constexpr int64_t kDecodeSplitKeysInt8 = 1024;
 /// On the CPU, three more forms (ops/attention_contract.h, check_cache_call, states each rule):
 ///  - int8 caches (a KVCache built with dtype torch::kInt8) with key_scales and value_scales, float32
 ///    [B, H_kv, capacity]: row (b, h, j) stands for scales[b, h, j] times its int8 elements. The kernel widens
-///    them in its registers (no float copy of the cache is made); the query is float32 or bfloat16. A KVCache's
-///    or PagedKVCache's int8 rows hold the appended rows rotated (attn::hadamard_rows, hadamard_rows.h): read directly
+///    them in its registers (no float copy of the cache is made); the query is float32 or bfloat16. A
+///    KVCache's or PagedKVCache's int8 rows hold the appended rows rotated (attn::hadamard_rows): read directly
 ///    with this op, they take hadamard_rows(query), and the output is rotated back with hadamard_rows, as
 ///    attention_with_kv_cache does.
 ///  - paged caches (PagedKVCache): key_cache [num_blocks, H_kv, block_size, d_k] and value_cache alike hold
