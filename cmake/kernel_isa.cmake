@@ -2,14 +2,20 @@
 # library runs on any x86-64 and uses AVX2 or AVX-512 where present. at::vec's AVX variants call SLEEF for
 # exp(), so they need sleef.h (Debian: libsleef-dev); without it only the portable variant is built.
 # Adds ${dir}/products/*_<extension>.cpp to target, compiled for AVX-512 and that extension, and defines
-# `definition` for the target, where the compiler takes -m<extension>; `found` says whether it did.
+# `definition` for the target, where the compiler takes -m<extension> (or the flags given after `found`, for an
+# extension with several: AMX's tiles and bfloat16 products); `found` says whether it did.
 function(attn_add_extension_files target extension definition found)
-  check_cxx_compiler_flag(-m${extension} ${found})
+  set(flags ${ARGN})
+  if(NOT flags)
+    set(flags -m${extension})
+  endif()
+  string(REPLACE ";" " " flags_string "${flags}")
+  check_cxx_compiler_flag("${flags_string}" ${found})
   if(${found})
     file(GLOB sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/ops/cpu/products/*_${extension}.cpp)
     target_sources(${target} PRIVATE ${sources})
     set_source_files_properties(${sources} PROPERTIES
-      COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-m${extension};-mfma;$<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>;$<$<CXX_COMPILER_ID:GNU>:-Wno-uninitialized>"
+      COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;${flags};-mfma;$<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>;$<$<CXX_COMPILER_ID:GNU>:-Wno-uninitialized>"
       SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUSION ON)
     target_compile_definitions(${target} PRIVATE ${definition})
   endif()
@@ -44,8 +50,13 @@ function(attn_add_kernel_variants target)
   include(CheckCXXCompilerFlag)
   attn_add_extension_files(${target} avx512bf16 ATTN_HAVE_BF16_DOT ATTN_COMPILER_HAS_AVX512BF16)
   attn_add_extension_files(${target} avx512vnni ATTN_HAVE_INT8_DOT ATTN_COMPILER_HAS_AVX512VNNI)
+  # AMX's tile products (products/*_amx.cpp), a route of bfloat16 pairs: built only beside the pairs route.
+  if(ATTN_COMPILER_HAS_AVX512BF16)
+    attn_add_extension_files(${target} amx ATTN_HAVE_AMX ATTN_COMPILER_HAS_AMX -mamx-tile -mamx-bf16 -mavx512bf16)
+  endif()
   # The tests of the micro-kernel are compiled where it is.
   set(ATTN_HAVE_BF16_DOT ${ATTN_COMPILER_HAS_AVX512BF16} CACHE INTERNAL "the bfloat16 route is compiled")
+  set(ATTN_HAVE_AMX ${ATTN_COMPILER_HAS_AMX} CACHE INTERNAL "the AMX route is compiled")
   target_include_directories(${target} PRIVATE ${ATTN_SLEEF_INCLUDE_DIR})
   target_link_libraries(${target} PRIVATE ${ATTN_SLEEF_LIBRARY})
   target_compile_definitions(${target} PRIVATE ATTN_HAVE_AVX2_KERNELS ATTN_HAVE_AVX512_KERNELS)

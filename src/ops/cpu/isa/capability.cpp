@@ -1,12 +1,18 @@
 // Detects the widest instruction-set variant this CPU and build support: the only place that asks the CPU.
 // CMake says which variants this build compiled (ATTN_HAVE_AVX2_KERNELS, ATTN_HAVE_AVX512_KERNELS,
-// ATTN_HAVE_BF16_DOT, ATTN_HAVE_INT8_DOT).
+// ATTN_HAVE_BF16_DOT, ATTN_HAVE_INT8_DOT, ATTN_HAVE_AMX).
 
 #include "ops/cpu/isa/capability.h"
 
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+
+#if defined(__linux__) && defined(__GNUC__) && defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace attn::ops::cpu {
 namespace {
@@ -67,6 +73,27 @@ void reset_capability() { forced.store(-1); }
 bool hardware_has_int8_dot() {
 #if defined(ATTN_HAVE_INT8_DOT) && defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
   static const bool has = __builtin_cpu_supports("avx512vnni");
+  return has;
+#else
+  return false;
+#endif
+}
+
+bool hardware_has_amx() {
+#if defined(ATTN_HAVE_AMX) && defined(__linux__) && defined(__GNUC__) && defined(__x86_64__)
+  static const bool has = [] {
+    // The AMX route runs on the AVX-512 variant with AVX512-BF16 (its softmax and packing).
+    if (hardware_capability_limit() != Capability::Avx512Bf16) return false;
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    const bool amx_bf16 = (edx >> 22) & 1u, amx_tile = (edx >> 24) & 1u;
+    if (!amx_bf16 || !amx_tile) return false;
+    // Linux hands out the 8 KiB tile state on request only (since 5.16): without it the first tile
+    // instruction faults.
+    constexpr long kArchReqXcompPerm = 0x1023;
+    constexpr long kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
   return has;
 #else
   return false;
