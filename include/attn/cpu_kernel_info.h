@@ -10,9 +10,13 @@ namespace attn {
 struct CpuKernelInfo {
   /// The instruction-set variant: "default", "avx2", "avx512" or "avx512_bf16".
   std::string variant;
-  /// Whether a bfloat16 forward pass multiplies bfloat16 pairs (AVX512-BF16) rather than widening its inputs
-  /// to float: taken where the CPU has the instructions and they measured faster, at first use.
+  /// Whether a bfloat16 forward pass multiplies bfloat16 rather than widening its inputs to float: on AMX tiles
+  /// (amx_tiles), or in pairs on AVX512-BF16 where the CPU has the instructions and they measured faster, at
+  /// first use.
   bool bfloat16_route = false;
+  /// Whether those bfloat16 products, forward and backward, run on AMX's tiles: where the CPU has AMX-BF16 and
+  /// Linux grants this process the tile state, unless ATTN_AMX=off.
+  bool amx_tiles = false;
   /// That measurement: the FLOP rate of AVX512-BF16's pair product (vdpbf16ps) over the float FMA's, in
   /// register-only loops; the route is taken at 1.5 or more (0 where not measured).
   double bfloat16_pair_speed = 0.0;
@@ -29,7 +33,8 @@ struct CpuKernelInfo {
   /// GEMMs run threaded, inside the BLAS, whose rounding may then depend on the thread count.
   bool parallel_loops = true;
   /// One line that says the above, e.g. "avx512 (bfloat16 widened to float: AVX512-BF16 measured 0.52x),
-  /// float products on attn's tiles, int8 cache on AVX512-VNNI dot products".
+  /// float products on attn's tiles, int8 cache on AVX512-VNNI dot products", or "avx512_bf16 (bfloat16
+  /// multiplied on AMX tiles), ...".
   std::string summary;
 };
 CpuKernelInfo cpu_kernel_info();

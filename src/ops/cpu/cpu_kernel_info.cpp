@@ -14,7 +14,8 @@ CpuKernelInfo cpu_kernel_info() {
   using ops::cpu::Capability;
   CpuKernelInfo info;
   const Capability active = ops::cpu::active_capability();
-  info.bfloat16_route = ops::cpu::bf16_route_chosen();
+  info.amx_tiles = ops::cpu::amx_route_chosen();
+  info.bfloat16_route = info.amx_tiles || ops::cpu::bf16_route_chosen();
   info.variant = info.bfloat16_route                     ? "avx512_bf16"
                  : active == Capability::Avx512Bf16 ? "avx512"
                                                      : ops::cpu::capability_name(active);
@@ -23,7 +24,9 @@ CpuKernelInfo cpu_kernel_info() {
   if (info.bfloat16_pair_speed > 0) {
     std::snprintf(measured, sizeof(measured), ": AVX512-BF16 measured %.2fx", info.bfloat16_pair_speed);
   }
-  if (info.bfloat16_route) {
+  if (info.amx_tiles) {
+    info.summary = info.variant + " (bfloat16 multiplied on AMX tiles)";
+  } else if (info.bfloat16_route) {
     info.summary = info.variant + " (bfloat16 multiplied as bfloat16 pairs" + measured + ")";
   } else if (ops::cpu::hardware_capability_limit() == Capability::Avx512Bf16) {
     info.summary = info.variant + " (bfloat16 widened to float" + measured + ")";

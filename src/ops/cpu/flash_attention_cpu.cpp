@@ -141,7 +141,7 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_cpu(const at::Tensor& query, 
   // The pairs of Q·Kᵀ run along d_k.
   const ProductRoute route = flash_product_route(query.scalar_type(), s.dk % 2 == 0);
   const KernelCall call(s, arguments, compute_type(query), route);
-  if (route == ProductRoute::BfloatPairs) {
+  if (multiplies_bfloat16(route)) {
     const at::Tensor q = row_major_layout(query), k = row_major_layout(key), v = row_major_layout(value);
     at::Tensor out, lse;
     std::tie(out, lse) = empty_forward_results(s, q.options(), call.compute);
@@ -178,7 +178,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> flash_attention_backw
       query.scalar_type(), s.dk % 2 == 0 && s.dv % 2 == 0 && grad_output.scalar_type() == at::kBFloat16);
   const KernelCall call(s, arguments, compute_type(query), route);
   const at::ScalarType compute = call.compute;
-  const bool pairs = route == ProductRoute::BfloatPairs;
+  const bool pairs = multiplies_bfloat16(route);
   const auto layout = [&](const at::Tensor& t) { return pairs ? row_major_layout(t) : kernel_layout(t, compute); };
   const at::Tensor q = layout(query), k = layout(key), v = layout(value), dout = layout(grad_output);
   const at::Tensor lse = logsumexp.contiguous();

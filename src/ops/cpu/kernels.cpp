@@ -9,11 +9,13 @@
 namespace attn::ops::cpu {
 namespace {
 
-/// The pairs route runs only where products/route.h chose it: on AVX512-BF16, with even pair dimensions.
+/// The bfloat16 routes run only where products/route.h chose them: on AVX512-BF16 (and AMX, for its tiles), with
+/// even pair dimensions.
 template <typename Pass>
 void check_pairs_route(const Pass& args, bool needs_even_dv) {
-  TORCH_INTERNAL_ASSERT(args.problem.route == ProductRoute::BfloatPairs && hardware_capability_limit() ==
-                            Capability::Avx512Bf16,
+  const ProductRoute route = args.problem.route;
+  TORCH_INTERNAL_ASSERT(multiplies_bfloat16(route) && hardware_capability_limit() == Capability::Avx512Bf16 &&
+                            (route != ProductRoute::AmxTiles || hardware_has_amx()),
                         "attn: bfloat16 inputs reached the kernel on the ", product_route_name(args.problem.route),
                         " route with ", capability_name(hardware_capability_limit()));
   TORCH_INTERNAL_ASSERT(args.problem.dk % 2 == 0 && (!needs_even_dv || args.problem.dv % 2 == 0),

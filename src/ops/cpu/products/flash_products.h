@@ -33,6 +33,9 @@
 #define ATTN_PAIR_PRODUCTS 1
 #include "ops/cpu/products/pair_products.h"
 #endif
+#if defined(ATTN_PAIR_PRODUCTS) && defined(ATTN_HAVE_AMX)
+#define ATTN_AMX_TILE_PRODUCTS 1
+#endif
 
 #include <c10/util/BFloat16.h>
 #include <c10/util/Exception.h>
@@ -83,6 +86,13 @@ void with_products(const TileOperands<T, In>& o, const View4<const In>* grad_out
 #ifdef ATTN_PAIR_PRODUCTS
       if constexpr (std::is_same_v<T, float> && std::is_same_v<In, c10::BFloat16>) {
         return run(make_route<PairProducts>(o, grad_out));
+      }
+#endif
+      break;
+    case ProductRoute::AmxTiles:
+#ifdef ATTN_AMX_TILE_PRODUCTS
+      if constexpr (std::is_same_v<T, float> && std::is_same_v<In, c10::BFloat16>) {
+        return run(make_route<AmxTileProducts>(o, grad_out));
       }
 #endif
       break;

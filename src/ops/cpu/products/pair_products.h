@@ -1,14 +1,18 @@
 #pragma once
-// The bfloat16 pairs route: every tile product on AVX512-BF16's pair product (products/bf16_pairs.h), with
-// float accumulation. P and dS are rounded to bfloat16 for the products they feed, as FlashAttention's bfloat16
-// kernels do; the softmax, its backward and every accumulator stay in float. The right operands (Kᵀ and V
-// forward; Kᵀ, Vᵀ, and K, Q and dO in pairs of rows backward) are packed once per call and read by every tile.
-// AVX-512 variant, on a CPU with AVX512-BF16 only.
+// The bfloat16 routes: every tile product on AVX512-BF16's pair product (products/bf16_pairs.h) or on AMX's
+// tiles (products/amx_tiles.h), which take the same operands, with float accumulation. P and dS are rounded to
+// bfloat16 for the products they feed, as FlashAttention's bfloat16 kernels do; the softmax, its backward and
+// every accumulator stay in float. The right operands (Kᵀ and V forward; Kᵀ, Vᵀ, and K, Q and dO in pairs of
+// rows backward) are packed once per call and read by every tile. AVX-512 variant, on a CPU with AVX512-BF16
+// only (and AMX, for AmxTileProducts).
 
 #include "ops/cpu/math/kernel_layout.h"
 #include "ops/cpu/math/rows.h"
 #include "ops/cpu/products/bf16_pairs.h"
 #include "ops/cpu/products/bf16_softmax.h"
+#ifdef ATTN_HAVE_AMX
+#include "ops/cpu/products/amx_tiles.h"
+#endif
 #include "ops/cpu/products/operands.h"
 #include "ops/cpu/products/uninitialised.h"
 
@@ -21,7 +25,24 @@
 
 namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE {
 
-class PairProducts {
+/// The products' multiply: C = alpha · A·B + beta · C over pairs of k (bf16_gemm's contract).
+struct PairsMultiply {
+  static void gemm(int64_t m, int64_t n, int64_t pairs, float alpha, LeftOperand a, PairsOperand b, float beta,
+                   float* c, int64_t ldc, float* lane_max = nullptr) {
+    bf16_gemm(m, n, pairs, alpha, a, b, beta, c, ldc, lane_max);
+  }
+};
+#ifdef ATTN_HAVE_AMX
+struct AmxTilesMultiply {
+  static void gemm(int64_t m, int64_t n, int64_t pairs, float alpha, LeftOperand a, PairsOperand b, float beta,
+                   float* c, int64_t ldc, float* lane_max = nullptr) {
+    amx_gemm(m, n, pairs, alpha, a, b, beta, c, ldc, lane_max);
+  }
+};
+#endif
+
+template <typename Multiply>
+class BfloatProducts {
  public:
   using BFloat16 = c10::BFloat16;
 
@@ -38,11 +59,11 @@ class PairProducts {
   };
   static constexpr bool kRowMaxima = true;
 
-  explicit PairProducts(const TileOperands<float, BFloat16>& operands) : p_(operands) {
+  explicit BfloatProducts(const TileOperands<float, BFloat16>& operands) : p_(operands) {
     keys_t_ = transposed_in_pairs(p_.k, p_.batch, p_.kv_heads, p_.tk, p_.dk);
     value_rows_ = rows_in_pairs(p_.v, p_.batch, p_.kv_heads, p_.tk, p_.dv);
   }
-  PairProducts(const TileOperands<float, BFloat16>& operands, const View4<const BFloat16>& grad_out)
+  BfloatProducts(const TileOperands<float, BFloat16>& operands, const View4<const BFloat16>& grad_out)
       : p_(operands), grad_out_(grad_out) {
     keys_t_ = transposed_in_pairs(p_.k, p_.batch, p_.kv_heads, p_.tk, p_.dk);
     values_t_ = transposed_in_pairs(p_.v, p_.batch, p_.kv_heads, p_.tk, p_.dv);
@@ -56,7 +77,7 @@ class PairProducts {
   void scores(Scratch& st, const TileAt& t, float* s, int64_t lds, float* lane_max) const {
     st.probs_ld = lds + 2;
     if (static_cast<int64_t>(st.probs.size()) < t.rows * st.probs_ld) st.probs.resize(t.rows * st.probs_ld);
-    bf16_gemm(t.rows, t.cols, keys_t_.pairs, p_.scale, LeftOperand{q(t), p_.q.si, 2},
+    Multiply::gemm(t.rows, t.cols, keys_t_.pairs, p_.scale, LeftOperand{q(t), p_.q.si, 2},
               PairsOperand{keys_t_.of(t.b, t.hk) + t.j, keys_t_.ld}, 0.0f, s, lds, lane_max);
   }
   /// P goes straight to bfloat16 for P·V; the float P stays in the row only where the values' fallback (a
@@ -73,7 +94,7 @@ class PairProducts {
   void add_values(Scratch& st, const TileAt& t, const float* /*p*/, int64_t /*ldp*/, float* acc,
                   int64_t ldacc) const {
     const uint32_t* v_pairs = pairs_of_rows(value_rows_, p_.v, t.b, t.hk, t.j, t.cols, p_.dv, st.value_pairs);
-    bf16_gemm(t.rows, p_.dv, (t.cols + 1) / 2, 1.0f, LeftOperand{st.probs.data(), st.probs_ld, 2},
+    Multiply::gemm(t.rows, p_.dv, (t.cols + 1) / 2, 1.0f, LeftOperand{st.probs.data(), st.probs_ld, 2},
               PairsOperand{v_pairs, value_rows_.ld}, 1.0f, acc, ldacc);
   }
 
@@ -88,19 +109,19 @@ class PairProducts {
     pack_rows_in_pairs(p, ldp, t.rows, t.cols, st.prob_pairs.data(), ldp);
     const uint32_t* dout_pairs =
         pairs_of_rows(grad_out_rows_, grad_out_, t.b, t.h, t.i, t.rows, p_.dv, st.grad_out_pairs);
-    bf16_gemm(t.cols, p_.dv, (t.rows + 1) / 2, 1.0f,
+    Multiply::gemm(t.cols, p_.dv, (t.rows + 1) / 2, 1.0f,
               LeftOperand{reinterpret_cast<const BFloat16*>(st.prob_pairs.data()), 2, 2 * ldp},
               PairsOperand{dout_pairs, grad_out_rows_.ld}, 1.0f, dv, lddv);
   }
   void grad_probs(Scratch&, const TileAt& t, float* dp, int64_t lddp) const {
-    bf16_gemm(t.rows, t.cols, values_t_.pairs, 1.0f, LeftOperand{dout(t), grad_out_.si, 2},
+    Multiply::gemm(t.rows, t.cols, values_t_.pairs, 1.0f, LeftOperand{dout(t), grad_out_.si, 2},
               PairsOperand{values_t_.of(t.b, t.hk) + t.j, values_t_.ld}, 0.0f, dp, lddp);
   }
   void add_grad_keys(Scratch& st, const TileAt& t, const float* ds, int64_t ldds, float* dk, int64_t lddk) const {
     st.grad_score_pairs.resize((t.rows + 1) / 2 * ldds);
     pack_rows_in_pairs(ds, ldds, t.rows, t.cols, st.grad_score_pairs.data(), ldds);
     const uint32_t* q_pairs = pairs_of_rows(query_rows_, p_.q, t.b, t.h, t.i, t.rows, p_.dk, st.query_pairs);
-    bf16_gemm(t.cols, p_.dk, (t.rows + 1) / 2, p_.scale,
+    Multiply::gemm(t.cols, p_.dk, (t.rows + 1) / 2, p_.scale,
               LeftOperand{reinterpret_cast<const BFloat16*>(st.grad_score_pairs.data()), 2, 2 * ldds},
               PairsOperand{q_pairs, query_rows_.ld}, 1.0f, dk, lddk);
   }
@@ -110,7 +131,7 @@ class PairProducts {
     st.grad_scores.resize(t.rows * ld);
     BFloat16* rounded = st.grad_scores.data();
     for (int64_t r = 0; r < t.rows; ++r) round_to_bfloat16(ds + r * ldds, t.cols, rounded + r * ld);
-    bf16_gemm(t.rows, p_.dk, (t.cols + 1) / 2, p_.scale, LeftOperand{rounded, ld, 2},
+    Multiply::gemm(t.rows, p_.dk, (t.cols + 1) / 2, p_.scale, LeftOperand{rounded, ld, 2},
               PairsOperand{st.key_block_pairs, key_rows_.ld}, 1.0f, dq, lddq);
   }
 
@@ -184,5 +205,10 @@ class PairProducts {
   View4<const BFloat16> grad_out_;
   PackedPairs keys_t_, value_rows_, values_t_, key_rows_, query_rows_, grad_out_rows_;
 };
+
+using PairProducts = BfloatProducts<PairsMultiply>;
+#ifdef ATTN_HAVE_AMX
+using AmxTileProducts = BfloatProducts<AmxTilesMultiply>;
+#endif
 
 }  // namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE

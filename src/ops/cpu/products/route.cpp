@@ -52,6 +52,7 @@ const char* product_route_name(ProductRoute route) {
   switch (route) {
     case ProductRoute::FloatTiles: return "float tiles";
     case ProductRoute::BfloatPairs: return "bfloat16 pairs";
+    case ProductRoute::AmxTiles: return "AMX tiles";
     case ProductRoute::Blas: break;
   }
   return "BLAS";
@@ -82,6 +83,25 @@ void force_float_products(FloatProducts products) { forced_products.store(static
 void reset_float_products() { forced_products.store(-1); }
 
 namespace {
+// -1: no override; 0 off, 1 on.
+std::atomic<int> forced_amx{-1};
+}  // namespace
+
+bool amx_route_chosen() {
+  if (!hardware_has_amx() || active_capability() != Capability::Avx512Bf16) return false;
+  const int f = forced_amx.load();
+  if (f >= 0) return f == 1;
+  static const bool off = [] {
+    const char* env = std::getenv("ATTN_AMX");
+    return env && std::strcmp(env, "off") == 0;
+  }();
+  return !off;
+}
+
+void force_amx_tiles(bool on) { forced_amx.store(on ? 1 : 0); }
+void reset_amx_tiles() { forced_amx.store(-1); }
+
+namespace {
 // -1: no override; otherwise an Int8Products.
 std::atomic<int> forced_int8{-1};
 }  // namespace
@@ -101,7 +121,10 @@ void force_int8_products(Int8Products products) { forced_int8.store(static_cast<
 void reset_int8_products() { forced_int8.store(-1); }
 
 ProductRoute flash_product_route(at::ScalarType input, bool pairs_fit) {
-  if (input == at::kBFloat16 && pairs_fit && bf16_route_chosen()) return ProductRoute::BfloatPairs;
+  if (input == at::kBFloat16 && pairs_fit) {
+    if (amx_route_chosen()) return ProductRoute::AmxTiles;
+    if (bf16_route_chosen()) return ProductRoute::BfloatPairs;
+  }
   if (input == at::kDouble) return ProductRoute::Blas;
   return avx512_variant_active() && float_products() == FloatProducts::Tiles ? ProductRoute::FloatTiles
                                                                               : ProductRoute::Blas;

@@ -11,12 +11,19 @@ enum class ProductRoute {
   Blas,         ///< LibTorch's BLAS once per tile (products/blas_products.h)
   FloatTiles,   ///< attn's float register tiles on AVX-512 (products/float_tile_products.h)
   BfloatPairs,  ///< bfloat16 operands multiplied in pairs on AVX512-BF16 (products/pair_products.h)
+  AmxTiles,     ///< bfloat16 operands multiplied on AMX tiles, the pairs route's packing and softmax
+                ///< (products/pair_products.h over products/amx_tiles.h)
 };
+/// Whether a route multiplies the bfloat16 inputs as they are (the pairs or the tiles) rather than widened.
+inline bool multiplies_bfloat16(ProductRoute route) {
+  return route == ProductRoute::BfloatPairs || route == ProductRoute::AmxTiles;
+}
 const char* product_route_name(ProductRoute route);
 
 /// The route of a fused call on inputs of dtype `input`:
-///  - bfloat16 takes the pairs where bf16_route_chosen() and `pairs_fit` (the pair dimensions are even: d_k
-///    forward; d_k and d_v, with a bfloat16 dO, backward); otherwise it is widened to float;
+///  - bfloat16 where `pairs_fit` (the pair dimensions are even: d_k forward; d_k and d_v, with a bfloat16 dO,
+///    backward) takes AMX's tiles where amx_route_chosen(), else the pairs where bf16_route_chosen();
+///    otherwise it is widened to float;
 ///  - float32 (and bfloat16 widened) takes the tiles on the AVX-512 variant unless float_products() is Blas;
 ///  - float64, and the portable and AVX2 variants, take BLAS.
 ProductRoute flash_product_route(at::ScalarType input, bool pairs_fit);
@@ -35,6 +42,14 @@ bool bf16_route_chosen();
 /// AVX512-BF16's pair product FLOP rate over the float FMA's (pair_product_speed), measured once; 0 where not
 /// measured.
 double bf16_pair_speed();
+
+/// Whether bfloat16 takes AMX's tiles: where hardware_has_amx() (isa/capability.h) and the AVX-512 variant with
+/// AVX512-BF16 is active, unless ATTN_AMX=off or forced off. Not measured first, as the pairs are: one tile
+/// product is 16 · 16 · 32 multiply-adds, 32 times a vdpbf16ps's.
+bool amx_route_chosen();
+/// Forces the AMX route on (where the CPU can) or off (tests run both); `reset_amx_tiles()` undoes it.
+void force_amx_tiles(bool on);
+void reset_amx_tiles();
 
 /// The products of an int8 cache's decode: integer dot products on AVX512-VNNI (products/int8_dot.h) or every
 /// element widened to float.
