@@ -8,6 +8,9 @@
 #include "ops/cpu/products/bf16_pairs.h"
 #include "ops/cpu/products/bf16_softmax.h"
 #endif
+#ifdef ATTN_HAVE_AMX
+#include "ops/cpu/products/amx_tiles.h"
+#endif
 
 #include <attn/attn.h>
 #include <attn/ops/flash_attention.h>
@@ -18,7 +21,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
+#include <string>
 #include <vector>
 
 namespace attn::test {
@@ -37,6 +42,14 @@ bool skip_without_bf16_route() {
   return true;
 }
 
+/// bfloat16's own routes that this CPU runs, as Bf16RouteScope's `amx`: the pairs, and AMX's tiles where it has
+/// them (saying so where it has not).
+std::vector<bool> own_routes() {
+  if (ops::cpu::hardware_has_amx()) return {false, true};
+  std::printf("[ NOTE     ] this CPU (or its kernel) offers no AMX tiles: only the pairs route was checked\n");
+  return {false};
+}
+
 TEST(Bf16Route, KernelInfoSaysWhichRouteRunsAndWhy) {
   const CpuKernelInfo info = cpu_kernel_info();
   EXPECT_EQ(info.bfloat16_route, info.variant == "avx512_bf16");
@@ -48,7 +61,7 @@ TEST(Bf16Route, KernelInfoSaysWhichRouteRunsAndWhy) {
   }
   // Measured at first use, unless ATTN_CPU_CAPABILITY=avx512_bf16 asked for the route outright; the route
   // runs exactly when the measurement favoured it.
-  if (info.bfloat16_pair_speed > 0) {
+  if (info.bfloat16_pair_speed > 0 && !info.amx_tiles) {
     EXPECT_EQ(info.bfloat16_route, info.bfloat16_pair_speed >= ops::cpu::kBf16RouteMargin) << info.summary;
     EXPECT_NE(info.summary.find("measured"), std::string::npos) << info.summary;
   }
@@ -106,11 +119,51 @@ TEST(ProductRoute, ChosenFromTheDtypeTheCpuAndTheSettings) {
     std::printf("[ NOTE     ] this CPU has no AVX512-BF16: the pairs route cannot run here\n");
     return;
   }
-  CapabilityScope pairs(Capability::Avx512Bf16);
+  Bf16RouteScope pairs(/*amx=*/false);
   EXPECT_EQ(ops::cpu::flash_product_route(at::kBFloat16, true), ProductRoute::BfloatPairs);
   // Odd pair dimensions widen instead; float never takes the pairs.
   EXPECT_EQ(ops::cpu::flash_product_route(at::kBFloat16, false), ProductRoute::FloatTiles);
   EXPECT_EQ(ops::cpu::flash_product_route(at::kFloat, true), ProductRoute::FloatTiles);
+}
+
+// AMX's tiles: taken for bfloat16 wherever the CPU has them and the AVX-512 variant with AVX512-BF16 runs,
+// named in cpu_kernel_info(), and off when forced off (or on a lower variant); never on a CPU without them.
+TEST(AmxRoute, ChosenWhereTheCpuHasTilesAndNamedInKernelInfo) {
+  using ops::cpu::ProductRoute;
+  if (!ops::cpu::hardware_has_amx()) {
+    std::printf("[ NOTE     ] this CPU (or its kernel) offers no AMX tiles: the route cannot run here\n");
+    ops::cpu::force_amx_tiles(true);
+    EXPECT_FALSE(ops::cpu::amx_route_chosen());
+    EXPECT_FALSE(cpu_kernel_info().amx_tiles);
+    EXPECT_NE(ops::cpu::flash_product_route(at::kBFloat16, true), ProductRoute::AmxTiles);
+    ops::cpu::reset_amx_tiles();
+    return;
+  }
+  // Nothing forced: the tiles, unless the environment turned them off.
+  const char* env = std::getenv("ATTN_AMX");
+  EXPECT_EQ(cpu_kernel_info().amx_tiles, !(env && std::string(env) == "off"));
+  {
+    Bf16RouteScope route(/*amx=*/true);
+    EXPECT_EQ(ops::cpu::flash_product_route(at::kBFloat16, true), ProductRoute::AmxTiles);
+    // Odd pair dimensions widen; float never takes the tiles.
+    EXPECT_EQ(ops::cpu::flash_product_route(at::kBFloat16, false), ProductRoute::FloatTiles);
+    EXPECT_EQ(ops::cpu::flash_product_route(at::kFloat, true), ProductRoute::FloatTiles);
+    const CpuKernelInfo info = cpu_kernel_info();
+    EXPECT_TRUE(info.amx_tiles);
+    EXPECT_TRUE(info.bfloat16_route);
+    EXPECT_EQ(info.variant, "avx512_bf16");
+    EXPECT_NE(info.summary.find("AMX tiles"), std::string::npos) << info.summary;
+  }
+  {
+    Bf16RouteScope route(/*amx=*/false);
+    EXPECT_EQ(ops::cpu::flash_product_route(at::kBFloat16, true), ProductRoute::BfloatPairs);
+    EXPECT_FALSE(cpu_kernel_info().amx_tiles);
+  }
+  // The AVX-512 variant without AVX512-BF16 widens, tiles or not.
+  CapabilityScope widened(Capability::Avx512);
+  ops::cpu::force_amx_tiles(true);
+  EXPECT_EQ(ops::cpu::flash_product_route(at::kBFloat16, true), ProductRoute::FloatTiles);
+  ops::cpu::reset_amx_tiles();
 }
 
 #ifdef ATTN_HAVE_BF16_DOT
@@ -163,12 +216,34 @@ void expect_product(const torch::Tensor& actual, const torch::Tensor& expected, 
   EXPECT_LE((actual - expected).abs().max().item<double>(), tol);
 }
 
+/// The multiplies that take the pairs operands (bf16_gemm's contract): AVX512-BF16's pairs, and AMX's tiles
+/// where the CPU has them (saying so where it has not).
+struct PairsGemm {
+  const char* name;
+  void (*gemm)(int64_t, int64_t, int64_t, float, ops::cpu::LeftOperand, ops::cpu::PairsOperand, float, float*,
+               int64_t, float*);
+};
+std::vector<PairsGemm> pairs_gemms() {
+  std::vector<PairsGemm> gemms{{"AVX512-BF16 pairs", &ops::cpu::bf16_gemm}};
+#ifdef ATTN_HAVE_AMX
+  if (ops::cpu::hardware_has_amx()) {
+    gemms.push_back({"AMX tiles", &ops::cpu::amx_gemm});
+    return gemms;
+  }
+#endif
+  std::printf("[ NOTE     ] this CPU (or build) offers no AMX tiles: their multiply is skipped here\n");
+  return gemms;
+}
+
 TEST(Bf16Gemm, MatchesFloat64ProductOfTheRoundedInputs) {
   if (skip_without_bf16_route()) return;
+  const std::vector<PairsGemm> gemms = pairs_gemms();
   uint64_t seed = 1;
-  for (int64_t m : {1, 5, 6, 7, 13}) {
+  // Sizes either side of the register tiles (6 rows, 16-column vectors) and of AMX's (16 rows, 16 pairs,
+  // blocks of 32 by 32).
+  for (int64_t m : {1, 5, 6, 7, 13, 16, 17, 33, 40}) {
     for (int64_t n : {1, 15, 16, 17, 40, 64, 65, 130}) {
-      for (int64_t k : {1, 2, 3, 64, 129}) {
+      for (int64_t k : {1, 2, 3, 33, 64, 129}) {
         SCOPED_TRACE(::testing::Message() << "m=" << m << " n=" << n << " k=" << k);
         // A row-major with an even leading dimension and a zero pad column past an odd k.
         const int64_t lda = k + 3 + (k + 3) % 2;
@@ -188,21 +263,28 @@ TEST(Bf16Gemm, MatchesFloat64ProductOfTheRoundedInputs) {
         ops::cpu::pack_transposed_in_pairs(bt.data(), ldt, n, k, transposed_packed.data(), ld);
         EXPECT_TRUE(std::equal(rows_packed.begin(), rows_packed.begin() + pairs * ld, transposed_packed.begin()));
 
-        // beta = 0 writes C without reading it: NaN there must not leak in.
-        const int64_t ldc = n + 5;
-        std::vector<float> c(m * ldc, std::numeric_limits<float>::quiet_NaN());
-        ops::cpu::bf16_gemm(m, n, pairs, 0.5f, {a.data.data(), a.ld, 2}, {rows_packed.data(), ld}, 0.0f, c.data(), ldc);
-        expect_product(as_tensor(c, m, n, ldc), expected, k);
-        // The columns between n and ldc are not C's: untouched.
-        for (int64_t i = 0; i < m; ++i) EXPECT_TRUE(std::isnan(c[i * ldc + n])) << "row " << i;
+        // Past the pack, NaN: the products read only their `pairs` pairs.
+        std::fill(rows_packed.begin() + pairs * ld, rows_packed.end(), 0x7FC07FC0u);
 
-        // beta = 1 accumulates.
-        std::vector<float> acc(m * ldc, 1.0f);
-        for (int64_t i = 0; i < m; ++i) acc[i * ldc + n] = -7.0f;
-        ops::cpu::bf16_gemm(m, n, pairs, 0.5f, {a.data.data(), a.ld, 2}, {rows_packed.data(), ld}, 1.0f, acc.data(),
-                            ldc);
-        expect_product(as_tensor(acc, m, n, ldc), expected + 1.0, k);
-        for (int64_t i = 0; i < m; ++i) EXPECT_EQ(acc[i * ldc + n], -7.0f) << "row " << i;
+        for (const PairsGemm& g : gemms) {
+          SCOPED_TRACE(g.name);
+          // beta = 0 writes C without reading it: NaN there must not leak in.
+          const int64_t ldc = n + 5;
+          std::vector<float> c(m * ldc, std::numeric_limits<float>::quiet_NaN());
+          g.gemm(m, n, pairs, 0.5f, {a.data.data(), a.ld, 2}, {rows_packed.data(), ld}, 0.0f, c.data(), ldc,
+                 nullptr);
+          expect_product(as_tensor(c, m, n, ldc), expected, k);
+          // The columns between n and ldc are not C's: untouched.
+          for (int64_t i = 0; i < m; ++i) EXPECT_TRUE(std::isnan(c[i * ldc + n])) << "row " << i;
+
+          // beta = 1 accumulates.
+          std::vector<float> acc(m * ldc, 1.0f);
+          for (int64_t i = 0; i < m; ++i) acc[i * ldc + n] = -7.0f;
+          g.gemm(m, n, pairs, 0.5f, {a.data.data(), a.ld, 2}, {rows_packed.data(), ld}, 1.0f, acc.data(), ldc,
+                 nullptr);
+          expect_product(as_tensor(acc, m, n, ldc), expected + 1.0, k);
+          for (int64_t i = 0; i < m; ++i) EXPECT_EQ(acc[i * ldc + n], -7.0f) << "row " << i;
+        }
       }
     }
   }
@@ -214,40 +296,41 @@ TEST(Bf16Gemm, LaneMaximaAreTheRowMaximaOfTheWrittenResults) {
   if (skip_without_bf16_route()) return;
   constexpr int64_t kLanes = ops::cpu::kPairLanes;
   uint64_t seed = 70;
-  for (int64_t m : {1, 6, 7, 13}) {
-    for (int64_t n : {1, 17, 64, 130}) {
-      SCOPED_TRACE(::testing::Message() << "m=" << m << " n=" << n);
-      const int64_t k = 64, ld = ops::cpu::pairs_row_length(n);
-      const Matrix a = random_matrix(m, k, k, ++seed), b = random_matrix(k, n, n, ++seed);
-      std::vector<uint32_t> packed(k / 2 * ld + kLanes);
-      ops::cpu::pack_rows_in_pairs(b.data.data(), b.ld, k, n, packed.data(), ld);
-      // Garbage in lane_max beforehand: the call replaces it.
-      std::vector<float> c(m * n), lanes(m * kLanes, 1e30f);
-      lanes[1] = std::numeric_limits<float>::quiet_NaN();
-      ops::cpu::bf16_gemm(m, n, k / 2, 0.25f, {a.data.data(), a.ld, 2}, {packed.data(), ld}, 0.0f, c.data(), n,
-                          lanes.data());
-      const torch::Tensor expected = 0.25 * a.exact.matmul(b.exact);
-      expect_product(as_tensor(c, m, n, n), expected, k);
-      const torch::Tensor lane_rows = torch::from_blob(lanes.data(), {m, kLanes}).to(torch::kFloat64);
-      for (int64_t i = 0; i < m; ++i) {
-        // Lane l holds the maximum of the columns l, l + 16, ...: -inf where the row has no such column.
-        for (int64_t l = 0; l < kLanes; ++l) {
-          if (l >= n) {
-            EXPECT_EQ(lane_rows[i][l].item<double>(), -std::numeric_limits<double>::infinity());
-            continue;
+  for (const PairsGemm& g : pairs_gemms()) {
+    for (int64_t m : {1, 6, 7, 13, 17, 40}) {
+      for (int64_t n : {1, 17, 33, 64, 130}) {
+        SCOPED_TRACE(::testing::Message() << g.name << " m=" << m << " n=" << n);
+        const int64_t k = 64, ld = ops::cpu::pairs_row_length(n);
+        const Matrix a = random_matrix(m, k, k, ++seed), b = random_matrix(k, n, n, ++seed);
+        std::vector<uint32_t> packed(k / 2 * ld + kLanes);
+        ops::cpu::pack_rows_in_pairs(b.data.data(), b.ld, k, n, packed.data(), ld);
+        // Garbage in lane_max beforehand: the call replaces it.
+        std::vector<float> c(m * n), lanes(m * kLanes, 1e30f);
+        lanes[1] = std::numeric_limits<float>::quiet_NaN();
+        g.gemm(m, n, k / 2, 0.25f, {a.data.data(), a.ld, 2}, {packed.data(), ld}, 0.0f, c.data(), n, lanes.data());
+        const torch::Tensor expected = 0.25 * a.exact.matmul(b.exact);
+        expect_product(as_tensor(c, m, n, n), expected, k);
+        const torch::Tensor lane_rows = torch::from_blob(lanes.data(), {m, kLanes}).to(torch::kFloat64);
+        for (int64_t i = 0; i < m; ++i) {
+          // Lane l holds the maximum of the columns l, l + 16, ...: -inf where the row has no such column.
+          for (int64_t l = 0; l < kLanes; ++l) {
+            if (l >= n) {
+              EXPECT_EQ(lane_rows[i][l].item<double>(), -std::numeric_limits<double>::infinity());
+              continue;
+            }
+            const double want = expected[i].slice(0, l, n, kLanes).max().item<double>();
+            EXPECT_NEAR(lane_rows[i][l].item<double>(), want, 1e-6 * (k + 1) + 1e-6 * std::abs(want));
           }
-          const double want = expected[i].slice(0, l, n, kLanes).max().item<double>();
-          EXPECT_NEAR(lane_rows[i][l].item<double>(), want, 1e-6 * (k + 1) + 1e-6 * std::abs(want));
         }
-      }
-      // beta = 1: the maxima of C + A·B as written.
-      std::vector<float> shifted(m * n, 100.0f), lanes1(m * kLanes, 1e30f);
-      ops::cpu::bf16_gemm(m, n, k / 2, 0.25f, {a.data.data(), a.ld, 2}, {packed.data(), ld}, 1.0f,
-                          shifted.data(), n, lanes1.data());
-      for (int64_t i = 0; i < m; ++i) {
-        const double want = 100.0 + expected[i].max().item<double>();
-        const double got = *std::max_element(lanes1.begin() + i * kLanes, lanes1.begin() + (i + 1) * kLanes);
-        EXPECT_NEAR(got, want, 1e-4);
+        // beta = 1: the maxima of C + A·B as written.
+        std::vector<float> shifted(m * n, 100.0f), lanes1(m * kLanes, 1e30f);
+        g.gemm(m, n, k / 2, 0.25f, {a.data.data(), a.ld, 2}, {packed.data(), ld}, 1.0f, shifted.data(), n,
+               lanes1.data());
+        for (int64_t i = 0; i < m; ++i) {
+          const double want = 100.0 + expected[i].max().item<double>();
+          const double got = *std::max_element(lanes1.begin() + i * kLanes, lanes1.begin() + (i + 1) * kLanes);
+          EXPECT_NEAR(got, want, 1e-4);
+        }
       }
     }
   }
@@ -294,23 +377,25 @@ TEST(Bf16Gemm, LeftOperandInPairsLayoutAndFloatSourcesRoundToNearestEven) {
   if (skip_without_bf16_route()) return;
   // C = Aᵀ·B as the backward pass forms dVᵀ = dOᵀ·P: A [k, m] packed in pairs of its rows is the pairs
   // layout of the left operand Aᵀ (si = 2, sp = 2·ld); B comes from float, rounded while packing.
-  for (int64_t k : {1, 8, 33}) {
-    for (int64_t m : {3, 17}) {
-      const int64_t n = 20;
-      SCOPED_TRACE(::testing::Message() << "k=" << k << " m=" << m);
-      const Matrix a = random_matrix(k, m, m, 40 + k + m);
-      torch::manual_seed(k * m);
-      const torch::Tensor bf = torch::randn({k, n});
-      const torch::Tensor expected = a.exact.t().matmul(bf.to(torch::kBFloat16).to(torch::kFloat64));
+  for (const PairsGemm& g : pairs_gemms()) {
+    for (int64_t k : {1, 8, 33, 64}) {
+      for (int64_t m : {3, 17, 40}) {
+        const int64_t n = 20;
+        SCOPED_TRACE(::testing::Message() << g.name << " k=" << k << " m=" << m);
+        const Matrix a = random_matrix(k, m, m, 40 + k + m);
+        torch::manual_seed(k * m);
+        const torch::Tensor bf = torch::randn({k, n});
+        const torch::Tensor expected = a.exact.t().matmul(bf.to(torch::kBFloat16).to(torch::kFloat64));
 
-      const int64_t lda = ops::cpu::pairs_row_length(m), ldb = ops::cpu::pairs_row_length(n), pairs = (k + 1) / 2;
-      std::vector<uint32_t> a_pairs(pairs * lda), b_pairs(pairs * ldb + ops::cpu::kPairLanes);
-      ops::cpu::pack_rows_in_pairs(a.data.data(), a.ld, k, m, a_pairs.data(), lda);
-      ops::cpu::pack_rows_in_pairs(bf.data_ptr<float>(), n, k, n, b_pairs.data(), ldb);
-      std::vector<float> c(m * n);
-      const auto* left = reinterpret_cast<const c10::BFloat16*>(a_pairs.data());
-      ops::cpu::bf16_gemm(m, n, pairs, 1.0f, {left, 2, 2 * lda}, {b_pairs.data(), ldb}, 0.0f, c.data(), n);
-      expect_product(as_tensor(c, m, n, n), expected, k);
+        const int64_t lda = ops::cpu::pairs_row_length(m), ldb = ops::cpu::pairs_row_length(n), pairs = (k + 1) / 2;
+        std::vector<uint32_t> a_pairs(pairs * lda), b_pairs(pairs * ldb + ops::cpu::kPairLanes);
+        ops::cpu::pack_rows_in_pairs(a.data.data(), a.ld, k, m, a_pairs.data(), lda);
+        ops::cpu::pack_rows_in_pairs(bf.data_ptr<float>(), n, k, n, b_pairs.data(), ldb);
+        std::vector<float> c(m * n);
+        const auto* left = reinterpret_cast<const c10::BFloat16*>(a_pairs.data());
+        g.gemm(m, n, pairs, 1.0f, {left, 2, 2 * lda}, {b_pairs.data(), ldb}, 0.0f, c.data(), n, nullptr);
+        expect_product(as_tensor(c, m, n, n), expected, k);
+      }
     }
   }
 }
@@ -343,28 +428,30 @@ TEST(Bf16Route, ForwardAgreesWithFloat64AndWithTheWidenedRoute) {
     EXPECT_FALSE(ops::cpu::bf16_route_chosen());
     return;
   }
-  {
-    CapabilityScope scope(Capability::Avx512Bf16);
-    ASSERT_TRUE(ops::cpu::bf16_route_chosen());
+  for (const bool amx : own_routes()) {
+    SCOPED_TRACE(amx ? "AMX tiles" : "pairs");
+    Bf16RouteScope route(amx);
+    ASSERT_TRUE(ops::cpu::bf16_route_chosen() || amx);
+    ASSERT_EQ(ops::cpu::flash_product_route(at::kBFloat16, true),
+              amx ? ops::cpu::ProductRoute::AmxTiles : ops::cpu::ProductRoute::BfloatPairs);
     paired = scaled_dot_product_attention(bf(q), bf(k), bf(v), opts).to(torch::kFloat64);
-  }
-  // The route rounds P, so it cannot agree with the widened route bit for bit: that it differs shows it ran.
-  EXPECT_GT((paired - widened).abs().max().item<double>(), 0.0);
-  // Relative to the outputs' mean size: bfloat16 output rounding alone is 2^-9 (0.2 %) of each value, rounding P
-  // adds about as much again; a 1 % error anywhere in the route's products fails the mean bound.
-  EXPECT_LE((paired - expected).abs().max().item<double>(), 0.1 * size);
-  EXPECT_LE((paired - expected).abs().mean().item<double>(), 4e-3 * size);
+    // The route rounds P, so it cannot agree with the widened route bit for bit: that it differs shows it ran.
+    EXPECT_GT((paired - widened).abs().max().item<double>(), 0.0);
+    // Relative to the outputs' mean size: bfloat16 output rounding alone is 2^-9 (0.2 %) of each value, rounding
+    // P adds about as much again; a 1 % error anywhere in the route's products fails the mean bound.
+    EXPECT_LE((paired - expected).abs().max().item<double>(), 0.1 * size);
+    EXPECT_LE((paired - expected).abs().mean().item<double>(), 4e-3 * size);
 
-  // Without a mask, the tiles keep the row maxima of their product and round P in the softmax's one pass.
-  const auto f64 = [&](const torch::Tensor& t) { return bf(t).to(torch::kFloat64); };
-  const torch::Tensor plain_expected =
-      scaled_dot_product_attention(f64(q), f64(k), f64(v), SdpaOptions().backend(Backend::Math));
-  CapabilityScope scope(Capability::Avx512Bf16);
-  const torch::Tensor plain =
-      scaled_dot_product_attention(bf(q), bf(k), bf(v), SdpaOptions().backend(Backend::Fused)).to(torch::kFloat64);
-  const double plain_size = plain_expected.abs().mean().item<double>();
-  EXPECT_LE((plain - plain_expected).abs().max().item<double>(), 0.1 * plain_size);
-  EXPECT_LE((plain - plain_expected).abs().mean().item<double>(), 4e-3 * plain_size);
+    // Without a mask, the tiles keep the row maxima of their product and round P in the softmax's one pass.
+    const auto f64 = [&](const torch::Tensor& t) { return bf(t).to(torch::kFloat64); };
+    const torch::Tensor plain_expected =
+        scaled_dot_product_attention(f64(q), f64(k), f64(v), SdpaOptions().backend(Backend::Math));
+    const torch::Tensor plain =
+        scaled_dot_product_attention(bf(q), bf(k), bf(v), SdpaOptions().backend(Backend::Fused)).to(torch::kFloat64);
+    const double plain_size = plain_expected.abs().mean().item<double>();
+    EXPECT_LE((plain - plain_expected).abs().max().item<double>(), 0.1 * plain_size);
+    EXPECT_LE((plain - plain_expected).abs().mean().item<double>(), 4e-3 * plain_size);
+  }
 }
 
 // The route's backward pass, forced on, against float64 autograd on the same rounded inputs, and against the
@@ -401,22 +488,22 @@ TEST(Bf16Route, BackwardAgreesWithFloat64AndWithTheWidenedRoute) {
       std::printf("[ NOTE     ] this CPU has no AVX512-BF16: only the widened route was checked\n");
       continue;
     }
-    {
-      CapabilityScope scope(Capability::Avx512Bf16);
+    for (const bool amx : own_routes()) {
+      Bf16RouteScope route(amx);
       paired = grads(torch::kBFloat16, Backend::Fused);
-    }
-    for (int i = 0; i < 3; ++i) {
-      SCOPED_TRACE(names[i]);
-      const double size = expected[i].abs().mean().item<double>();
-      const double mean = (paired[i] - expected[i]).abs().mean().item<double>() / size;
-      const double max = (paired[i] - expected[i]).abs().max().item<double>() / size;
-      std::printf("[ NOTE     ] %s, %s, bfloat16 route: mean error %.2e, max %.2e of the mean size\n",
-                  causal ? "causal" : "not causal", names[i], mean, max);
-      // Rounding P and dS for the products: not bit for bit the widened route's gradients.
-      EXPECT_GT((paired[i] - widened[i]).abs().max().item<double>(), 0.0);
-      // Measured 2.3e-3 and up to 5e-2 (the widened route: 1.4e-3); a 1 % error in any product fails.
-      EXPECT_LE(mean, 4e-3);
-      EXPECT_LE(max, 0.1);
+      for (int i = 0; i < 3; ++i) {
+        SCOPED_TRACE(names[i]);
+        const double size = expected[i].abs().mean().item<double>();
+        const double mean = (paired[i] - expected[i]).abs().mean().item<double>() / size;
+        const double max = (paired[i] - expected[i]).abs().max().item<double>() / size;
+        std::printf("[ NOTE     ] %s, %s, bfloat16 route on %s: mean error %.2e, max %.2e of the mean size\n",
+                    causal ? "causal" : "not causal", names[i], amx ? "AMX tiles" : "pairs", mean, max);
+        // Rounding P and dS for the products: not bit for bit the widened route's gradients.
+        EXPECT_GT((paired[i] - widened[i]).abs().max().item<double>(), 0.0);
+        // Measured 2.3e-3 and up to 5e-2 (the widened route: 1.4e-3); a 1 % error in any product fails.
+        EXPECT_LE(mean, 4e-3);
+        EXPECT_LE(max, 0.1);
+      }
     }
   }
 }
@@ -435,14 +522,19 @@ TEST(Bf16Route, NonFiniteValuesAtMaskedKeysStayOut) {
   v.index_put_({0, 0, 299}, NAN);
   v.index_put_({0, 0, 300}, NAN);
   const auto leaf = [](const torch::Tensor& t) { return t.to(torch::kBFloat16).requires_grad_(); };
-  const torch::Tensor ql = leaf(q), kl = leaf(k), vl = leaf(v);
   const AttentionMasks masks = AttentionMasks().key_padding_mask(padding);
-  CapabilityScope scope(Capability::Avx512Bf16);
-  const torch::Tensor out =
-      scaled_dot_product_attention(ql, kl, vl, SdpaOptions().masks(masks).backend(Backend::Fused));
-  EXPECT_TRUE(torch::isfinite(out).all().item<bool>());
-  out.sum().backward();
-  for (const torch::Tensor& g : {ql.grad(), kl.grad(), vl.grad()}) EXPECT_TRUE(torch::isfinite(g).all().item<bool>());
+  for (const bool amx : own_routes()) {
+    SCOPED_TRACE(amx ? "AMX tiles" : "pairs");
+    Bf16RouteScope route(amx);
+    const torch::Tensor ql = leaf(q), kl = leaf(k), vl = leaf(v);
+    const torch::Tensor out =
+        scaled_dot_product_attention(ql, kl, vl, SdpaOptions().masks(masks).backend(Backend::Fused));
+    EXPECT_TRUE(torch::isfinite(out).all().item<bool>());
+    out.sum().backward();
+    for (const torch::Tensor& g : {ql.grad(), kl.grad(), vl.grad()}) {
+      EXPECT_TRUE(torch::isfinite(g).all().item<bool>());
+    }
+  }
 }
 
 // The backward op called directly with a float32 dO for bfloat16 inputs: dO cannot be read as pairs, so it

@@ -170,7 +170,7 @@ TEST_P(FusedKernel, NaNQueryRowStaysInItsRow) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, FusedKernel, ::testing::ValuesIn(kernel_grid(/*blas_products=*/true)),
+INSTANTIATE_TEST_SUITE_P(Variants, FusedKernel, ::testing::ValuesIn(kernel_grid(/*blas_products=*/true, /*amx=*/true)),
                          kernel_param_name);
 
 // An independent reference for the bool masks: attention written out element by element in float64.

@@ -322,27 +322,36 @@ struct BackendDtype {
   Backend backend;
   torch::Dtype dtype;
   bool bfloat16_route = false;  // force the fused kernel's bfloat16 route (kernel_variants.h), where the CPU has it
+  bool amx = false;             // that route on AMX's tiles rather than in pairs (skipped where the CPU has no AMX)
 };
 
 void PrintTo(const BackendDtype& p, std::ostream* os) {
-  *os << to_string(p.backend) << " " << c10::toString(p.dtype) << (p.bfloat16_route ? " bfloat16 route" : "");
+  *os << to_string(p.backend) << " " << c10::toString(p.dtype) << (p.bfloat16_route ? " bfloat16 route" : "")
+      << (p.amx ? " amx" : "");
 }
 
 std::string backend_dtype_name(const ::testing::TestParamInfo<BackendDtype>& info) {
   return std::string(to_string(info.param.backend)) + "_" + c10::toString(info.param.dtype) +
-         (info.param.bfloat16_route ? "_bfloat16_route" : "");
+         (info.param.bfloat16_route ? "_bfloat16_route" : "") + (info.param.amx ? "_amx" : "");
 }
 
-/// The capability a case runs under: the bfloat16 route forced, or the one this CPU prefers.
-std::unique_ptr<CapabilityScope> route_scope(const BackendDtype& p) {
+/// The route a case runs under: one of the bfloat16 routes forced, or the one this CPU prefers.
+std::unique_ptr<Bf16RouteScope> route_scope(const BackendDtype& p) {
   if (!p.bfloat16_route) return nullptr;
-  return std::make_unique<CapabilityScope>(ops::cpu::Capability::Avx512Bf16);
+  return std::make_unique<Bf16RouteScope>(p.amx);
 }
 
 // ------------------------------------------------------------------------------------------------------------
 // Math and Fused against the float64 reference
 
-class Variants : public ::testing::TestWithParam<BackendDtype> {};
+class Variants : public ::testing::TestWithParam<BackendDtype> {
+ protected:
+  void SetUp() override {
+    if (GetParam().amx && !ops::cpu::hardware_has_amx()) {
+      GTEST_SKIP() << "this CPU (or its kernel) offers no AMX tiles: the AMX route cannot run here";
+    }
+  }
+};
 
 TEST_P(Variants, ForwardAndGradientsMatchFloat64Reference) {
   const auto route = route_scope(GetParam());
@@ -416,7 +425,8 @@ INSTANTIATE_TEST_SUITE_P(Backends, Variants,
                                            BackendDtype{Backend::Fused, torch::kFloat64},
                                            BackendDtype{Backend::Fused, torch::kFloat32},
                                            BackendDtype{Backend::Fused, torch::kBFloat16},
-                                           BackendDtype{Backend::Fused, torch::kBFloat16, true}),
+                                           BackendDtype{Backend::Fused, torch::kBFloat16, true},
+                                           BackendDtype{Backend::Fused, torch::kBFloat16, true, true}),
                          backend_dtype_name);
 
 // Backend::Torch folds the window and ALiBi into its mask (softcap and sinks it refuses: see the errors below).
