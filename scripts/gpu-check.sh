@@ -6,7 +6,8 @@
 # printed last. docs/testing.md says how it was run.
 #
 #   scripts/gpu-check.sh fetch-debs     # here, once: the Debian packages the build needs, into .gpu-debs/
-#   scripts/gpu-check.sh [STAGE ...]    # there: stages env deps configure build test bench cpu (default: all)
+#   scripts/gpu-check.sh [STAGE ...]    # there: stages env deps configure build test bench cpu (default: all),
+#                                       # and amx (the host CPU's AMX route; not in the default run)
 #
 # Environment:
 #   OUT             where logs and results go (default: gpu-check-out/ in the repository)
@@ -19,6 +20,8 @@
 #   GPU_CHECK_CPU_FILTER     the cpu stage's --filter (e.g. T=2048), to fit a tight budget
 #   GPU_CHECK_TARGETS        build only these targets (e.g. "attn attn_tests attn-bench"), for a second try
 #   GPU_CHECK_CTEST_REGEX    run only the CTest tests it matches (e.g. cuda), for a second try
+#   GPU_CHECK_CMAKE_ARGS     more arguments for the configure stage (e.g. -DATTN_CUDA_KERNELS=OFF for a CPU-only
+#                            check such as the amx stage's)
 #
 # Exit status: 0 when every stage it ran passed, 1 otherwise (the summary names the stage).
 set -uo pipefail
@@ -136,7 +139,7 @@ stage_configure() {
     -DCMAKE_INCLUDE_PATH="$prefix/usr/include" -DCMAKE_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu" \
     -DATTN_PYTHON="$(command -v "$python")" -DTORCH_CUDA_ARCH_LIST="$arch_list" \
     -DATTN_CUDA_ARCHITECTURES="$(echo "$arch_list" | tr -d . | tr ';' '\n' | awk '$1 >= 80' | paste -sd';')" \
-    -DATTN_BUILD_MODEL_APPS=OFF
+    -DATTN_BUILD_MODEL_APPS=OFF ${GPU_CHECK_CMAKE_ARGS:-}
 }
 
 stage_build() {
@@ -182,6 +185,31 @@ stage_cpu() {
   OMP_NUM_THREADS=$jobs bench --suite peer --threads "$jobs" --reps 3 "${filter[@]}" --json "$out/bench-cpu.json"
 }
 
+# The GPU machines' hosts are Intel Xeons with AMX (seen on the H200's, 2026-11-27): attn's AMX route there, its
+# tests (the route's own, the fused kernel's and the variants' bfloat16 cases), then the bfloat16 peer rows with
+# the tiles and without them (ATTN_AMX=off: the route the CPU takes otherwise).
+stage_amx() {
+  torch_env || return 1
+  if ! grep -qw amx_bf16 /proc/cpuinfo; then
+    echo "this CPU has no AMX: nothing to check"
+    return 0
+  fi
+  local rc=0
+  local filter='*Bf16*:*AmxRoute*:*ProductRoute*:*FusedKernel*/avx512_bf16*:*Variants*Fused_BFloat16*'
+  OMP_NUM_THREADS=$jobs timeout 200 "$build/tests/attn_tests" --gtest_filter="${GPU_CHECK_AMX_TESTS:-$filter}" \
+    > "$out/amx-tests.log" 2>&1 || rc=1
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) |tests? from .* ran|AMX|bfloat16 route on' "$out/amx-tests.log" | head -60
+  local reps=3
+  [ "$quick" = 1 ] && reps=2
+  for amx in on off; do
+    ATTN_AMX=$amx OMP_NUM_THREADS=$jobs timeout 150 "$build/apps/bench/attn-bench" --suite peer --filter bfloat16 \
+      --threads "$jobs" --reps "$reps" --json "$out/amx-bench-$amx.json" > "$out/amx-bench-$amx.txt" 2>&1 || rc=1
+    echo "== ATTN_AMX=$amx"
+    cat "$out/amx-bench-$amx.txt"
+  done
+  return $rc
+}
+
 # Internal: run one stage function (run_stage calls the script so, under timeout).
 if [ "${1:-}" = __stage ]; then
   "$2"
@@ -194,9 +222,12 @@ stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(env deps configure build test bench cpu)
 # Seconds per stage: the build is the long one (~3 min on 16 cores, measured here on 2 cores as docs/testing.md
 # says); the rest is bounded so that one stage that hangs leaves time for the others.
-declare -A limits=([env]=60 [deps]=60 [configure]=180 [build]=600 [test]=420 [bench]=300 [cpu]=240)
+declare -A limits=([env]=60 [deps]=60 [configure]=180 [build]=600 [test]=420 [bench]=300 [cpu]=240 [amx]=520)
 for stage in "${stages[@]}"; do
-  [ -n "${limits[$stage]:-}" ] || { echo "gpu-check: unknown stage '$stage' (env deps configure build test bench cpu)"; exit 2; }
+  if [ -z "${limits[$stage]:-}" ]; then
+    echo "gpu-check: unknown stage '$stage' (env deps configure build test bench cpu amx)"
+    exit 2
+  fi
   override=GPU_CHECK_LIMIT_$stage  # e.g. GPU_CHECK_LIMIT_build=300
   [ -n "${!override:-}" ] && limits[$stage]=${!override}
   run_stage "$stage" "${limits[$stage]}" "stage_$stage"
