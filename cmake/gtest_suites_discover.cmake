@@ -8,8 +8,9 @@
 #
 # The cases that need CUDA (a "cuda" anywhere in Suite.Case/param, whatever the case) run in their own test,
 # SUITE.cuda, which CTest reports as skipped when GoogleTest skipped them (no GPU; SKIP_CODE_SCRIPT turns that
-# into exit code 77), so skips stay visible in the summary. Every other test fails if anything in it skips:
-# only CUDA cases may.
+# into exit code 77), so skips stay visible in the summary. So do the cases of a CPU extension that some CPUs
+# lack (an "amx" or "int8_dot" word in the name: AMX's tiles, AVX512-VNNI's dot products), in SUITE.cpu_extension.
+# Every other test fails if anything in it skips: only those cases may.
 #
 # Inputs (-D): TEST_EXECUTABLE, CTEST_FILE (written), TIMEOUT (seconds per suite), DISCOVERY_TIMEOUT,
 # SKIP_CODE_SCRIPT (cmake/gtest_skip_code.sh).
@@ -49,25 +50,31 @@ foreach(line IN LISTS lines)
   endif()
 endforeach()
 
+set(test_suffix_cuda "cuda")
+set(test_suffix_extension "cpu_extension")
 set(script "# Written by cmake/gtest_suites_discover.cmake from ${TEST_EXECUTABLE} --gtest_list_tests; do not edit.\n")
 set(total 0)
 foreach(suite IN LISTS suites)
   set(cpu "")
   set(cuda "")
+  set(extension "")
   foreach(case IN LISTS cases_${suite})
     string(TOLOWER "${suite}.${case}" lowered)
     if(lowered MATCHES "cuda")
       list(APPEND cuda "${suite}.${case}")
+    elseif(lowered MATCHES "(^|[/_.])(amx|int8_dot)($|[/_.])")
+      list(APPEND extension "${suite}.${case}")
     else()
       list(APPEND cpu "${suite}.${case}")
     endif()
     math(EXPR total "${total} + 1")
   endforeach()
   if(cpu)
-    # Suite.* less the CUDA cases keeps the argument short for suites of hundreds of cases.
+    # Suite.* less the gated cases keeps the argument short for suites of hundreds of cases.
     set(filter "${suite}.*")
-    if(cuda)
-      list(JOIN cuda ":" excluded)
+    if(cuda OR extension)
+      set(gated ${cuda} ${extension})
+      list(JOIN gated ":" excluded)
       string(APPEND filter "-${excluded}")
     endif()
     attn_bracket(name "${suite}")
@@ -75,13 +82,15 @@ foreach(suite IN LISTS suites)
     string(APPEND script "add_test(${name} \"${TEST_EXECUTABLE}\" ${filter})\n"
       "set_tests_properties(${name} PROPERTIES TIMEOUT ${TIMEOUT} FAIL_REGULAR_EXPRESSION \"\\\\[  SKIPPED \\\\]\")\n")
   endif()
-  if(cuda)
-    list(JOIN cuda ":" filter)
-    attn_bracket(name "${suite}.cuda")
-    attn_bracket(filter "--gtest_filter=${filter}")
-    string(APPEND script "add_test(${name} \"${SKIP_CODE_SCRIPT}\" \"${TEST_EXECUTABLE}\" ${filter})\n"
-      "set_tests_properties(${name} PROPERTIES TIMEOUT ${TIMEOUT} SKIP_RETURN_CODE 77)\n")
-  endif()
+  foreach(kind cuda extension)
+    if(${kind})
+      list(JOIN ${kind} ":" filter)
+      attn_bracket(name "${suite}.${test_suffix_${kind}}")
+      attn_bracket(filter "--gtest_filter=${filter}")
+      string(APPEND script "add_test(${name} \"${SKIP_CODE_SCRIPT}\" \"${TEST_EXECUTABLE}\" ${filter})\n"
+        "set_tests_properties(${name} PROPERTIES TIMEOUT ${TIMEOUT} SKIP_RETURN_CODE 77)\n")
+    endif()
+  endforeach()
 endforeach()
 if(total EQUAL 0)
   message(FATAL_ERROR "gtest_suites_discover.cmake: ${TEST_EXECUTABLE} lists no test cases")

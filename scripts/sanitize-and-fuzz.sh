@@ -115,7 +115,7 @@ ring_log=$BUILD_DIR/Testing/sanitize-ring.log
 }
 ring_cases=$(awk 'index($0, "[  PASSED  ]") == 1 {print $4}' "$ring_log")
 if [ "$suite_ok" = 1 ]; then
-  phase_done "tests under ASan+UBSan" "$cases_total cases: $passed passed, $skipped skipped (CUDA); ${ring_cases:-0} multi-process (context parallelism); $others more (apps, layers)"
+  phase_done "tests under ASan+UBSan" "$cases_total cases: $passed passed, $skipped skipped (CUDA, or a CPU extension this CPU lacks); ${ring_cases:-0} multi-process (context parallelism); $others more (apps, layers)"
 else
   phase_done "tests under ASan+UBSan" "FAILED (logs: $BUILD_DIR/Testing/sanitize-*.log)"
   failed=1
