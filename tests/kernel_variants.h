@@ -41,7 +41,7 @@ class Bf16RouteScope {
 struct KernelParam {
   ops::cpu::Capability capability;
   torch::Dtype dtype;
-  ops::cpu::FloatProducts products = ops::cpu::FloatProducts::Tiles;  // the AVX-512 and AVX2 float products
+  ops::cpu::FloatProducts products = ops::cpu::FloatProducts::Tiles;  // the AVX-512 variant's float products
   bool amx = false;  // bfloat16 on AMX's tiles (capability Avx512Bf16); every other case runs with them off
 };
 
@@ -57,8 +57,8 @@ inline std::string kernel_param_name(const ::testing::TestParamInfo<KernelParam>
 }
 
 /// Every variant × float32, float64 and bfloat16, and the bfloat16 route (avx512_bf16), which only bfloat16
-/// takes; with `blas_products`, also the float products on BLAS instead of the tiles (AVX-512: float32 and
-/// bfloat16 widened; AVX2: float32); with `amx`, also bfloat16 on AMX's tiles (the fused kernel's products).
+/// takes; with `blas_products`, also the AVX-512 variant's float products on BLAS instead of its tiles
+/// (float32, and bfloat16 widened); with `amx`, also bfloat16 on AMX's tiles (the fused kernel's products).
 inline std::vector<KernelParam> kernel_grid(bool blas_products = false, bool amx = false) {
   std::vector<KernelParam> grid;
   for (auto c : {ops::cpu::Capability::Default, ops::cpu::Capability::Avx2, ops::cpu::Capability::Avx512}) {
@@ -69,7 +69,6 @@ inline std::vector<KernelParam> kernel_grid(bool blas_products = false, bool amx
   for (torch::Dtype d : {torch::kFloat32, torch::kBFloat16}) {
     if (blas_products) grid.push_back({ops::cpu::Capability::Avx512, d, ops::cpu::FloatProducts::Blas});
   }
-  if (blas_products) grid.push_back({ops::cpu::Capability::Avx2, torch::kFloat32, ops::cpu::FloatProducts::Blas});
   return grid;
 }
 

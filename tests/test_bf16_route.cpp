@@ -72,23 +72,11 @@ TEST(Bf16Route, KernelInfoSaysWhichRouteRunsAndWhy) {
   EXPECT_EQ(cpu_kernel_info().variant, "avx512");
 }
 
-// The float products: attn's tiles on the AVX-512 and AVX2 variants unless forced to BLAS; BLAS on the portable
-// one.
+// The float products: attn's tiles on the AVX-512 variant unless forced to BLAS; BLAS on the others.
 TEST(FloatProducts, KernelInfoSaysWhichProductsRun) {
   {
-    CapabilityScope portable(Capability::Default);
-    EXPECT_EQ(cpu_kernel_info().float_products, "blas");
-  }
-  if (ops::cpu::hardware_capability_limit() < Capability::Avx2) {
-    std::printf("[ NOTE     ] this CPU has no AVX2: the float tiles cannot run here\n");
-    return;
-  }
-  {
     CapabilityScope avx2(Capability::Avx2);
-    EXPECT_EQ(cpu_kernel_info().float_products, "tiles");
-    ops::cpu::force_float_products(ops::cpu::FloatProducts::Blas);
     EXPECT_EQ(cpu_kernel_info().float_products, "blas");
-    ops::cpu::reset_float_products();
   }
   if (ops::cpu::hardware_capability_limit() < Capability::Avx512) {
     std::printf("[ NOTE     ] this CPU has no AVX-512: the float tiles cannot run here\n");
@@ -110,21 +98,14 @@ TEST(ProductRoute, ChosenFromTheDtypeTheCpuAndTheSettings) {
   using ops::cpu::ProductRoute;
   const bool avx512 = ops::cpu::hardware_capability_limit() >= Capability::Avx512;
   {
-    CapabilityScope portable(Capability::Default);
+    CapabilityScope avx2(Capability::Avx2);
     EXPECT_EQ(ops::cpu::flash_product_route(at::kFloat, true), ProductRoute::Blas);
     EXPECT_EQ(ops::cpu::flash_product_route(at::kBFloat16, true), ProductRoute::Blas);  // widened, on BLAS
   }
   EXPECT_EQ(ops::cpu::flash_product_route(at::kDouble, true), ProductRoute::Blas);
-  if (ops::cpu::hardware_capability_limit() >= Capability::Avx2) {
-    CapabilityScope avx2(Capability::Avx2);
-    EXPECT_EQ(ops::cpu::flash_product_route(at::kFloat, true), ProductRoute::FloatTiles);
-    EXPECT_EQ(ops::cpu::flash_product_route(at::kBFloat16, true), ProductRoute::FloatTiles);  // widened
-    ops::cpu::force_float_products(ops::cpu::FloatProducts::Blas);
-    EXPECT_EQ(ops::cpu::flash_product_route(at::kFloat, true), ProductRoute::Blas);
-    ops::cpu::reset_float_products();
-  }
   if (!avx512) {
-    std::printf("[ NOTE     ] this CPU has no AVX-512: only the BLAS route and the AVX2 tiles can run here\n");
+    std::printf("[ NOTE     ] this CPU has no AVX-512: only the BLAS route can run here\n");
+    EXPECT_EQ(ops::cpu::flash_product_route(at::kFloat, true), ProductRoute::Blas);
     return;
   }
   CapabilityScope scope(Capability::Avx512);

@@ -21,7 +21,7 @@ struct CpuKernelInfo {
   /// register-only loops; the route is taken at 1.5 or more (0 where not measured).
   double bfloat16_pair_speed = 0.0;
   /// The fused kernel's float tile products, forward and backward: "tiles" (attn's own register tiles, the
-  /// AVX-512 and AVX2 variants' default) or "blas" (LibTorch's BLAS once per tile: the portable variant, or
+  /// AVX-512 variant's default) or "blas" (LibTorch's BLAS once per tile: the other variants, or
   /// ATTN_FLOAT_PRODUCTS=blas).
   std::string float_products;
   /// The decode kernel's products over an int8 KV cache: "dot" (integer dot products on AVX512-VNNI, the query

@@ -25,7 +25,7 @@
 #include "ops/cpu/products/operands.h"
 #include "ops/cpu/products/route.h"
 
-#if defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)
+#if defined(CPU_CAPABILITY_AVX512)
 #define ATTN_FLOAT_TILE_PRODUCTS 1
 #include "ops/cpu/products/float_tile_products.h"
 #endif
@@ -45,7 +45,7 @@
 
 namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE {
 
-/// Lanes per row of the row maxima a route's scores give on the side: one AVX-512 vector (two AVX2 vectors).
+/// Lanes per row of the row maxima a route's scores give on the side: one AVX-512 vector.
 inline constexpr int64_t kRowMaxLanes = 16;
 #ifdef ATTN_FLOAT_TILE_PRODUCTS
 static_assert(kRowMaxLanes == float_tiles::kLanes, "the float tiles give one vector of maxima a row");

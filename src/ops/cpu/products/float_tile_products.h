@@ -1,16 +1,12 @@
 #pragma once
-// The float-tile route: float32 tile products on attn's own register tiles (products/float_tiles.h on AVX-512,
-// products/float_tiles_avx2.h on AVX2, the same operands and epilogue either way). Kᵀ and Vᵀ are packed once
-// per call and kv head; every other operand (Q, K, V, dO, and Pᵀ and dSᵀ read transposed) is read where it
-// lies, and Q·Kᵀ's epilogue gives the softmax its row maxima. AVX-512 and AVX2 variants only.
+// The float-tile route: float32 tile products on attn's own AVX-512 register tiles (products/float_tiles.h).
+// Kᵀ and Vᵀ are packed once per call and kv head; every other operand (Q, K, V, dO, and Pᵀ and dSᵀ read
+// transposed) is read where it lies, and Q·Kᵀ's epilogue gives the softmax its row maxima. AVX-512 variant
+// only.
 
 #include "ops/cpu/math/kernel_layout.h"
 #include "ops/cpu/products/operands.h"
-#if defined(CPU_CAPABILITY_AVX512)
 #include "ops/cpu/products/float_tiles.h"
-#else
-#include "ops/cpu/products/float_tiles_avx2.h"
-#endif
 #include "ops/cpu/products/probabilities.h"
 #include "ops/cpu/products/uninitialised.h"
 

@@ -126,8 +126,8 @@ ProductRoute flash_product_route(at::ScalarType input, bool pairs_fit) {
     if (bf16_route_chosen()) return ProductRoute::BfloatPairs;
   }
   if (input == at::kDouble) return ProductRoute::Blas;
-  const bool tiles_compiled = avx512_variant_active() || active_capability() == Capability::Avx2;
-  return tiles_compiled && float_products() == FloatProducts::Tiles ? ProductRoute::FloatTiles : ProductRoute::Blas;
+  return avx512_variant_active() && float_products() == FloatProducts::Tiles ? ProductRoute::FloatTiles
+                                                                              : ProductRoute::Blas;
 }
 
 bool linear_rows_take_pairs(at::ScalarType weight) {

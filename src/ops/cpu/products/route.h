@@ -9,7 +9,7 @@ namespace attn::ops::cpu {
 
 enum class ProductRoute {
   Blas,         ///< LibTorch's BLAS once per tile (products/blas_products.h)
-  FloatTiles,   ///< attn's float register tiles on AVX-512 or AVX2 (products/float_tile_products.h)
+  FloatTiles,   ///< attn's float register tiles on AVX-512 (products/float_tile_products.h)
   BfloatPairs,  ///< bfloat16 operands multiplied in pairs on AVX512-BF16 (products/pair_products.h)
   AmxTiles,     ///< bfloat16 operands multiplied on AMX tiles, the pairs route's packing and softmax
                 ///< (products/pair_products.h over products/amx_tiles.h)
@@ -24,9 +24,8 @@ const char* product_route_name(ProductRoute route);
 ///  - bfloat16 where `pairs_fit` (the pair dimensions are even: d_k forward; d_k and d_v, with a bfloat16 dO,
 ///    backward) takes AMX's tiles where amx_route_chosen(), else the pairs where bf16_route_chosen();
 ///    otherwise it is widened to float;
-///  - float32 (and bfloat16 widened) takes the tiles on the AVX-512 and AVX2 variants unless float_products()
-///    is Blas;
-///  - float64, and the portable variant, take BLAS.
+///  - float32 (and bfloat16 widened) takes the tiles on the AVX-512 variant unless float_products() is Blas;
+///  - float64, and the portable and AVX2 variants, take BLAS.
 ProductRoute flash_product_route(at::ScalarType input, bool pairs_fit);
 
 /// Whether linear_rows multiplies bfloat16 weights as bfloat16 pairs: wherever AVX512-BF16 is active, without
@@ -64,8 +63,8 @@ bool int8_dot_route_chosen();
 void force_int8_products(Int8Products products);
 void reset_int8_products();
 
-/// The products of float tiles on the AVX-512 and AVX2 variants: attn's register tiles unless
-/// ATTN_FLOAT_PRODUCTS=blas or forced (bench/RESULTS.md, "Where the kernels' constants come from").
+/// The products of float tiles on the AVX-512 variant: attn's register tiles unless ATTN_FLOAT_PRODUCTS=blas or
+/// forced (bench/RESULTS.md, "Where the kernels' constants come from").
 enum class FloatProducts { Tiles, Blas };
 FloatProducts float_products();
 /// Forces the float products (tests run both); `reset_float_products()` undoes it.
