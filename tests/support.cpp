@@ -36,6 +36,10 @@ bool skip_without(torch::DeviceType device) {
   return device == torch::kCUDA && !attn::cuda_available();
 }
 
+torch::Tensor longs(const std::vector<int64_t>& values) {
+  return torch::tensor(at::ArrayRef<int64_t>(values), torch::kLong);
+}
+
 ::testing::AssertionResult close(const torch::Tensor& actual, const torch::Tensor& expected, double tol) {
   if (!actual.defined() || !expected.defined()) {
     return ::testing::AssertionFailure() << "undefined tensor (actual " << actual.defined() << ", expected "

@@ -29,6 +29,9 @@ double tolerance(torch::Dtype dtype);
 /// Skips (visibly, with a message) when `device` is CUDA and no GPU is present. Returns true if skipped.
 bool skip_without(torch::DeviceType device);
 
+/// `values` as a 1-D int64 tensor: positions, lengths and token ids for the caches' tests.
+torch::Tensor longs(const std::vector<int64_t>& values);
+
 /// Elementwise |actual - expected| <= tol * (|expected| + max|expected|): relative error, with elements
 /// near zero judged against the tensor's own scale. NaNs must sit at the same places. Shapes must match.
 ::testing::AssertionResult close(const torch::Tensor& actual, const torch::Tensor& expected, double tol);

@@ -65,7 +65,6 @@ std::tuple<torch::Tensor, torch::Tensor> float64_reference(const torch::Tensor& 
   return {torch::matmul(p, v), lse};
 }
 
-torch::Tensor longs(const std::vector<int64_t>& v) { return torch::tensor(at::ArrayRef<int64_t>(v), torch::kLong); }
 
 /// The band of backends/masks.h: key j is allowed for a query on diagonal position p iff p - left <= j <=
 /// p + right (-1 unbounded), causality bounding right at 0, and j < length.

@@ -19,8 +19,6 @@
 namespace attn::test {
 namespace {
 
-torch::Tensor longs(const std::vector<int64_t>& v) { return torch::tensor(at::ArrayRef<int64_t>(v), torch::kLong); }
-
 TEST(Int8Cache, AppendStoresEachRowWithinHalfAStepOfItsScale) {
   torch::manual_seed(41);
   KVCache cache(KVCacheOptions(2, 2, 3, 40, 16).value_dim(24).dtype(torch::kInt8));

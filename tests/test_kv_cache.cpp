@@ -13,8 +13,6 @@
 namespace attn::test {
 namespace {
 
-torch::Tensor longs(const std::vector<int64_t>& v) { return torch::tensor(at::ArrayRef<int64_t>(v), torch::kLong); }
-
 struct DecodeCase {
   int64_t heads, kv_heads, tq;
   std::vector<int64_t> lengths;  // per row; capacity is the largest + 5

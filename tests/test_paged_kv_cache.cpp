@@ -12,8 +12,6 @@
 namespace attn::test {
 namespace {
 
-torch::Tensor longs(const std::vector<int64_t>& v) { return torch::tensor(at::ArrayRef<int64_t>(v), torch::kLong); }
-
 struct Filled {
   KVCache contiguous;
   PagedKVCache paged;

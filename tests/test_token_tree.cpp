@@ -15,8 +15,6 @@
 namespace attn::test {
 namespace {
 
-torch::Tensor longs(const std::vector<int64_t>& v) { return torch::tensor(at::ArrayRef<int64_t>(v), torch::kLong); }
-
 // Two roots, branches and a chain: 0 <- 1 <- 3, 0 <- 2 <- 5, 1 <- 4, and 6 <- 7.
 const std::vector<int64_t> kParents = {-1, 0, 0, 1, 1, 2, -1, 6};
 
