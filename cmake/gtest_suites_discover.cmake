@@ -13,12 +13,16 @@
 # Every other test fails if anything in it skips: only those cases may.
 #
 # Inputs (-D): TEST_EXECUTABLE, CTEST_FILE (written), TIMEOUT (seconds per suite), DISCOVERY_TIMEOUT,
-# SKIP_CODE_SCRIPT (cmake/gtest_skip_code.sh).
+# SKIP_CODE_SCRIPT (cmake/gtest_skip_code.sh); optional: ENVIRONMENT (a list of var=value, set for every test).
 foreach(var TEST_EXECUTABLE CTEST_FILE TIMEOUT DISCOVERY_TIMEOUT SKIP_CODE_SCRIPT)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "gtest_suites_discover.cmake: -D${var}=... is required")
   endif()
 endforeach()
+set(environment "")
+if(ENVIRONMENT)
+  set(environment " ENVIRONMENT \"${ENVIRONMENT}\"")
+endif()
 
 execute_process(COMMAND "${TEST_EXECUTABLE}" --gtest_list_tests
                 OUTPUT_VARIABLE listing ERROR_VARIABLE listing_err RESULT_VARIABLE listing_rc
@@ -80,7 +84,7 @@ foreach(suite IN LISTS suites)
     attn_bracket(name "${suite}")
     attn_bracket(filter "--gtest_filter=${filter}")
     string(APPEND script "add_test(${name} \"${TEST_EXECUTABLE}\" ${filter})\n"
-      "set_tests_properties(${name} PROPERTIES TIMEOUT ${TIMEOUT} FAIL_REGULAR_EXPRESSION \"\\\\[  SKIPPED \\\\]\")\n")
+      "set_tests_properties(${name} PROPERTIES TIMEOUT ${TIMEOUT} FAIL_REGULAR_EXPRESSION \"\\\\[  SKIPPED \\\\]\"${environment})\n")
   endif()
   foreach(kind cuda extension)
     if(${kind})
@@ -88,7 +92,7 @@ foreach(suite IN LISTS suites)
       attn_bracket(name "${suite}.${test_suffix_${kind}}")
       attn_bracket(filter "--gtest_filter=${filter}")
       string(APPEND script "add_test(${name} \"${SKIP_CODE_SCRIPT}\" \"${TEST_EXECUTABLE}\" ${filter})\n"
-        "set_tests_properties(${name} PROPERTIES TIMEOUT ${TIMEOUT} SKIP_RETURN_CODE 77)\n")
+        "set_tests_properties(${name} PROPERTIES TIMEOUT ${TIMEOUT} SKIP_RETURN_CODE 77${environment})\n")
     endif()
   endforeach()
 endforeach()
