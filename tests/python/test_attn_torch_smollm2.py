@@ -11,7 +11,7 @@ with "attn" (attn_torch.transformers.register(), then model.set_attn_implementat
 identical, and the first step's logits agree within 5e-4 of their largest magnitude. The five prompts are also
 generated as one left-padded float32 batch (16 tokens), which must give sdpa's tokens in every row.
 
-bfloat16 (the same weights rounded) is run as well. Its tokens are reported, not required to match: both
+bfloat16 (the same weights rounded) is run as well, for 16 tokens. Its tokens are reported, not required to match: both
 attentions round differently, and greedy decoding flips where two logits are within bfloat16's noise. What is
 required is accuracy: at the first step, attn's bfloat16 logits are no further from the float32 model's
 (sdpa's float32 logits) than sdpa's bfloat16 logits are, with 25 % slack.
@@ -85,22 +85,24 @@ def main():
     for dtype_name in args.dtypes.split(","):
         dtype = getattr(torch, dtype_name)
         model.to(dtype)
+        # Only the first step's logits are required in bfloat16: a few more steps run its decode path, reported.
+        new_tokens = args.new_tokens if dtype == torch.float32 else min(args.new_tokens, 16)
         for n, ids in encoded:
             runs = {}
             for implementation in ("sdpa", name):
                 model.set_attn_implementation(implementation)
                 assert model.config._attn_implementation == implementation
                 start = time.time()
-                runs[implementation] = greedy(model, ids, args.new_tokens) + (time.time() - start,)
+                runs[implementation] = greedy(model, ids, new_tokens) + (time.time() - start,)
             (ref_tokens, ref_logits, ref_s), (tokens, logits, s) = runs["sdpa"], runs[name]
             same = int((tokens == ref_tokens).long().cumprod(0).sum())  # leading tokens that agree
             diff = (logits - ref_logits).abs().max().item()
-            line = (f"{dtype_name} prompt {n} ({ids.shape[1]} tokens): {same}/{args.new_tokens} tokens identical "
+            line = (f"{dtype_name} prompt {n} ({ids.shape[1]} tokens): {same}/{new_tokens} tokens identical "
                     f"to sdpa; first-step logits max abs diff {diff:.2e}")
             if dtype == torch.float32:
                 float32_logits[n] = ref_logits
                 bound = 5e-4 * ref_logits.abs().max().item()
-                ok = same == args.new_tokens and diff <= bound
+                ok = same == new_tokens and diff <= bound
                 line += f" (tol {bound:.1e})"
             elif n in float32_logits:
                 err_attn = (logits - float32_logits[n]).abs().max().item()
@@ -110,7 +112,7 @@ def main():
                 errors.setdefault(dtype_name, []).append((err_attn, err_sdpa))
                 ok = err_attn <= 1.5 * err_sdpa
                 line += (f"; from float32's: attn {err_attn:.3f}, sdpa {err_sdpa:.3f} (attn's must be <= 1.5x)"
-                         + ("" if same == args.new_tokens else " [tokens differ: reported, not required]"))
+                         + ("" if same == new_tokens else " [tokens differ: reported, not required]"))
             else:
                 ok = True
                 line += " (no float32 run to compare accuracy with: reported only)"
