@@ -126,22 +126,31 @@ fi
 /usr/bin/python3 tests/fuzz/make_corpus.py --out "$BUILD_DIR/fuzz/seeds" --weights "$BUILD_DIR/tests/weights"
 phase_done "seed corpora" "ok"
 
-# --- 5. The fuzzers, FUZZ_SECONDS each. New inputs go to fuzz/corpus/<fuzzer> (kept between local runs), the
-# seeds are read from fuzz/seeds/<fuzzer>. A crash, sanitizer report, leak, hang (-timeout, seconds per
-# input) or out-of-memory (-rss_limit_mb; -malloc_limit_mb follows it) stops the fuzzer with a non-zero
-# status and saves the input. -max_len: the seeds are at most ~6 KB; 16 KB leaves room to grow them.
+# --- 5. The fuzzers, FUZZ_SECONDS each, side by side (each is one single-threaded process, so together they take
+# FUZZ_SECONDS, not three times it). New inputs go to fuzz/corpus/<fuzzer> (kept between local runs), the seeds
+# are read from fuzz/seeds/<fuzzer>. A crash, sanitizer report, leak, hang (-timeout, seconds per input) or
+# out-of-memory (-rss_limit_mb; -malloc_limit_mb follows it) stops the fuzzer with a non-zero status and saves
+# the input. -max_len: the seeds are at most ~6 KB; 16 KB leaves room to grow them.
 mkdir -p "$BUILD_DIR/fuzz/artifacts"
+declare -A fuzzer_pid
+fuzz_start=$(date +%s)
 for f in "${FUZZERS[@]}"; do
   corpus=$BUILD_DIR/fuzz/corpus/$f
-  log=$BUILD_DIR/fuzz/$f.log
   mkdir -p "$corpus"
   options=$ASAN_OPTIONS
   [ "$f" = torch_zip ] && options="$ASAN_OPTIONS:$ATTN_ASAN_FULL_UNWIND"  # LibTorch's zip reader: env.sh
-  status=0
   ASAN_OPTIONS=$options "$BUILD_DIR/tests/fuzz/fuzz_$f" -max_total_time="$FUZZ_SECONDS" -timeout=30 \
     -rss_limit_mb=2048 -max_len=16384 -print_final_stats=1 -print_funcs=0 -dict="$BUILD_DIR/fuzz/seeds/$f.dict" \
-    -artifact_prefix="$BUILD_DIR/fuzz/artifacts/fuzz_$f-" "$corpus" "$BUILD_DIR/fuzz/seeds/$f" >"$log" 2>&1 ||
-    status=$?
+    -artifact_prefix="$BUILD_DIR/fuzz/artifacts/fuzz_$f-" "$corpus" "$BUILD_DIR/fuzz/seeds/$f" \
+    >"$BUILD_DIR/fuzz/$f.log" 2>&1 &
+  fuzzer_pid[$f]=$!
+done
+for f in "${FUZZERS[@]}"; do
+  corpus=$BUILD_DIR/fuzz/corpus/$f
+  log=$BUILD_DIR/fuzz/$f.log
+  status=0
+  wait "${fuzzer_pid[$f]}" || status=$?
+  phase_start=$fuzz_start  # each line gives the time since the fuzzers started
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   speed=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
   if [ "$status" = 0 ]; then
