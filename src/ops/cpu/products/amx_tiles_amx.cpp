@@ -51,9 +51,9 @@ struct TileSource {
 /// the others are copied once into zero-padded tiles, so that no load reads past the operands and the pad
 /// never meets a non-finite number. A whose pairs are not adjacent (sp != 2, a transposed pairs layout) is
 /// copied whole.
-class TileOperands {
+class AmxTileSources {
  public:
-  TileOperands(int64_t m, int64_t n, int64_t pairs, const LeftOperand& a, const PairsOperand& b)
+  AmxTileSources(int64_t m, int64_t n, int64_t pairs, const LeftOperand& a, const PairsOperand& b)
       : a_(a), b_(b), m_(m), pairs_(pairs), row_groups_((m + kTileRows - 1) / kTileRows),
         pair_blocks_((pairs + kTilePairs - 1) / kTilePairs), whole_pair_blocks_(pairs / kTilePairs),
         direct_a_(a.sp == 2), b_edge_ld_((n + kTileCols - 1) / kTileCols * kTileCols) {
@@ -125,7 +125,7 @@ class TileOperands {
 /// The four (or fewer) C tiles of row groups g, g + 1 and the columns j .. j + 32, summed over every pair
 /// block, stored to acc ([32, 32] floats).
 template <bool kTwoRows, bool kTwoCols>
-void multiply_block(const TileOperands& t, int64_t g, int64_t j, float* acc) {
+void multiply_block(const AmxTileSources& t, int64_t g, int64_t j, float* acc) {
   _tile_zero(0);
   if constexpr (kTwoCols) _tile_zero(1);
   if constexpr (kTwoRows) _tile_zero(2);
@@ -191,7 +191,7 @@ void amx_gemm(int64_t m, int64_t n, int64_t pairs, float alpha, LeftOperand a, P
               int64_t ldc, float* lane_max) {
   TORCH_INTERNAL_ASSERT(beta == 0.0f || beta == 1.0f, "amx_gemm: beta must be 0 or 1, got ", beta);
   if (m == 0 || n == 0) return;
-  const TileOperands tiles(m, n, pairs, a, b);
+  const AmxTileSources tiles(m, n, pairs, a, b);
   alignas(64) float acc[kBlock * kBlock];
   _tile_loadconfig(&eight_full_tiles());
   const int64_t row_groups = (m + kTileRows - 1) / kTileRows;
