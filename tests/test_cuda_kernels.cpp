@@ -65,7 +65,6 @@ std::tuple<torch::Tensor, torch::Tensor> float64_reference(const torch::Tensor& 
   return {torch::matmul(p, v), lse};
 }
 
-
 /// The band of backends/masks.h: key j is allowed for a query on diagonal position p iff p - left <= j <=
 /// p + right (-1 unbounded), causality bounding right at 0, and j < length.
 bool in_band(int64_t j, int64_t p, int64_t length, bool causal, int64_t left, int64_t right) {
