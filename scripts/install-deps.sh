@@ -33,7 +33,10 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "attn: these packages are missing and installing them needs root or sudo: ${missing[*]}" >&2
     exit 1
   fi
-  echo "attn: installing ${missing[*]} (about 400 MB from Debian on a fresh system; a minute or more)"
+  case " ${missing[*]} " in
+    *" libtorch-dev "*) echo "attn: installing ${missing[*]} (about 400 MB from Debian on a fresh system; a minute or more)" ;;
+    *) echo "attn: installing ${missing[*]} from Debian" ;;
+  esac
   "${sudo[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
