@@ -100,6 +100,16 @@ bool hardware_has_amx() {
 #endif
 }
 
+bool hardware_has_avx512_core() {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  return has;
+#else
+  return false;
+#endif
+}
+
 const char* capability_name(Capability capability) {
   switch (capability) {
     case Capability::Avx512Bf16: return "avx512_bf16";

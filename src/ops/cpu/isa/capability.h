@@ -27,5 +27,9 @@ bool hardware_has_int8_dot();
 /// process use the tiles: the first call asks for the tile state (arch_prctl ARCH_REQ_XCOMP_PERM), once per
 /// process; a refusal (an older kernel, a hypervisor that hides the state) makes this false, never a crash.
 bool hardware_has_amx();
+/// Whether this CPU has AVX-512's core set (F, BW, VL, DQ), whatever this build compiled and
+/// ATTN_CPU_CAPABILITY say: the set LibTorch asks for before it multiplies bfloat16 matrices on oneDNN
+/// (ops/torch_bfloat16_gemm.h).
+bool hardware_has_avx512_core();
 
 }  // namespace attn::ops::cpu
