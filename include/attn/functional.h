@@ -89,8 +89,11 @@ torch::Tensor varlen_attention(const torch::Tensor& query, const torch::Tensor& 
 /// x · weightᵀ + bias, as at::linear (input [..., in], weight [out, in], bias [out] or undefined ->
 /// [..., out]), with the product that suits a decoding step: for one row, or up to ops::kLinearRowsMax rows of
 /// 4096 elements in all, on the CPU in float32 or bfloat16 with no gradient recorded, attn::ops::linear_rows,
-/// which streams the weight once at close to the memory's rate; otherwise at::linear. The modules' projections
-/// take the same route. Use it for a model's other layers (MLP, LM head) when decoding.
+/// which streams the weight once at close to the memory's rate; otherwise at::linear. On an x86 CPU without
+/// AVX-512, where LibTorch has no bfloat16 GEMM of its own (cpu_kernel_info().bfloat16_linear is "widened"),
+/// bfloat16 takes linear_rows for up to ops::kLinearRowsMax rows of any width, and more rows (or a recorded
+/// gradient) run at::linear in float and are rounded to bfloat16 once. The modules' projections take the same
+/// route. Use it for a model's other layers (MLP, LM head).
 torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias = {});
 
 /// The standard ALiBi slopes for `num_heads` heads (Press et al.; BLOOM's build_alibi_tensor and MPT use the

@@ -1,5 +1,7 @@
 #include "backends/linear.h"
 
+#include "ops/torch_bfloat16_gemm.h"
+
 #include <attn/ops/linear_rows.h>
 
 #include <ATen/ATen.h>
@@ -23,6 +25,17 @@ constexpr int64_t kLinearRowsInputElements = 4096;
 /// one, on an AMD EPYC Zen 5, 2 threads), where this kernel reads it once.
 constexpr int64_t kLinearRowsManyElements = 16384;
 
+/// Whether x · Wᵀ + b is a bfloat16 product on the CPU that LibTorch would run in its reference loops
+/// (ops/torch_bfloat16_gemm.h).
+bool bfloat16_without_native_gemm(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  if (!x.defined() || !weight.defined() || x.scalar_type() != torch::kBFloat16 ||
+      weight.scalar_type() != torch::kBFloat16 || !x.device().is_cpu() || !weight.device().is_cpu()) {
+    return false;
+  }
+  if (bias.defined() && (bias.scalar_type() != torch::kBFloat16 || !bias.device().is_cpu())) return false;
+  return !ops::torch_multiplies_bfloat16_natively();
+}
+
 }  // namespace
 
 bool takes_linear_rows(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
@@ -30,8 +43,11 @@ bool takes_linear_rows(const torch::Tensor& x, const torch::Tensor& weight, cons
   const int64_t in = weight.size(1);
   if (!x.device().is_cpu() || !weight.device().is_cpu() || x.size(-1) != in || in == 0) return false;
   const int64_t rows = x.numel() / in;
-  if (rows > ops::kLinearRowsMax || (rows > 1 && rows * in > (rows <= 4 ? kLinearRowsInputElements
-                                                                            : kLinearRowsManyElements))) {
+  if (rows > ops::kLinearRowsMax) return false;
+  // Where LibTorch has no bfloat16 GEMM, every row count the kernel takes runs faster on it than on the
+  // alternatives, with x in L2 or not (bench/RESULTS.md, 2026-11-27).
+  const bool any_width = bfloat16_without_native_gemm(x, weight, bias);
+  if (!any_width && rows > 1 && rows * in > (rows <= 4 ? kLinearRowsInputElements : kLinearRowsManyElements)) {
     return false;
   }
   if (!kernel_dtype(x) || weight.scalar_type() != x.scalar_type()) return false;
@@ -42,6 +58,14 @@ bool takes_linear_rows(const torch::Tensor& x, const torch::Tensor& weight, cons
 torch::Tensor project_rows(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
   if (takes_linear_rows(x, weight, bias)) {
     return ops::linear_rows(x, weight, bias.defined() ? c10::optional<torch::Tensor>(bias) : c10::nullopt);
+  }
+  if (bfloat16_without_native_gemm(x, weight, bias) && x.dim() > 0 && weight.dim() == 2 &&
+      x.size(-1) == weight.size(1)) {
+    // Widened, the product runs on the float GEMM; the sums were in float either way, and the result is
+    // rounded to bfloat16 once. Differentiable: the gradients come back through the casts in bfloat16.
+    const torch::Tensor y = at::linear(x.to(torch::kFloat32), weight.to(torch::kFloat32),
+                                       bias.defined() ? bias.to(torch::kFloat32) : torch::Tensor());
+    return y.to(torch::kBFloat16);
   }
   const int64_t in = weight.size(1);
   if (!x.device().is_cpu() || x.dim() == 0 || x.size(-1) != in || x.numel() != in) return at::linear(x, weight, bias);

@@ -3,19 +3,22 @@
 // decoding step projects one row per sequence, and a GEMM of so few rows packs the whole weight matrix
 // before reading it (5x slower than a matrix-vector product on LibTorch 1.13 with OpenBLAS, measured on a
 // 1536 x 576 weight), while the PyTorch wheel's matrix-vector product streams the weight at a quarter of the
-// memory's rate on an AMD Zen 4 (bench/RESULTS.md, issue 13).
+// memory's rate on an AMD Zen 4 (bench/RESULTS.md, issue 13). Where LibTorch has no bfloat16 GEMM (x86 without
+// AVX-512, ops/torch_bfloat16_gemm.h), bfloat16 takes the kernel for up to kLinearRowsMax rows of any width and
+// is widened to float for more.
 
 #include <torch/types.h>
 
 namespace attn::backends {
 
 /// Whether project_rows runs attn::linear_rows: x holds one row, or at most 4 rows of 4096 elements in all, or
-/// at most kLinearRowsMax rows of 16384; x and weight are float32 or bfloat16 on the CPU; and no gradient is
-/// recorded.
+/// at most kLinearRowsMax rows of 16384 (of any width, in bfloat16 where LibTorch has no bfloat16 GEMM); x and
+/// weight are float32 or bfloat16 on the CPU; and no gradient is recorded.
 bool takes_linear_rows(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
 
-/// at::linear(x, weight, bias): through attn::linear_rows where takes_linear_rows, else through a
-/// matrix-vector product for a single row on the CPU, else at::linear.
+/// at::linear(x, weight, bias): through attn::linear_rows where takes_linear_rows; else, in bfloat16 where
+/// LibTorch has no bfloat16 GEMM, through at::linear on the inputs widened to float, rounded back once (with
+/// gradients); else through a matrix-vector product for a single row on the CPU; else at::linear.
 torch::Tensor project_rows(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
 
 }  // namespace attn::backends

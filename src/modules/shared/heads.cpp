@@ -115,8 +115,8 @@ Heads project(const ModuleLayout& layout, const CallShape& shape, const torch::T
     const auto stacked = [](const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& c) {
       return a.defined() ? torch::cat({a, b, c}) : torch::Tensor();
     };
-    const torch::Tensor qkv = at::linear(as_batch(query), stacked(p.q.weight, p.k.weight, p.v.weight),
-                                         stacked(p.q.bias, p.k.bias, p.v.bias));
+    const torch::Tensor qkv = backends::project_rows(as_batch(query), stacked(p.q.weight, p.k.weight, p.v.weight),
+                                                     stacked(p.q.bias, p.k.bias, p.v.bias));
     const int64_t q_width = heads * w.head_dim_qk, k_width = kv_heads * w.head_dim_qk,
                   v_width = kv_heads * w.head_dim_v;
     return {split_heads(qkv.narrow(-1, 0, q_width), heads),
