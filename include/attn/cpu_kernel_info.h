@@ -28,6 +28,10 @@ struct CpuKernelInfo {
   /// and the weights rounded to int16; the AVX-512 variant's default where the CPU has them) or "widen" (every
   /// element widened to float: CPUs without AVX512-VNNI, the other variants, or ATTN_INT8_PRODUCTS=widen).
   std::string int8_products;
+  /// attn::linear's and the modules' projections' bfloat16 products beyond the few rows that attn's own kernel
+  /// takes: "libtorch" (at::linear, on oneDNN's bfloat16 kernels: CPUs with AVX-512) or "widened" (widened to
+  /// float for the float GEMM: x86 CPUs without AVX-512, where LibTorch's bfloat16 GEMM runs reference loops).
+  std::string bfloat16_linear;
   /// Whether the kernels spread their tiles over LibTorch's intra-op threads. True when attn was built with
   /// OpenMP (GCC); a build without it (clang) runs the tile loops on the calling thread, and only the tile
   /// GEMMs run threaded, inside the BLAS, whose rounding may then depend on the thread count.

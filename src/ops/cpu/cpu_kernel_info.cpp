@@ -5,6 +5,7 @@
 
 #include "ops/cpu/isa/capability.h"
 #include "ops/cpu/products/route.h"
+#include "ops/torch_bfloat16_gemm.h"
 
 #include <cstdio>
 
@@ -39,6 +40,8 @@ CpuKernelInfo cpu_kernel_info() {
   info.int8_products = ops::cpu::int8_dot_route_chosen() ? "dot" : "widen";
   info.summary += info.int8_products == "dot" ? ", int8 cache on AVX512-VNNI dot products"
                                               : ", int8 cache widened to float";
+  info.bfloat16_linear = ops::torch_multiplies_bfloat16_natively() ? "libtorch" : "widened";
+  if (info.bfloat16_linear == "widened") info.summary += ", bfloat16 linear of many rows widened to float GEMM";
 #ifdef _OPENMP
   info.parallel_loops = true;
 #else
