@@ -6,9 +6,15 @@
 #include "kernel_variants.h"
 #include "support.h"
 
+#include <attn/cpu_kernel_info.h>
 #include <attn/functional.h>
 #include <attn/ops/linear_rows.h>
 
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -152,6 +158,70 @@ TEST(Linear, GradientsFlowWhenRecorded) {
   // Without recording (inference), the same call runs the kernel and its result carries no graph.
   torch::NoGradGuard no_grad;
   EXPECT_FALSE(attn::linear(x, w, b).requires_grad());
+}
+
+/// Whether /proc/cpuinfo lists AVX-512's core set (F, BW, VL, DQ), read here apart from attn's own detection;
+/// nullopt where there is no /proc/cpuinfo.
+c10::optional<bool> cpuinfo_lists_avx512_core() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::istringstream words(line.substr(line.find(':') + 1));
+    std::set<std::string> flags{std::istream_iterator<std::string>(words), std::istream_iterator<std::string>()};
+    return flags.count("avx512f") && flags.count("avx512bw") && flags.count("avx512vl") && flags.count("avx512dq");
+  }
+  return c10::nullopt;
+}
+
+// bfloat16 at every row count and width, on whichever route this CPU takes: the kernel, LibTorch's bfloat16
+// GEMM (CPUs with AVX-512) or the float GEMM on widened inputs (x86 without it). Each is at::linear in float64
+// on the same bfloat16 inputs, within one bfloat16 rounding of the result.
+TEST(Linear, Bfloat16MatchesFloat64AtEveryRowCount) {
+  torch::manual_seed(16);
+  for (int64_t in : {24, 2048}) {
+    const torch::Tensor w = (torch::randn({40, in}) / std::sqrt(in)).to(torch::kBFloat16);
+    const torch::Tensor b = torch::randn({40}).to(torch::kBFloat16);
+    for (int64_t rows : {1, 4, 16, 17, 64}) {
+      const torch::Tensor x = torch::randn({rows, in}).to(torch::kBFloat16);
+      const torch::Tensor ref = at::linear(x.to(torch::kFloat64), w.to(torch::kFloat64), b.to(torch::kFloat64));
+      const torch::Tensor y = attn::linear(x, w, b);
+      ASSERT_EQ(y.scalar_type(), torch::kBFloat16);
+      EXPECT_TRUE(torch::allclose(y.to(torch::kFloat64), ref, 1.0 / 128, 1e-2))
+          << rows << " rows of " << in << ": max |y - ref| = " << (y.to(torch::kFloat64) - ref).abs().max().item<double>();
+    }
+  }
+}
+
+TEST(Linear, Bfloat16GradientsMatchFloat64) {
+  // 32 rows with gradients recorded: LibTorch's bfloat16 product, or the widened float one, differentiated.
+  torch::manual_seed(17);
+  const torch::Tensor w = (torch::randn({12, 48}) / 7).to(torch::kBFloat16).requires_grad_();
+  const torch::Tensor b = torch::randn({12}).to(torch::kBFloat16).requires_grad_();
+  const torch::Tensor x = torch::randn({32, 48}).to(torch::kBFloat16).requires_grad_();
+  const torch::Tensor g = torch::randn({32, 12}).to(torch::kBFloat16);
+  const torch::Tensor y = attn::linear(x, w, b);
+  ASSERT_EQ(y.scalar_type(), torch::kBFloat16);
+  (y.to(torch::kFloat32) * g.to(torch::kFloat32)).sum().backward();
+  const torch::Tensor g64 = g.to(torch::kFloat64), x64 = x.detach().to(torch::kFloat64);
+  const torch::Tensor w64 = w.detach().to(torch::kFloat64);
+  const auto close = [](const torch::Tensor& got, const torch::Tensor& want) {
+    return torch::allclose(got.to(torch::kFloat64), want, 1.0 / 128, 5e-2);
+  };
+  EXPECT_EQ(w.grad().scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(close(w.grad(), g64.t().mm(x64)));
+  EXPECT_TRUE(close(b.grad(), g64.sum(0)));
+  EXPECT_TRUE(close(x.grad(), g64.mm(w64)));
+}
+
+// cpu_kernel_info() names the bfloat16 product beyond the kernel's rows as LibTorch's bfloat16 GEMM exactly where
+// the CPU has AVX-512's core set (what LibTorch asks for), and as widened elsewhere: /proc/cpuinfo read here.
+TEST(Linear, Bfloat16RouteFollowsTheCpusAvx512) {
+  const c10::optional<bool> avx512 = cpuinfo_lists_avx512_core();
+  ASSERT_TRUE(avx512.has_value()) << "no flags line in /proc/cpuinfo";
+  const CpuKernelInfo info = cpu_kernel_info();
+  EXPECT_EQ(info.bfloat16_linear, *avx512 ? "libtorch" : "widened") << info.summary;
+  EXPECT_EQ(info.summary.find("widened to float GEMM") != std::string::npos, !*avx512) << info.summary;
 }
 
 TEST(Linear, FrontDoorErrors) {
