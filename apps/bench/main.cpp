@@ -92,17 +92,17 @@ gpu suite is made for it: bfloat16 attention at FlashAttention's benchmark shape
 MultiHeadAttention against at::linear + SDPA and torch::nn::MultiheadAttention, decode steps against a 4 GiB
 read, and the variants against plain causal attention.
 
-Names: gemm/2048, core/IMPL/T=N/causal, core/IMPL/T=N/noncausal, mha/IMPL/T=N, train/IMPL/T=N (full and
-peer: train/IMPL/T=N/causal and /noncausal), long/fused/T=N; decode: bandwidth/sum-1GiB,
-decode/IMPL/B=N/Hkv=N/L=N (one step of 32 query heads of 128 over a cache of L positions; IMPL decode, math,
-torch_sdpa), linear/IMPL/rows=N/OUTxIN (a decoding step's product x [rows, IN] times a weight [OUT, IN]; IMPL
-attn_linear or at_linear), prefill/fused/T=2048/Hkv=N; a bfloat16 row ends in /bfloat16, and a bfloat16 decode step
-over an int8 cache in /int8-cache, or a paged cache in blocks of 16: each sequence's blocks in order in
-/paged16-cache, taken in turn by a batch growing together in /paged16-interleaved-cache (in the cache's runs
-of adjacent blocks) and /paged16-scattered-cache (a block at a time), and scattered in blocks of 128 in
-/paged128-scattered-cache; a paged int8 cache the same ways, /int8-paged16-cache and so on (each reported
-beside the contiguous bfloat16 cache, an int8 one also beside the contiguous int8 cache). torch_sdpa is LibTorch's
-scaled_dot_product_attention (on LibTorch 2.x its fused CPU flash kernel). Examples:
+Names: gemm/2048, core/IMPL/T=N/causal, core/IMPL/T=N/noncausal, mha/IMPL/T=N, train/IMPL/T=N (full and peer:
+train/IMPL/T=N/causal and /noncausal), long/fused/T=N; decode: bandwidth/sum-1GiB, decode/IMPL/B=N/Hkv=N/L=N
+(one step of 32 query heads of 128 over a cache of L positions; IMPL decode, math, torch_sdpa),
+linear/IMPL/rows=N/OUTxIN (a decoding step's product, or at rows=512 a prefill's: x [rows, IN] times a weight
+[OUT, IN]; IMPL attn_linear or at_linear), prefill/fused/T=2048/Hkv=N; a bfloat16 row ends in /bfloat16, and a
+bfloat16 decode step over an int8 cache in /int8-cache, or a paged cache in blocks of 16: each sequence's
+blocks in order in /paged16-cache, taken in turn by a batch growing together in /paged16-interleaved-cache (in
+the cache's runs of adjacent blocks) and /paged16-scattered-cache (a block at a time), and scattered in blocks
+of 128 in /paged128-scattered-cache; a paged int8 cache the same ways, /int8-paged16-cache and so on (each
+reported beside the contiguous bfloat16 cache, an int8 one also beside the contiguous int8 cache). torch_sdpa
+is LibTorch's scaled_dot_product_attention (on LibTorch 2.x its fused CPU flash kernel). Examples:
   attn-bench --json bench.json
   attn-bench --suite peer                  # ours against LibTorch's SDPA, float32 and bfloat16
   attn-bench --suite full --filter core/fused/ --reps 5
