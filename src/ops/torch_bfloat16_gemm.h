@@ -4,11 +4,11 @@
 
 namespace attn::ops {
 
-/// Whether at::linear and at::mm multiply bfloat16 CPU tensors on oneDNN's bfloat16 kernels here. LibTorch,
-/// 1.13 and 2.x alike, sends them there only on an x86 CPU with AVX-512's core set (F, BW, VL, DQ; ATen's
-/// mkldnn_bf16_device_check). Elsewhere on x86 it runs its own reference loops: on an AMD Zen 3, 7x (2.x) to
-/// 90x (1.13) slower than widening to float for the float GEMM (bench/RESULTS.md). True off x86, where attn
-/// has not measured it.
+/// Whether at::linear and at::mm multiply bfloat16 CPU tensors on oneDNN's bfloat16 kernels here. LibTorch
+/// sends them there on an x86 CPU with AVX-512's core set (F, BW, VL, DQ; ATen's mkldnn_bf16_device_check;
+/// 2.x also on AVX2 CPUs with AVX-NE-CONVERT, which this counts as not native: unmeasured). Elsewhere on x86
+/// it runs its own reference loops: on an AMD Zen 3, 5x to 7x (2.15) and 75x to 115x (1.13) slower than
+/// widening to float for the float GEMM (bench/RESULTS.md). True off x86, where attn has not measured it.
 bool torch_multiplies_bfloat16_natively();
 
 }  // namespace attn::ops
