@@ -26,8 +26,7 @@ Capability detect_hardware() {
 #endif
 #ifdef ATTN_HAVE_AVX512_KERNELS
   // The set ATen's own AVX512 kernels require.
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+  if (hardware_has_avx512_core()) {
     best = Capability::Avx512;
 #ifdef ATTN_HAVE_BF16_DOT
     if (__builtin_cpu_supports("avx512bf16")) best = Capability::Avx512Bf16;

@@ -28,8 +28,8 @@ bool hardware_has_int8_dot();
 /// process; a refusal (an older kernel, a hypervisor that hides the state) makes this false, never a crash.
 bool hardware_has_amx();
 /// Whether this CPU has AVX-512's core set (F, BW, VL, DQ), whatever this build compiled and
-/// ATTN_CPU_CAPABILITY say: the set LibTorch asks for before it multiplies bfloat16 matrices on oneDNN
-/// (ops/torch_bfloat16_gemm.h).
+/// ATTN_CPU_CAPABILITY say: what the AVX-512 variant needs, as ATen's own AVX-512 kernels do, and what LibTorch
+/// asks for before it multiplies bfloat16 matrices on oneDNN (ops/torch_bfloat16_gemm.h).
 bool hardware_has_avx512_core();
 
 }  // namespace attn::ops::cpu
