@@ -5,7 +5,10 @@
 
 #include "common/checks.h"
 
+#include <attn/ops/rotary_positions.h>
+
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <cmath>
@@ -175,6 +178,24 @@ torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, con
                                                                  : at::stack({ra, rb}, -1).flatten(-2);
   if (rotary_dim == x.size(-1)) return rotated;
   return at::cat({rotated, x.narrow(-1, rotary_dim, x.size(-1) - rotary_dim)}, -1);
+}
+
+torch::Tensor rotate_at_positions(const torch::Tensor& x, const torch::Tensor& positions,
+                                  const RotaryFrequencies& frequencies, RotaryPairing pairing) {
+  const torch::Tensor& inv_freq = frequencies.inv_freq;
+  const bool records_grad = at::GradMode::is_enabled() && ((x.defined() && x.requires_grad()) ||
+                                                            (inv_freq.defined() && inv_freq.requires_grad()));
+  if (x.defined() && x.device().is_cpu() && !records_grad && inv_freq.defined() && inv_freq.device().is_cpu() &&
+      positions.defined() && positions.device().is_cpu()) {
+    return ops::rotary_positions(x, positions, inv_freq, frequencies.attention_factor,
+                                 pairing == RotaryPairing::Interleaved);
+  }
+  auto [cos, sin] = rotary_cos_sin(frequencies, positions, x.scalar_type());
+  if (positions.dim() == 2) {  // [B, T, r/2] -> [B, 1, T, r/2]: one angle per row, shared by the heads
+    cos = cos.unsqueeze(1);
+    sin = sin.unsqueeze(1);
+  }
+  return apply_rotary(x, cos, sin, pairing);
 }
 
 }  // namespace attn

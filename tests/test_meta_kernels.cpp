@@ -1,4 +1,5 @@
-// The Meta kernels of attn::flash_attention, attn::decode_attention and attn::linear_rows (what torch.compile
+// The Meta kernels of attn::flash_attention, attn::decode_attention, attn::linear_rows and
+// attn::rotary_positions (what torch.compile
 // and torch.export trace with) promise the results the CPU kernels produce: same shapes, dtypes and strides, and
 // the same argument errors.
 
@@ -7,6 +8,7 @@
 #include <attn/ops/decode_attention.h>
 #include <attn/ops/flash_attention.h>
 #include <attn/ops/linear_rows.h>
+#include <attn/ops/rotary_positions.h>
 
 namespace attn::test {
 namespace {
@@ -132,6 +134,26 @@ TEST(MetaKernels, LinearRowsMatchesTheCpuKernelsLayoutAndRefusals) {
                         "attn::linear_rows: input must hold at most 16 rows (the leading dimensions' product), got 17");
   EXPECT_ERROR_CONTAINS(ops::linear_rows(torch::randn({2, 12}, torch::kMeta), w, torch::randn({4}, torch::kMeta)),
                         "attn::linear_rows: bias must be [out_features] = [5], got [4]");
+}
+
+TEST(MetaKernels, RotaryPositionsMatchesTheCpuKernelsLayoutAndRefusals) {
+  const torch::Tensor f = torch::rand({3}, torch::kDouble);
+  for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    // A head split from [B, T, H, D]: a strided view, and the result is contiguous on both.
+    const torch::Tensor x = torch::randn({2, 5, 3, 8}, torch::dtype(dtype)).transpose(1, 2);
+    const torch::Tensor p = torch::arange(10).reshape({2, 5});
+    expect_same_layout(ops::rotary_positions(meta(x), meta(p), meta(f)), ops::rotary_positions(x, p, f), "[B, T]");
+    expect_same_layout(ops::rotary_positions(meta(x[0]), meta(p[0]), meta(f), 1.0, true),
+                       ops::rotary_positions(x[0], p[0], f, 1.0, true), "unbatched, interleaved");
+  }
+  const torch::Tensor x = torch::randn({2, 3, 5, 8}, torch::kMeta);
+  EXPECT_ERROR_CONTAINS(ops::rotary_positions(x, torch::zeros({2, 4}, torch::dtype(torch::kLong).device(torch::kMeta)),
+                                              meta(f)),
+                        "attn::rotary_positions: positions must be [B, T] = [2, 5] for x [2, 3, 5, 8], got [2, 4]");
+  EXPECT_ERROR_CONTAINS(ops::rotary_positions(x, torch::zeros({5}, torch::dtype(torch::kLong).device(torch::kMeta)),
+                                              torch::rand({5}, torch::kMeta)),
+                        "attn::rotary_positions: inv_freq [5] rotates 10 channels, more than x's head_dim = 8");
 }
 
 }  // namespace

@@ -2,9 +2,11 @@
 // scaling from transformers' formulas (modeling_rope_utils.py), then the rotation pair by pair.
 
 #include <attn/attn.h>
+#include <attn/ops/rotary_positions.h>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <cmath>
 #include <string>
@@ -183,6 +185,59 @@ std::vector<Config> configs() {
   return out;
 }
 
+TEST_P(Rotary, BothRoutesMatchTheFloat64FormulaInEveryDtype) {
+  // Without a gradient to record, the CPU takes the fused op (attn::ops::rotary_positions); with one,
+  // rotary_cos_sin and apply_rotary. Each against the float64 formula, for x as a head split from
+  // [B, T, H, D] (a strided view) and for x whose channels are not contiguous.
+  const RotaryEmbeddingOptions o = options_of(GetParam());
+  RotaryEmbedding rope(o);
+  torch::manual_seed(11);
+  const torch::Tensor x = torch::randn({2, 7, 3, 10}, torch::kDouble).transpose(1, 2);
+  const torch::Tensor positions = test_positions();
+  const torch::Tensor expected = reference_rotate(x.contiguous(), positions, o);
+  struct Case {
+    torch::Dtype dtype;
+    double tolerance;  // a few roundings in the dtype (cos, sin, the result) of values up to about 6
+  };
+  std::vector<Case> cases = {{torch::kDouble, 1e-12}, {torch::kFloat, 2e-6}, {torch::kBFloat16, 0.04}};
+  // float16 on the CPU from LibTorch 2 on; 1.x refuses it on both routes, as every attn function does there.
+  if (TORCH_VERSION_MAJOR >= 2) {
+    cases.push_back({torch::kHalf, 0.005});
+  } else {
+    for (bool records_grad : {false, true}) {
+      const torch::Tensor half = x.to(torch::kHalf).requires_grad_(records_grad);
+      EXPECT_THROW(
+          {
+            try {
+              rope->forward(half, positions);
+            } catch (const c10::Error& e) {
+              EXPECT_NE(std::string(e.what()).find("float16 on the CPU"), std::string::npos) << e.what();
+              throw;
+            }
+          },
+          c10::Error);
+    }
+  }
+  for (const Case& c : cases) {
+    for (bool records_grad : {false, true}) {
+      for (bool channels_strided : {false, true}) {
+        SCOPED_TRACE(std::string(c10::toString(c.dtype)) + (records_grad ? ", recording a gradient" : ", inference") +
+                     (channels_strided ? ", channels strided" : ""));
+        torch::Tensor input = x.to(c.dtype);
+        if (channels_strided) input = torch::stack({input, input}, -1).select(-1, 0);
+        if (channels_strided) ASSERT_NE(input.stride(-1), 1);
+        if (records_grad) input = input.detach().requires_grad_();
+        const torch::Tensor before = input.detach().clone();
+        const torch::Tensor y = rope->forward(input, positions);
+        EXPECT_EQ(y.scalar_type(), c.dtype);
+        EXPECT_EQ(y.requires_grad(), records_grad);
+        EXPECT_LE((y.detach().to(torch::kDouble) - expected).abs().max().item<double>(), c.tolerance);
+        EXPECT_TRUE(torch::equal(input.detach(), before)) << "x was modified";
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Scalings, Rotary, ::testing::ValuesIn(configs()),
                          [](const ::testing::TestParamInfo<Config>& info) { return info.param.name; });
 
@@ -207,6 +262,37 @@ TEST(RotaryProperties, SharedPositionsEqualRepeatedRows) {
   // Unbatched [H, T, D] with [T] positions, and bfloat16 stays bfloat16.
   EXPECT_TRUE(torch::equal(rope->forward(x[1], shared), rope->forward(x, shared)[1]));
   EXPECT_EQ(rope->forward(x.to(torch::kBFloat16), shared).scalar_type(), torch::kBFloat16);
+}
+
+TEST(RotaryPositionsOp, MatchesTheFloat64FormulaAndRefusesAGradient) {
+  // The op itself, unbatched [H, T, D] with [T] positions and a factor on cos and sin, both pairings.
+  RotaryEmbeddingOptions o = RotaryEmbeddingOptions(6).base(500.0);
+  const RotaryFrequencies f = rotary_frequencies(o);
+  torch::manual_seed(13);
+  const torch::Tensor x = torch::randn({3, 5, 8}, torch::kDouble);
+  const torch::Tensor positions = torch::arange(20, 25);
+  for (RotaryPairing pairing : {RotaryPairing::HalfSplit, RotaryPairing::Interleaved}) {
+    SCOPED_TRACE(to_string(pairing));
+    o.pairing(pairing);
+    const torch::Tensor expected = reference_rotate(x.unsqueeze(0), positions.unsqueeze(0), o).squeeze(0);
+    const torch::Tensor y = ops::rotary_positions(x.to(torch::kFloat), positions.to(torch::kInt), f.inv_freq, 1.0,
+                                                  pairing == RotaryPairing::Interleaved);
+    EXPECT_LE((y.to(torch::kDouble) - expected).abs().max().item<double>(), 2e-6);
+    // The factor scales cos and sin, so the rotated channels and only they.
+    const torch::Tensor scaled = ops::rotary_positions(x, positions, f.inv_freq, 0.5,
+                                                       pairing == RotaryPairing::Interleaved);
+    EXPECT_LE((scaled.narrow(-1, 0, 6) - expected.narrow(-1, 0, 6) * 0.5).abs().max().item<double>(), 1e-12);
+    EXPECT_TRUE(torch::equal(scaled.narrow(-1, 6, 2), x.narrow(-1, 6, 2)));
+  }
+  const torch::Tensor trained = x.clone().requires_grad_();
+  try {
+    ops::rotary_positions(trained, positions, f.inv_freq);
+    ADD_FAILURE() << "a gradient was asked of the inference op";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("attn::rotary_positions is an inference kernel"), std::string::npos) << e.what();
+  }
+  torch::NoGradGuard no_grad;
+  EXPECT_FALSE(ops::rotary_positions(trained, positions, f.inv_freq).requires_grad());
 }
 
 TEST(RotaryErrors, NameTheArgumentAndTheShapes) {

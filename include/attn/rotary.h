@@ -77,4 +77,13 @@ std::tuple<torch::Tensor, torch::Tensor> rotary_cos_sin(const RotaryFrequencies&
 torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                            RotaryPairing pairing = RotaryPairing::HalfSplit);
 
+/// Rotates x [B, H, T, head_dim] or [H, T, head_dim] at integer positions [T] (or [B, T], one row per batch
+/// row of a 4-D x) by `frequencies`, as rotary_cos_sin then apply_rotary would. On the CPU, where no gradient
+/// is recorded, in one pass of the fused op attn::ops::rotary_positions (<attn/ops/rotary_positions.h>),
+/// whose products are summed in float and rounded once; elsewhere through those two functions, and
+/// differentiable. x is not modified.
+torch::Tensor rotate_at_positions(const torch::Tensor& x, const torch::Tensor& positions,
+                                  const RotaryFrequencies& frequencies,
+                                  RotaryPairing pairing = RotaryPairing::HalfSplit);
+
 }  // namespace attn

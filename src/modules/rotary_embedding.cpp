@@ -5,6 +5,16 @@
 namespace attn {
 namespace {
 constexpr const char* kRotaryEmbedding = "attn::RotaryEmbedding";
+
+/// The frequencies for these positions: the module's own, except that transformers' dynamic NTK takes those
+/// of a sequence as long as the furthest position.
+RotaryFrequencies frequencies_for(const RotaryEmbeddingOptions& options, const torch::Tensor& inv_freq,
+                                  double attention_factor, const torch::Tensor& positions) {
+  if (options.scaling() == RotaryScaling::DynamicNTK && positions.numel() > 0) {
+    return rotary_frequencies(options, positions.max().item<int64_t>() + 1);
+  }
+  return {inv_freq, attention_factor};
+}
 }  // namespace
 
 RotaryEmbeddingImpl::RotaryEmbeddingImpl(const RotaryEmbeddingOptions& options_) : options(options_) { reset(); }
@@ -26,13 +36,7 @@ void RotaryEmbeddingImpl::pretty_print(std::ostream& stream) const {
 std::tuple<torch::Tensor, torch::Tensor> RotaryEmbeddingImpl::cos_sin(const torch::Tensor& positions,
                                                                       torch::Dtype dtype) const {
   TORCH_CHECK(positions.defined(), kRotaryEmbedding, ": positions is undefined");
-  RotaryFrequencies f{inv_freq, attention_factor};
-  if (options.scaling() == RotaryScaling::DynamicNTK && positions.numel() > 0) {
-    // transformers' dynamic NTK: the frequencies for a sequence as long as the furthest position.
-    const int64_t seq_len = positions.max().item<int64_t>() + 1;
-    f = rotary_frequencies(options, seq_len);
-  }
-  return rotary_cos_sin(f, positions, dtype);
+  return rotary_cos_sin(frequencies_for(options, inv_freq, attention_factor, positions), positions, dtype);
 }
 
 torch::Tensor RotaryEmbeddingImpl::forward(const torch::Tensor& x, const torch::Tensor& positions) const {
@@ -53,12 +57,8 @@ torch::Tensor RotaryEmbeddingImpl::forward(const torch::Tensor& x, const torch::
               " but x is on ", x.device());
   TORCH_CHECK(options.rotary_dim() <= x.size(-1), kRotaryEmbedding, ": rotary_dim = ", options.rotary_dim(),
               " is more than x's head_dim = ", x.size(-1), "; x is ", x.sizes());
-  auto [cos, sin] = cos_sin(positions, x.scalar_type());
-  if (positions.dim() == 2) {  // [B, T, r/2] -> [B, 1, T, r/2]: one angle per row, shared by the heads
-    cos = cos.unsqueeze(1);
-    sin = sin.unsqueeze(1);
-  }
-  return apply_rotary(x, cos, sin, options.pairing());
+  return rotate_at_positions(x, positions, frequencies_for(options, inv_freq, attention_factor, positions),
+                             options.pairing());
 }
 
 }  // namespace attn

@@ -1,9 +1,11 @@
-// The Autograd kernels of the inference ops, attn::decode_attention and attn::linear_rows: they compute no
-// gradient, so a call that would need one is refused (a silently detached result would train nothing), and any
-// other call goes on to the device's kernel. Registered for every autograd key, the meta device's included.
+// The Autograd kernels of the inference ops, attn::decode_attention, attn::linear_rows and
+// attn::rotary_positions: they compute no gradient, so a call that would need one is refused (a silently
+// detached result would train nothing), and any other call goes on to the device's kernel. Registered for
+// every autograd key, the meta device's included.
 
 #include <attn/ops/decode_attention.h>
 #include <attn/ops/linear_rows.h>
+#include <attn/ops/rotary_positions.h>
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/core/LegacyTypeDispatch.h>
@@ -51,11 +53,22 @@ at::Tensor linear_rows_autograd(const at::Tensor& input, const at::Tensor& weigh
   return linear_rows(input, weight, bias);
 }
 
+at::Tensor rotary_positions_autograd(const at::Tensor& x, const at::Tensor& positions, const at::Tensor& inv_freq,
+                                     double attention_factor, bool interleaved) {
+  const c10::optional<at::Tensor> xs = x, f = inv_freq;
+  TORCH_CHECK(!needs_grad({&xs, &f}), "attn::rotary_positions is an inference kernel and computes no gradient, "
+              "but an input requires one: call it under torch.no_grad() (C++: torch::NoGradGuard), or use "
+              "attn::rotary_cos_sin and attn::apply_rotary to train");
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return rotary_positions(x, positions, inv_freq, attention_factor, interleaved);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(attn, Autograd, m) {
   m.impl("decode_attention", TORCH_FN(decode_attention_autograd));
   m.impl("linear_rows", TORCH_FN(linear_rows_autograd));
+  m.impl("rotary_positions", TORCH_FN(rotary_positions_autograd));
 }
 
 }  // namespace attn::ops

@@ -1,0 +1,104 @@
+// The CPU implementation of the attn::rotary_positions op: a table of cos and sin per position row, then one
+// pass over x's rows. Elementwise work on a few thousand channels, so it is plain C++ compiled once (the
+// compiler vectorises the pair loops), not a kernel per instruction set.
+
+#include "ops/rotary_positions_contract.h"
+
+#include <attn/ops/rotary_positions.h>
+
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace attn::ops::cpu {
+namespace {
+
+/// Elements per task at least: a decoding step's few rows run on the calling thread.
+constexpr int64_t kRotaryTaskElements = int64_t{1} << 15;
+
+/// cos and sin of position · inv_freq times the factor, the angle in float64, rounded to T (as
+/// attn::rotary_cos_sin gives them) and held in Acc: `half` of each per position.
+template <typename T, typename Acc>
+void angle_table(const at::Tensor& positions, const at::Tensor& inv_freq, double factor, std::vector<Acc>& cos,
+                 std::vector<Acc>& sin) {
+  const at::Tensor p = positions.to(at::kLong).contiguous();
+  const at::Tensor f = inv_freq.to(at::kDouble).contiguous();
+  const int64_t rows = p.numel(), half = f.numel();
+  const int64_t* pos = p.data_ptr<int64_t>();
+  const double* freq = f.data_ptr<double>();
+  cos.resize(static_cast<size_t>(rows * half));
+  sin.resize(static_cast<size_t>(rows * half));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = static_cast<double>(pos[r]) * freq[i];
+      cos[r * half + i] = static_cast<Acc>(static_cast<T>(std::cos(angle) * factor));
+      sin[r * half + i] = static_cast<Acc>(static_cast<T>(std::sin(angle) * factor));
+    }
+  }
+}
+
+template <typename T>
+void rotate_rows(const at::Tensor& x, const at::Tensor& positions, const at::Tensor& inv_freq, double factor,
+                 bool interleaved, at::Tensor& out) {
+  using Acc = at::opmath_type<T>;
+  std::vector<Acc> cos, sin;
+  angle_table<T>(positions, inv_freq, factor, cos, sin);
+  const bool batched = x.dim() == 4;
+  const int64_t B = batched ? x.size(0) : 1, H = x.size(-3), Tn = x.size(-2), D = x.size(-1);
+  const int64_t half = inv_freq.numel();
+  const int64_t sb = batched ? x.stride(0) : 0, sh = x.stride(-3), st = x.stride(-2);
+  const bool per_batch_row = positions.dim() == 2;
+  const T* src = x.data_ptr<T>();
+  T* dst = out.data_ptr<T>();
+  const int64_t grain = std::max<int64_t>(1, kRotaryTaskElements / std::max<int64_t>(D, 1));
+  at::parallel_for(0, B * H * Tn, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t t = row % Tn, h = (row / Tn) % H, b = row / (Tn * H);
+      const T* in = src + b * sb + h * sh + t * st;
+      T* y = dst + row * D;
+      const int64_t angles = (per_batch_row ? b * Tn + t : t) * half;
+      const Acc* c = cos.data() + angles;
+      const Acc* s = sin.data() + angles;
+      if (interleaved) {
+        for (int64_t i = 0; i < half; ++i) {
+          const Acc a = static_cast<Acc>(in[2 * i]), o = static_cast<Acc>(in[2 * i + 1]);
+          y[2 * i] = static_cast<T>(a * c[i] - o * s[i]);
+          y[2 * i + 1] = static_cast<T>(o * c[i] + a * s[i]);
+        }
+      } else {
+        for (int64_t i = 0; i < half; ++i) {
+          const Acc a = static_cast<Acc>(in[i]), o = static_cast<Acc>(in[i + half]);
+          y[i] = static_cast<T>(a * c[i] - o * s[i]);
+          y[i + half] = static_cast<T>(o * c[i] + a * s[i]);
+        }
+      }
+      std::copy(in + 2 * half, in + D, y + 2 * half);
+    }
+  });
+}
+
+at::Tensor rotary_positions_cpu(const at::Tensor& x, const at::Tensor& positions, const at::Tensor& inv_freq,
+                                double attention_factor, bool interleaved) {
+  check_rotary_positions_args(x, positions, inv_freq, attention_factor);
+  // The rows are read through their strides (a head split from [B, T, H, D] is a view); the channels must be
+  // contiguous.
+  const at::Tensor source = x.stride(-1) == 1 ? x : x.contiguous();
+  at::Tensor out = at::empty(x.sizes(), x.options());
+  if (out.numel() == 0) return out;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "attn::rotary_positions", [&] {
+    rotate_rows<scalar_t>(source, positions, inv_freq, attention_factor, interleaved, out);
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(attn, CPU, m) { m.impl("rotary_positions", TORCH_FN(rotary_positions_cpu)); }
+
+}  // namespace attn::ops::cpu
