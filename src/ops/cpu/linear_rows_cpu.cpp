@@ -29,29 +29,41 @@ at::Tensor linear_rows_cpu(const at::Tensor& input, const at::Tensor& weight, co
   if (in == 0) return b.defined() ? b.expand(sizes).contiguous() : at::zeros(sizes, input.options());
 
   const at::Tensor x_native = input.reshape({count, in}).contiguous();
-  const at::Tensor x = x_native.to(at::kFloat);
   const at::Tensor w = weight.stride(1) == 1 ? weight : weight.contiguous();
-  const at::Tensor bias_float = b.defined() ? b.to(at::kFloat).contiguous() : at::Tensor();
-  at::Tensor y = at::empty({count, out}, input.options().dtype(at::kFloat));
+  const at::Tensor b_native = b.defined() ? b.contiguous() : at::Tensor();
+  // The kernel writes y in its own dtype, each sum rounded once. A decoding step's bfloat16 x and bias are a
+  // few thousand elements, widened here in plain loops: the step's ~200 products skip the tensor operations
+  // that converting x, y and the bias took (bench/RESULTS.md).
+  at::Tensor y = at::empty({count, out}, input.options());
   const auto fill = [&](auto& args) {
     args.rows = count, args.in = in, args.out = out;
-    args.x = x.data_ptr<float>();
     args.weight_stride = w.stride(0);
-    args.bias = bias_float.defined() ? bias_float.data_ptr<float>() : nullptr;
-    args.y = y.data_ptr<float>();
   };
   if (input.scalar_type() == at::kBFloat16) {
+    const c10::BFloat16* native = x_native.data_ptr<c10::BFloat16>();
+    const std::vector<float> x(native, native + count * in);
+    std::vector<float> bias_float;
+    if (b_native.defined()) {
+      const c10::BFloat16* p = b_native.data_ptr<c10::BFloat16>();
+      bias_float.assign(p, p + out);
+    }
     LinearRowsArgs<c10::BFloat16> args;
     fill(args);
+    args.bias = b_native.defined() ? bias_float.data() : nullptr;
+    args.x = x.data();
+    args.x_native = native;
     args.weight = w.data_ptr<c10::BFloat16>();
-    args.x_native = x_native.data_ptr<c10::BFloat16>();
+    args.y = y.data_ptr<c10::BFloat16>();
     args.pairs = linear_rows_take_pairs(weight.scalar_type());
     linear_rows(args);
-    return y.to(at::kBFloat16).view(sizes);
+    return y.view(sizes);
   }
   LinearRowsArgs<float> args;
   fill(args);
+  args.bias = b_native.defined() ? b_native.data_ptr<float>() : nullptr;
+  args.x = x_native.data_ptr<float>();
   args.weight = w.data_ptr<float>();
+  args.y = y.data_ptr<float>();
   linear_rows(args);
   return y.view(sizes);
 }

@@ -15,7 +15,7 @@ struct LinearRowsArgs {
   const W* weight = nullptr;    // row o at weight + o * weight_stride, its in elements contiguous
   int64_t weight_stride = 0;
   const float* bias = nullptr;  // [out]; nullptr: none
-  float* y = nullptr;           // [rows, out] contiguous
+  W* y = nullptr;               // [rows, out] contiguous, each sum rounded to W once
   bool pairs = false;           // bfloat16 weights multiplied as pairs (products/route.h, linear_rows_take_pairs)
 };
 

@@ -40,7 +40,7 @@ void dot_group(const LinearRowsArgs<W>& a, int64_t r0, int64_t o, float bias) {
   float s[R];
   weight_row_dots<R>(a.x + r0 * a.in, a.x_native ? a.x_native + r0 * a.in : nullptr, a.in,
                      a.weight + o * a.weight_stride, a.pairs, s);
-  for (int r = 0; r < R; ++r) a.y[(r0 + r) * a.out + o] = s[r] + bias;
+  for (int r = 0; r < R; ++r) a.y[(r0 + r) * a.out + o] = static_cast<W>(s[r] + bias);
 }
 
 template <typename W>
