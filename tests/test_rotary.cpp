@@ -284,6 +284,18 @@ TEST(RotaryPositionsOp, MatchesTheFloat64FormulaAndRefusesAGradient) {
     EXPECT_LE((scaled.narrow(-1, 0, 6) - expected.narrow(-1, 0, 6) * 0.5).abs().max().item<double>(), 1e-12);
     EXPECT_TRUE(torch::equal(scaled.narrow(-1, 6, 2), x.narrow(-1, 6, 2)));
   }
+  // A prompt's table, 2 x 300 positions x 3 frequencies, comes from ATen's vectorised cos and sin rather than
+  // the scalar loop of a decoding step's few positions.
+  o.pairing(RotaryPairing::HalfSplit);
+  const torch::Tensor long_x = torch::randn({2, 2, 300, 8}, torch::kDouble);
+  const torch::Tensor long_positions = torch::arange(1000, 1600).reshape({2, 300});
+  const torch::Tensor long_expected = reference_rotate(long_x, long_positions, o);
+  EXPECT_LE((ops::rotary_positions(long_x, long_positions, f.inv_freq) - long_expected).abs().max().item<double>(),
+            1e-12);
+  EXPECT_LE((ops::rotary_positions(long_x.to(torch::kFloat), long_positions, f.inv_freq).to(torch::kDouble) -
+             long_expected).abs().max().item<double>(),
+            2e-6);
+
   const torch::Tensor trained = x.clone().requires_grad_();
   try {
     ops::rotary_positions(trained, positions, f.inv_freq);
