@@ -4,6 +4,7 @@
 #include <attn/rotary.h>
 
 #include "common/checks.h"
+#include "ops/rotary_angles.h"
 
 #include <attn/ops/rotary_positions.h>
 
@@ -138,11 +139,7 @@ std::tuple<torch::Tensor, torch::Tensor> rotary_cos_sin(const RotaryFrequencies&
   TORCH_CHECK(positions.defined() && at::isIntegralType(positions.scalar_type(), /*includeBool=*/false), fn,
               ": positions must be an integer tensor, got ",
               positions.defined() ? c10::toString(positions.scalar_type()) : "an undefined tensor");
-  // float64 angles: position · frequency in float32 loses ~1e-3 rad by position 32k.
-  const at::Tensor angles =
-      positions.to(at::kDouble).unsqueeze(-1) * frequencies.inv_freq.to(positions.device()).to(at::kDouble);
-  return {(angles.cos() * frequencies.attention_factor).to(dtype),
-          (angles.sin() * frequencies.attention_factor).to(dtype)};
+  return ops::rotary_angle_table(positions, frequencies.inv_freq, frequencies.attention_factor, dtype);
 }
 
 torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,

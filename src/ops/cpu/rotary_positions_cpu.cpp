@@ -2,6 +2,7 @@
 // pass over x's rows. Elementwise work on a few thousand channels, so it is plain C++ compiled once (the
 // compiler vectorises the pair loops), not a kernel per instruction set.
 
+#include "ops/rotary_angles.h"
 #include "ops/rotary_positions_contract.h"
 
 #include <attn/ops/rotary_positions.h>
@@ -22,58 +23,14 @@ namespace {
 /// Elements per task at least: a decoding step's few rows run on the calling thread.
 constexpr int64_t kRotaryTaskElements = int64_t{1} << 15;
 
-/// Angles per table at least for ATen's vectorised cos and sin (a prompt's); fewer (a decoding step's) are
-/// computed here without the tensor operations' fixed cost.
-constexpr int64_t kVectorisedAngles = 1024;
-
-/// cos and sin of position · inv_freq times the factor, the angle in float64, rounded to T (as
-/// attn::rotary_cos_sin gives them) and held in Acc: [rows, half], row r for positions' element r.
-template <typename T, typename Acc>
-struct AngleTable {
-  std::vector<Acc> cos_values, sin_values;  // the scalar path's
-  at::Tensor cos_tensor, sin_tensor;        // the vectorised path's
-  const Acc* cos = nullptr;
-  const Acc* sin = nullptr;
-
-  AngleTable(const at::Tensor& positions, const at::Tensor& inv_freq, double factor) {
-    const at::Tensor p = positions.to(at::kLong).contiguous().view({-1});
-    const at::Tensor f = inv_freq.to(at::kDouble).contiguous();
-    const int64_t rows = p.numel(), half = f.numel();
-    if (rows * half >= kVectorisedAngles) {
-      const at::Tensor angles = p.to(at::kDouble).unsqueeze(-1) * f;
-      const auto rounded = [&](const at::Tensor& t) {
-        return (t * factor)
-            .to(c10::CppTypeToScalarType<T>::value)
-            .to(c10::CppTypeToScalarType<Acc>::value)
-            .contiguous();
-      };
-      cos_tensor = rounded(angles.cos());
-      sin_tensor = rounded(angles.sin());
-      cos = cos_tensor.data_ptr<Acc>();
-      sin = sin_tensor.data_ptr<Acc>();
-      return;
-    }
-    const int64_t* pos = p.data_ptr<int64_t>();
-    const double* freq = f.data_ptr<double>();
-    cos_values.resize(static_cast<size_t>(rows * half));
-    sin_values.resize(static_cast<size_t>(rows * half));
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t i = 0; i < half; ++i) {
-        const double angle = static_cast<double>(pos[r]) * freq[i];
-        cos_values[r * half + i] = static_cast<Acc>(static_cast<T>(std::cos(angle) * factor));
-        sin_values[r * half + i] = static_cast<Acc>(static_cast<T>(std::sin(angle) * factor));
-      }
-    }
-    cos = cos_values.data();
-    sin = sin_values.data();
-  }
-};
-
 template <typename T>
 void rotate_rows(const at::Tensor& x, const at::Tensor& positions, const at::Tensor& inv_freq, double factor,
                  bool interleaved, at::Tensor& out) {
   using Acc = at::opmath_type<T>;
-  const AngleTable<T, Acc> table(positions, inv_freq, factor);
+  // Rounded to T as the differentiable route's; widened to Acc in the loop.
+  const RotaryAngleRows<T> table(positions, inv_freq, factor);
+  const T* cos = table.cos();
+  const T* sin = table.sin();
   const bool batched = x.dim() == 4;
   const int64_t B = batched ? x.size(0) : 1, H = x.size(-3), Tn = x.size(-2), D = x.size(-1);
   const int64_t half = inv_freq.numel();
@@ -88,19 +45,19 @@ void rotate_rows(const at::Tensor& x, const at::Tensor& positions, const at::Ten
       const T* in = src + b * sb + h * sh + t * st;
       T* y = dst + row * D;
       const int64_t angles = (per_batch_row ? b * Tn + t : t) * half;
-      const Acc* c = table.cos + angles;
-      const Acc* s = table.sin + angles;
+      const T* c = cos + angles;
+      const T* s = sin + angles;
       if (interleaved) {
         for (int64_t i = 0; i < half; ++i) {
           const Acc a = static_cast<Acc>(in[2 * i]), o = static_cast<Acc>(in[2 * i + 1]);
-          y[2 * i] = static_cast<T>(a * c[i] - o * s[i]);
-          y[2 * i + 1] = static_cast<T>(o * c[i] + a * s[i]);
+          y[2 * i] = static_cast<T>(a * static_cast<Acc>(c[i]) - o * static_cast<Acc>(s[i]));
+          y[2 * i + 1] = static_cast<T>(o * static_cast<Acc>(c[i]) + a * static_cast<Acc>(s[i]));
         }
       } else {
         for (int64_t i = 0; i < half; ++i) {
           const Acc a = static_cast<Acc>(in[i]), o = static_cast<Acc>(in[i + half]);
-          y[i] = static_cast<T>(a * c[i] - o * s[i]);
-          y[i + half] = static_cast<T>(o * c[i] + a * s[i]);
+          y[i] = static_cast<T>(a * static_cast<Acc>(c[i]) - o * static_cast<Acc>(s[i]));
+          y[i + half] = static_cast<T>(o * static_cast<Acc>(c[i]) + a * static_cast<Acc>(s[i]));
         }
       }
       std::copy(in + 2 * half, in + D, y + 2 * half);
