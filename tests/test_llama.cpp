@@ -263,6 +263,42 @@ TEST(Llama, Int8CacheFollowsFloat32AsLongAsTheBfloat16CacheAndWithinTwiceItsLogi
   EXPECT_LE(bf16_int8_error, 2.0 * bf16_error);
 }
 
+// The norm's one-pass route (the CPU without a gradient to record) and its tensor route, against the formula in
+// float64 on the same rounded inputs. eps is large so that dropping it would fail; rows of a [2, 5, 576] batch,
+// one row (a decoding step's), and a view whose rows are not contiguous.
+TEST(RmsNorm, BothRoutesMatchTheFormulaInFloat64) {
+  torch::manual_seed(7);
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    RmsNorm norm(576, /*eps=*/0.25);
+    {
+      torch::NoGradGuard no_grad;
+      norm->weight.copy_(torch::randn({576}) * 0.5 + 1.0);
+    }
+    norm->to(dtype);
+    const torch::Tensor batch = (torch::randn({2, 5, 576}) * 0.7).to(dtype);
+    const torch::Tensor cases[] = {batch, batch.select(1, 3).unsqueeze(1), batch.transpose(0, 1)};
+    // float32: a few roundings of float; bfloat16: x · r and the product with the weight each rounded to 8 bits.
+    const double tolerance = dtype == torch::kFloat32 ? 2e-6 : 1.0 / 128;
+    for (const torch::Tensor& x : cases) {
+      const torch::Tensor x64 = x.to(torch::kFloat64), w64 = norm->weight.detach().to(torch::kFloat64);
+      const torch::Tensor expected = x64 * torch::rsqrt(x64.pow(2).mean(-1, true) + 0.25) * w64;
+      torch::Tensor one_pass;
+      {
+        torch::NoGradGuard no_grad;
+        one_pass = norm(x);
+      }
+      const torch::Tensor tensor_route = norm(x);  // the weight needs a gradient: the tensor operations
+      ASSERT_TRUE(tensor_route.requires_grad());
+      for (const torch::Tensor& got : {one_pass, tensor_route.detach()}) {
+        ASSERT_EQ(got.scalar_type(), dtype);
+        ASSERT_EQ(got.sizes(), x.sizes());
+        const double error = ((got.to(torch::kFloat64) - expected).abs() / (expected.abs() + 1e-3)).max().item<double>();
+        EXPECT_LE(error, tolerance) << c10::toString(dtype) << " x " << x.sizes();
+      }
+    }
+  }
+}
+
 TEST(Llama, MakeCacheHoldsTheModelsDtypeOrInt8) {
   EXPECT_EQ(smollm2()->make_cache(2, 8).keys(0).scalar_type(), torch::kFloat32);
   const KVCache int8 = smollm2()->make_cache(2, 8, torch::kInt8);

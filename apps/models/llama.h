@@ -26,7 +26,8 @@ struct LlamaConfig {
   static LlamaConfig from_file(const std::string& path);
 };
 
-/// x · rsqrt(mean(x²) + eps) · weight, in float32 whatever x's dtype (as transformers' LlamaRMSNorm).
+/// x · rsqrt(mean(x²) + eps) · weight, in float32 whatever x's dtype (as transformers' LlamaRMSNorm). On the CPU
+/// without a gradient to record (float32 or bfloat16, the weight in x's dtype), one pass per row.
 class RmsNormImpl : public torch::nn::Module {
  public:
   RmsNormImpl(int64_t dim, double eps);
