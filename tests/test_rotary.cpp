@@ -325,9 +325,9 @@ TEST(RotaryErrors, NameTheArgumentAndTheShapes) {
   const torch::Tensor x = torch::randn({2, 3, 5, 6});
   throws_with([&] { rope->forward(x, torch::arange(5)); }, "rotary_dim = 8 is more than x's head_dim = 6");
   const torch::Tensor x8 = torch::randn({2, 3, 5, 8});
-  throws_with([&] { rope->forward(x8, torch::arange(4)); }, "positions must have x's T = 5 entries per row");
+  throws_with([&] { rope->forward(x8, torch::arange(4)); }, "positions must be [T] = [5] for x");
   throws_with([&] { rope->forward(x8, torch::arange(5).to(torch::kFloat)); }, "positions must be an integer tensor");
-  throws_with([&] { rope->forward(x8, torch::zeros({3, 5}, torch::kLong)); }, "must have x's B = 2 rows");
+  throws_with([&] { rope->forward(x8, torch::zeros({3, 5}, torch::kLong)); }, "positions must be [B, T] = [2, 5] for x");
   throws_with([&] { rope->forward(torch::randn({5, 8}), torch::arange(5)); }, "x must be [B, H, T, head_dim]");
 }
 

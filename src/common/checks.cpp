@@ -9,6 +9,28 @@ void check_layer_index(const std::string& caller, int64_t layer, int64_t num_lay
               num_layers, " layers, got ", layer);
 }
 
+void check_rotary_positions(const char* fn, const at::Tensor& x, const at::Tensor& positions) {
+  TORCH_CHECK(x.defined() && (x.dim() == 3 || x.dim() == 4), fn,
+              ": x must be [B, H, T, head_dim] or unbatched [H, T, head_dim], got ",
+              x.defined() ? x.sym_sizes() : c10::SymIntArrayRef{});
+  TORCH_CHECK(positions.defined(), fn, ": positions is undefined");
+  TORCH_CHECK(positions.device() == x.device(), fn, ": positions is on ", positions.device(), " but x is on ",
+              x.device());
+  TORCH_CHECK(at::isIntegralType(positions.scalar_type(), /*includeBool=*/false), fn,
+              ": positions must be an integer tensor, got ", dtype_name(positions));
+  const c10::SymInt T = x.sym_size(-2);
+  TORCH_CHECK(positions.dim() == 1 || (positions.dim() == 2 && x.dim() == 4), fn, ": positions must be [T]",
+              x.dim() == 4 ? " or [B, T]" : "", " for x ", x.sym_sizes(), ", got ", positions.sym_sizes());
+  if (positions.dim() == 1) {
+    TORCH_CHECK(positions.sym_size(0) == T, fn, ": positions must be [T] = [", T, "] for x ", x.sym_sizes(),
+                ", got ", positions.sym_sizes());
+  } else {
+    TORCH_CHECK(positions.sym_size(0) == x.sym_size(0) && positions.sym_size(1) == T, fn,
+                ": positions must be [B, T] = [", x.sym_size(0), ", ", T, "] for x ", x.sym_sizes(), ", got ",
+                positions.sym_sizes());
+  }
+}
+
 void check_positive(const char* fn, const char* option, int64_t value) {
   TORCH_CHECK(value > 0, fn, ": ", option, " must be positive, got ", value);
 }

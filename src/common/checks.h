@@ -31,6 +31,10 @@ void check_floating(const char* fn, const char* arg, const at::Tensor& t);
 void check_same_device_dtype(const char* fn, const char* arg, const at::Tensor& t, const char* ref_arg,
                              const at::Tensor& ref);
 
+/// Rotary embeddings' x and positions, whichever function rotates: x [B, H, T, head_dim] or unbatched
+/// [H, T, head_dim]; positions on x's device, integers, [T] or (with a 4-D x) [B, T]. Sizes may be symbolic.
+void check_rotary_positions(const char* fn, const at::Tensor& x, const at::Tensor& positions);
+
 /// What a mask holds.
 enum class MaskKind {
   Bool,                  ///< true/false per pair or key

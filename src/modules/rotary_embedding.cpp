@@ -1,5 +1,7 @@
 #include <attn/modules/rotary_embedding.h>
 
+#include "common/checks.h"
+
 #include <ATen/ATen.h>
 
 namespace attn {
@@ -40,21 +42,7 @@ std::tuple<torch::Tensor, torch::Tensor> RotaryEmbeddingImpl::cos_sin(const torc
 }
 
 torch::Tensor RotaryEmbeddingImpl::forward(const torch::Tensor& x, const torch::Tensor& positions) const {
-  TORCH_CHECK(x.defined() && (x.dim() == 3 || x.dim() == 4), kRotaryEmbedding,
-              ": x must be [B, H, T, head_dim] or unbatched [H, T, head_dim], got ",
-              x.defined() ? x.sizes() : at::IntArrayRef{});
-  TORCH_CHECK(positions.defined() && (positions.dim() == 1 || (positions.dim() == 2 && x.dim() == 4)), kRotaryEmbedding,
-              ": positions must be [T]", x.dim() == 4 ? " or [B, T]" : "", " for x ", x.sizes(), ", got ",
-              positions.defined() ? positions.sizes() : at::IntArrayRef{});
-  const int64_t T = x.size(-2);
-  TORCH_CHECK(positions.size(-1) == T, kRotaryEmbedding, ": positions must have x's T = ", T,
-              " entries per row, got positions ", positions.sizes(), " for x ", x.sizes());
-  if (positions.dim() == 2) {
-    TORCH_CHECK(positions.size(0) == x.size(0), kRotaryEmbedding, ": positions [B, T] must have x's B = ", x.size(0),
-                " rows, got positions ", positions.sizes(), " for x ", x.sizes());
-  }
-  TORCH_CHECK(positions.device() == x.device(), kRotaryEmbedding, ": positions is on ", positions.device(),
-              " but x is on ", x.device());
+  common::check_rotary_positions(kRotaryEmbedding, x, positions);
   TORCH_CHECK(options.rotary_dim() <= x.size(-1), kRotaryEmbedding, ": rotary_dim = ", options.rotary_dim(),
               " is more than x's head_dim = ", x.size(-1), "; x is ", x.sizes());
   return rotate_at_positions(x, positions, frequencies_for(options, inv_freq, attention_factor, positions),
