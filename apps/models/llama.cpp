@@ -91,8 +91,8 @@ void rms_norm_rows(const T* x, const T* weight, T* y, int64_t rows, int64_t dim,
 }  // namespace
 
 torch::Tensor RmsNormImpl::forward(const torch::Tensor& x) {
-  // LibTorch has no fused RMSNorm on the CPU in either lane (2.x's rms_norm is the same tensor operations), and
-  // a decoding step's eight small tensor operations per norm, 61 norms for SmolLM2-135M, were 9 % of the step.
+  // LibTorch has no fused RMSNorm on the CPU in either lane (2.x's rms_norm is the same tensor operations); on a
+  // decoding step's one row, eight tensor operations cost far more than the arithmetic (bench/RESULTS.md).
   const bool records_grad = torch::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad());
   const auto dtype = x.scalar_type();
   if (x.is_cpu() && weight.is_cpu() && !records_grad && weight.scalar_type() == dtype && x.dim() >= 1 &&
