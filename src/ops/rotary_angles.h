@@ -1,9 +1,10 @@
 #pragma once
 // The one definition of rotary embeddings' angle table, shared by attn::rotary_cos_sin (the differentiable
-// route) and the CPU kernel of attn::rotary_positions (the fused route), so that both rotate by the same
-// rounded cos and sin. The rule: the angle position · frequency and its product with the attention factor in
-// float64 (position · frequency in float32 loses about 1e-3 rad by position 32k), only the result rounded to
-// the dtype. It has two forms here, one over tensors and one angle at a time, side by side.
+// route) and the CPU kernel of attn::rotary_positions (the fused route), so that both round cos and sin by
+// the same rule: the angle position · frequency and its product with the attention factor in float64
+// (position · frequency in float32 loses about 1e-3 rad by position 32k), only the result rounded to the
+// dtype. It has two forms here, one over tensors and one angle at a time, side by side; their float64 cos
+// and sin (ATen's vectorised, the C library's) may differ in the last bit before the rounding.
 
 #include <ATen/core/Tensor.h>
 
