@@ -136,9 +136,7 @@ std::tuple<torch::Tensor, torch::Tensor> rotary_cos_sin(const RotaryFrequencies&
   constexpr const char* fn = "attn::rotary_cos_sin";
   TORCH_CHECK(frequencies.inv_freq.defined() && frequencies.inv_freq.dim() == 1, fn,
               ": inv_freq must be a 1-D tensor [rotary_dim / 2] (from attn::rotary_frequencies)");
-  TORCH_CHECK(positions.defined() && at::isIntegralType(positions.scalar_type(), /*includeBool=*/false), fn,
-              ": positions must be an integer tensor, got ",
-              positions.defined() ? c10::toString(positions.scalar_type()) : "an undefined tensor");
+  common::check_integer(fn, "positions", positions);
   return ops::rotary_angle_table(positions, frequencies.inv_freq, frequencies.attention_factor, dtype);
 }
 

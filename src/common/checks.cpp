@@ -9,6 +9,11 @@ void check_layer_index(const std::string& caller, int64_t layer, int64_t num_lay
               num_layers, " layers, got ", layer);
 }
 
+void check_integer(const char* fn, const char* arg, const at::Tensor& t) {
+  TORCH_CHECK(t.defined() && at::isIntegralType(t.scalar_type(), /*includeBool=*/false), fn, ": ", arg,
+              " must be an integer tensor, got ", t.defined() ? dtype_name(t) : "an undefined tensor");
+}
+
 void check_rotary_positions(const char* fn, const at::Tensor& x, const at::Tensor& positions) {
   TORCH_CHECK(x.defined() && (x.dim() == 3 || x.dim() == 4), fn,
               ": x must be [B, H, T, head_dim] or unbatched [H, T, head_dim], got ",
@@ -16,8 +21,7 @@ void check_rotary_positions(const char* fn, const at::Tensor& x, const at::Tenso
   TORCH_CHECK(positions.defined(), fn, ": positions is undefined");
   TORCH_CHECK(positions.device() == x.device(), fn, ": positions is on ", positions.device(), " but x is on ",
               x.device());
-  TORCH_CHECK(at::isIntegralType(positions.scalar_type(), /*includeBool=*/false), fn,
-              ": positions must be an integer tensor, got ", dtype_name(positions));
+  check_integer(fn, "positions", positions);
   const c10::SymInt T = x.sym_size(-2);
   TORCH_CHECK(positions.dim() == 1 || (positions.dim() == 2 && x.dim() == 4), fn, ": positions must be [T]",
               x.dim() == 4 ? " or [B, T]" : "", " for x ", x.sym_sizes(), ", got ", positions.sym_sizes());

@@ -31,6 +31,9 @@ void check_floating(const char* fn, const char* arg, const at::Tensor& t);
 void check_same_device_dtype(const char* fn, const char* arg, const at::Tensor& t, const char* ref_arg,
                              const at::Tensor& ref);
 
+/// `t` is a defined integer tensor (not bool), e.g. positions.
+void check_integer(const char* fn, const char* arg, const at::Tensor& t);
+
 /// Rotary embeddings' x and positions, whichever function rotates: x [B, H, T, head_dim] or unbatched
 /// [H, T, head_dim]; positions on x's device, integers, [T] or (with a 4-D x) [B, T]. Sizes may be symbolic.
 void check_rotary_positions(const char* fn, const at::Tensor& x, const at::Tensor& positions);

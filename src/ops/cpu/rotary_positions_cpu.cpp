@@ -14,8 +14,6 @@
 #include <torch/library.h>
 
 #include <algorithm>
-#include <cmath>
-#include <vector>
 
 namespace attn::ops::cpu {
 namespace {
