@@ -109,6 +109,29 @@ torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight, co
   return backends::project_rows(input, weight, bias);
 }
 
+std::vector<torch::Tensor> linear_many(const torch::Tensor& input, const std::vector<torch::Tensor>& weights,
+                                       const std::vector<torch::Tensor>& biases) {
+  constexpr const char* fn = "attn::linear_many";
+  TORCH_CHECK(input.defined(), fn, ": input must be a defined tensor");
+  TORCH_CHECK(!weights.empty(), fn, ": weights must hold at least one weight");
+  TORCH_CHECK(biases.empty() || biases.size() == weights.size(), fn,
+              ": biases must be empty or hold one entry (a tensor, or an undefined one for none) per weight: ",
+              weights.size(), ", got ", biases.size());
+  for (size_t k = 0; k < weights.size(); ++k) {
+    const torch::Tensor& weight = weights[k];
+    const torch::Tensor bias = biases.empty() ? torch::Tensor() : biases[k];
+    TORCH_CHECK(weight.defined(), fn, ": weights[", k, "] must be a defined tensor");
+    TORCH_CHECK(weight.dim() == 2, fn, ": weights[", k, "] must be [out_features, in_features], got ", weight.sizes());
+    TORCH_CHECK(input.dim() >= 1 && input.size(-1) == weight.size(1), fn,
+                ": input must be [..., in_features] = [..., ", weight.size(1), "] to match weights[", k, "] ",
+                weight.sizes(), ", got ", input.sizes());
+    TORCH_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)), fn, ": biases[", k,
+                "] must be [out_features] = [", weight.size(0), "], got ", bias.sizes());
+  }
+  return backends::project_rows_many(input, weights,
+                                     biases.empty() ? std::vector<torch::Tensor>(weights.size()) : biases);
+}
+
 torch::Tensor alibi_slopes(int64_t num_heads) {
   return common::standard_alibi_slopes("attn::alibi_slopes", num_heads, torch::kCPU).to(torch::kFloat32);
 }

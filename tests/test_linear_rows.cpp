@@ -100,6 +100,50 @@ TEST_P(LinearRowsKernel, EmptyShapes) {
             torch::IntArrayRef({1, 0}));
 }
 
+// linear_rows_many: each weight's result is at::linear's in float64, whatever the weights' sizes and order,
+// with a bias on some and none on others. The widths make the threads' ranges cross from one weight into the
+// next (a range is at least 2^15 weight elements) and leave weights shorter than one range.
+TEST_P(LinearRowsKernel, ManyWeightsMatchFloat64EachAsAlone) {
+  torch::manual_seed(18);
+  for (int64_t in : {7, 64, 576}) {
+    const std::vector<int64_t> outs{576, 1, 192, 64, 192};
+    std::vector<torch::Tensor> w;
+    c10::List<c10::optional<torch::Tensor>> b;
+    for (size_t k = 0; k < outs.size(); ++k) {
+      w.push_back(torch::randn({outs[k], in}).to(dtype()));
+      b.push_back(k % 2 ? c10::optional<torch::Tensor>(torch::randn({outs[k]}).to(dtype())) : c10::nullopt);
+    }
+    for (int64_t rows : {1, 3, 16}) {
+      const torch::Tensor x = torch::randn({rows, 1, in}).to(dtype());
+      const std::vector<torch::Tensor> ys = ops::linear_rows_many(x, w, b);
+      ASSERT_EQ(ys.size(), outs.size());
+      const std::vector<torch::Tensor> unbiased = ops::linear_rows_many(x, w);
+      for (size_t k = 0; k < outs.size(); ++k) {
+        const std::string what = "in " + std::to_string(in) + ", rows " + std::to_string(rows) + ", weights[" +
+                                 std::to_string(k) + "]";
+        const torch::Tensor bias = b.get(k) ? *b.get(k) : torch::Tensor();
+        expect_matches_float64(ys[k], x, w[k], bias, what);
+        expect_matches_float64(unbiased[k], x, w[k], {}, what + ", no biases");
+      }
+    }
+  }
+}
+
+TEST_P(LinearRowsKernel, ManyWeightsReadStridedAndEmptyWeights) {
+  torch::manual_seed(19);
+  const torch::Tensor wide = torch::randn({64, 50}).to(dtype());
+  const torch::Tensor slice = wide.narrow(1, 5, 37), transposed = torch::randn({37, 20}).to(dtype()).t();
+  const torch::Tensor empty = torch::randn({0, 37}).to(dtype());
+  const torch::Tensor wide_before = wide.clone();
+  const torch::Tensor x = torch::randn({2, 37}).to(dtype());
+  const std::vector<torch::Tensor> ys = ops::linear_rows_many(x, {slice, empty, transposed});
+  ASSERT_EQ(ys.size(), 3u);
+  expect_matches_float64(ys[0], x, slice, {}, "rows of a wider matrix");
+  EXPECT_EQ(ys[1].sizes(), torch::IntArrayRef({2, 0}));
+  expect_matches_float64(ys[2], x, transposed, {}, "a transposed matrix");
+  EXPECT_TRUE(torch::equal(wide, wide_before));
+}
+
 /// Every variant × the op's two dtypes, and bfloat16 on AVX512-BF16's pair products.
 std::vector<KernelParam> linear_grid() {
   std::vector<KernelParam> grid;
@@ -125,6 +169,30 @@ TEST(LinearRowsErrors, NameTheArgumentAndShapes) {
   EXPECT_ERROR_CONTAINS(ops::linear_rows(torch::randn({1, 4}), w.to(torch::kBFloat16)),
                         "weight must have input's dtype");
   EXPECT_ERROR_CONTAINS(ops::linear_rows(torch::randn({1, 4}), torch::Tensor()), "must be defined");
+}
+
+TEST(LinearRowsErrors, ManyNameTheWeightAndItsShape) {
+  const torch::Tensor x = torch::randn({1, 4});
+  const torch::Tensor w = torch::randn({3, 4});
+  const auto none = [](size_t n) {
+    c10::List<c10::optional<torch::Tensor>> b;
+    for (size_t i = 0; i < n; ++i) b.push_back(c10::nullopt);
+    return b;
+  };
+  EXPECT_ERROR_CONTAINS(ops::linear_rows_many(x, {}), "attn::linear_rows_many: weights must hold at least one weight");
+  EXPECT_ERROR_CONTAINS(ops::linear_rows_many(x, {w, torch::randn({2, 5})}),
+                        "attn::linear_rows_many: input must be [..., in_features] = [..., 5] to match weights[1] [2, 5]");
+  EXPECT_ERROR_CONTAINS(ops::linear_rows_many(x, {w, w}, none(1)),
+                        "biases must be empty or hold one entry (a tensor or None) per weight: 2, got 1");
+  c10::List<c10::optional<torch::Tensor>> wrong = none(2);
+  wrong.set(1, torch::randn({4}));
+  EXPECT_ERROR_CONTAINS(ops::linear_rows_many(x, {w, w}, wrong), "biases[1] must be [out_features] = [3], got [4]");
+  EXPECT_ERROR_CONTAINS(ops::linear_rows_many(x, {w, w.to(torch::kBFloat16)}), "weights[1] must have input's dtype");
+  EXPECT_ERROR_CONTAINS(ops::linear_rows_many(torch::randn({17, 4}), {w}), "at most 16 rows");
+  EXPECT_ERROR_CONTAINS(ops::linear_rows_many(x, {w, torch::Tensor()}), "weights[1] must be a defined tensor");
+  // Refused when a gradient would be needed, like linear_rows.
+  EXPECT_ERROR_CONTAINS(ops::linear_rows_many(x, {w, torch::randn({2, 4}).requires_grad_()}),
+                        "attn::linear_rows_many is an inference kernel and computes no gradient");
 }
 
 // attn::linear: the front door chooses linear_rows for a few rows without gradients, and at::linear otherwise;
@@ -225,7 +293,45 @@ TEST(Linear, Bfloat16RouteFollowsTheCpusAvx512) {
   EXPECT_EQ(info.summary.find("widened to float GEMM") != std::string::npos, !*avx512) << info.summary;
 }
 
+// attn::linear_many: each result is at::linear's in float64 on every route, the kernel's one pass (a
+// few rows, no gradient), separate products (more rows) and with gradients recorded, which must reach every
+// weight.
+TEST(Linear, ManyMatchesFloat64OnEveryRoute) {
+  torch::manual_seed(20);
+  const torch::Tensor gate = torch::randn({40, 24}), up = torch::randn({30, 24}), b = torch::randn({30});
+  for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16}) {
+    for (int64_t rows : {1, 4, 17}) {
+      const torch::Tensor x = torch::randn({rows, 24}).to(dtype);
+      const std::vector<torch::Tensor> ys = attn::linear_many(x, {gate.to(dtype), up.to(dtype)}, {torch::Tensor(), b.to(dtype)});
+      ASSERT_EQ(ys.size(), 2u);
+      const torch::Tensor x64 = x.to(torch::kFloat64);
+      const double rtol = dtype == torch::kBFloat16 ? 1.0 / 128 : 1e-5, atol = dtype == torch::kBFloat16 ? 1e-2 : 1e-4;
+      EXPECT_TRUE(torch::allclose(ys[0].to(torch::kFloat64), at::linear(x64, gate.to(dtype).to(torch::kFloat64)), rtol, atol))
+          << rows << " rows, gate";
+      EXPECT_TRUE(torch::allclose(ys[1].to(torch::kFloat64),
+                                  at::linear(x64, up.to(dtype).to(torch::kFloat64), b.to(dtype).to(torch::kFloat64)),
+                                  rtol, atol))
+          << rows << " rows, up with its bias";
+    }
+  }
+  const torch::Tensor w0 = gate.clone().requires_grad_(), w1 = up.clone().requires_grad_();
+  const torch::Tensor x = torch::randn({1, 24});
+  const std::vector<torch::Tensor> ys = attn::linear_many(x, {w0, w1});
+  (ys[0].sum() + 2 * ys[1].sum()).backward();
+  const torch::Tensor x64 = x.to(torch::kFloat64);
+  EXPECT_TRUE(torch::allclose(w0.grad().to(torch::kFloat64), x64.expand({40, 24}), 1e-6, 1e-6));
+  EXPECT_TRUE(torch::allclose(w1.grad().to(torch::kFloat64), 2 * x64.expand({30, 24}), 1e-6, 1e-6));
+}
+
 TEST(Linear, FrontDoorErrors) {
+  EXPECT_ERROR_CONTAINS(attn::linear_many(torch::randn({1, 4}), {}),
+                        "attn::linear_many: weights must hold at least one weight");
+  EXPECT_ERROR_CONTAINS(attn::linear_many(torch::randn({1, 4}), {torch::randn({3, 4}), torch::randn({2, 5})}),
+                        "attn::linear_many: input must be [..., in_features] = [..., 5] to match weights[1] [2, 5]");
+  EXPECT_ERROR_CONTAINS(attn::linear_many(torch::randn({1, 4}), {torch::randn({3, 4})}, {torch::randn({3}), torch::randn({3})}),
+                        "attn::linear_many: biases must be empty or hold one entry");
+  EXPECT_ERROR_CONTAINS(attn::linear_many(torch::randn({1, 4}), {torch::randn({3, 4})}, {torch::randn({2})}),
+                        "attn::linear_many: biases[0] must be [out_features] = [3], got [2]");
   EXPECT_ERROR_CONTAINS(attn::linear(torch::randn({1, 5}), torch::randn({3, 4})),
                         "attn::linear: input must be [..., in_features] = [..., 4]");
   EXPECT_ERROR_CONTAINS(attn::linear(torch::randn({1, 4}), torch::randn({3, 4}), torch::randn({2})),

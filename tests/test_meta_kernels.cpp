@@ -134,6 +134,22 @@ TEST(MetaKernels, LinearRowsMatchesTheCpuKernelsLayoutAndRefusals) {
                         "attn::linear_rows: input must hold at most 16 rows (the leading dimensions' product), got 17");
   EXPECT_ERROR_CONTAINS(ops::linear_rows(torch::randn({2, 12}, torch::kMeta), w, torch::randn({4}, torch::kMeta)),
                         "attn::linear_rows: bias must be [out_features] = [5], got [4]");
+  // linear_rows_many: one result per weight, each as linear_rows would lay it out.
+  {
+    const torch::Tensor x = torch::randn({2, 3, 12}), w1 = torch::randn({5, 12}), w2 = torch::randn({7, 12});
+    c10::List<c10::optional<torch::Tensor>> biases;
+    biases.push_back(c10::nullopt);
+    biases.push_back(torch::randn({7}));
+    c10::List<c10::optional<torch::Tensor>> meta_biases;
+    meta_biases.push_back(c10::nullopt);
+    meta_biases.push_back(meta(*biases.get(1)));
+    const std::vector<torch::Tensor> on_meta = ops::linear_rows_many(meta(x), {meta(w1), meta(w2)}, meta_biases);
+    const std::vector<torch::Tensor> on_cpu = ops::linear_rows_many(x, {w1, w2}, biases);
+    ASSERT_EQ(on_meta.size(), 2u);
+    for (size_t k = 0; k < 2; ++k) expect_same_layout(on_meta[k], on_cpu[k], "linear_rows_many");
+    EXPECT_ERROR_CONTAINS(ops::linear_rows_many(meta(x), {w, torch::randn({7, 11}, torch::kMeta)}),
+                          "attn::linear_rows_many: input must be [..., in_features] = [..., 11] to match weights[1]");
+  }
 }
 
 TEST(MetaKernels, RotaryPositionsMatchesTheCpuKernelsLayoutAndRefusals) {

@@ -133,17 +133,19 @@ LlamaBlockImpl::LlamaBlockImpl(const LlamaConfig& c) {
 torch::Tensor LlamaBlockImpl::forward(const torch::Tensor& x, KVCache& cache, int64_t layer,
                                       const std::vector<int64_t>& new_lengths) {
   const torch::Tensor h = x + self_attn->forward_with_cache(input_norm(x), cache, layer, new_lengths);
-  const torch::Tensor n = post_attention_norm(h);
-  const torch::Tensor gated = torch::silu(attn::linear(n, gate_proj->weight)) * attn::linear(n, up_proj->weight);
-  return h + attn::linear(gated, down_proj->weight);
+  return h + mlp(post_attention_norm(h));
 }
 
 torch::Tensor LlamaBlockImpl::forward_tree(const torch::Tensor& x, KVCache& cache, int64_t layer,
                                            const TokenTree& tree) {
   const torch::Tensor h = x + self_attn->forward_with_tree(input_norm(x), cache, layer, tree);
-  const torch::Tensor n = post_attention_norm(h);
-  const torch::Tensor gated = torch::silu(attn::linear(n, gate_proj->weight)) * attn::linear(n, up_proj->weight);
-  return h + attn::linear(gated, down_proj->weight);
+  return h + mlp(post_attention_norm(h));
+}
+
+torch::Tensor LlamaBlockImpl::mlp(const torch::Tensor& n) {
+  // gate and up share their input: one pass over both weights on a decoding step (attn::linear_many).
+  const std::vector<torch::Tensor> gate_up = attn::linear_many(n, {gate_proj->weight, up_proj->weight});
+  return attn::linear(torch::silu(gate_up[0]) * gate_up[1], down_proj->weight);
 }
 
 LlamaImpl::LlamaImpl(const LlamaConfig& c) : config(c) {

@@ -44,6 +44,8 @@ class LlamaBlockImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, KVCache& cache, int64_t layer, const std::vector<int64_t>& new_lengths);
   /// forward() over a TokenTree's candidates (MultiHeadAttentionImpl::forward_with_tree).
   torch::Tensor forward_tree(const torch::Tensor& x, KVCache& cache, int64_t layer, const TokenTree& tree);
+  /// down(silu(gate(n)) · up(n)) of the normed n.
+  torch::Tensor mlp(const torch::Tensor& n);
   RmsNorm input_norm{nullptr}, post_attention_norm{nullptr};
   MultiHeadAttention self_attn{nullptr};
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};

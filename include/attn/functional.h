@@ -96,6 +96,13 @@ torch::Tensor varlen_attention(const torch::Tensor& query, const torch::Tensor& 
 /// route. Use it for a model's other layers (MLP, LM head).
 torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias = {});
 
+/// linear(input, weights[k], biases[k]) for each weight (biases empty: none; an undefined entry: none for that
+/// weight): the products that share an input, such as an MLP's gate and up projections. Where each of them
+/// would take attn::ops::linear_rows, they run as one attn::ops::linear_rows_many, one pass over all the
+/// weights, which on a decoding step's short weights is faster than a pass each (bench/RESULTS.md).
+std::vector<torch::Tensor> linear_many(const torch::Tensor& input, const std::vector<torch::Tensor>& weights,
+                                       const std::vector<torch::Tensor>& biases = {});
+
 /// The standard ALiBi slopes for `num_heads` heads (Press et al.; BLOOM's build_alibi_tensor and MPT use the
 /// same): 2^(-8i/n) for i = 1..n with n the power of two <= num_heads, then the odd multiples of the next
 /// power of two's slopes for the remaining heads. [num_heads] float32 on the CPU.

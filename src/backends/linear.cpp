@@ -76,4 +76,19 @@ torch::Tensor project_rows(const torch::Tensor& x, const torch::Tensor& weight, 
   return y.view(sizes);
 }
 
+std::vector<torch::Tensor> project_rows_many(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
+                                             const std::vector<torch::Tensor>& biases) {
+  TORCH_INTERNAL_ASSERT(weights.size() == biases.size(), "project_rows_many: a bias (or none) per weight");
+  bool together = weights.size() > 1;
+  for (size_t k = 0; together && k < weights.size(); ++k) together = takes_linear_rows(x, weights[k], biases[k]);
+  if (together) {
+    c10::List<c10::optional<torch::Tensor>> b;
+    for (const torch::Tensor& bias : biases) b.push_back(bias.defined() ? c10::optional<torch::Tensor>(bias) : c10::nullopt);
+    return ops::linear_rows_many(x, weights, b);
+  }
+  std::vector<torch::Tensor> outs;
+  for (size_t k = 0; k < weights.size(); ++k) outs.push_back(project_rows(x, weights[k], biases[k]));
+  return outs;
+}
+
 }  // namespace attn::backends

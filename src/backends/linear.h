@@ -9,6 +9,8 @@
 
 #include <torch/types.h>
 
+#include <vector>
+
 namespace attn::backends {
 
 /// Whether project_rows runs attn::linear_rows: x holds one row, or at most 4 rows of 4096 elements in all, or
@@ -20,5 +22,10 @@ bool takes_linear_rows(const torch::Tensor& x, const torch::Tensor& weight, cons
 /// LibTorch has no bfloat16 GEMM, through at::linear on the inputs widened to float, rounded back once (with
 /// gradients); else through a matrix-vector product for a single row on the CPU; else at::linear.
 torch::Tensor project_rows(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
+
+/// project_rows(x, weights[k], biases[k]) for each k (biases: one per weight, undefined for none), where every
+/// product takes attn::linear_rows in one call of attn::linear_rows_many: one pass over all the weights.
+std::vector<torch::Tensor> project_rows_many(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
+                                             const std::vector<torch::Tensor>& biases);
 
 }  // namespace attn::backends

@@ -21,6 +21,7 @@ TORCH_LIBRARY(attn, m) {
       "float softcap=0.0, Tensor? alibi_slopes=None, Tensor? sinks=None, Tensor? key_scales=None, "
       "Tensor? value_scales=None, Tensor? block_table=None, Tensor? tree_mask=None) -> Tensor");
   m.def("linear_rows(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor");
+  m.def("linear_rows_many(Tensor input, Tensor[] weights, Tensor?[] biases) -> Tensor[]");
   m.def("rotary_positions(Tensor x, Tensor positions, Tensor inv_freq, float attention_factor=1.0, "
         "bool interleaved=False) -> Tensor");
 }

@@ -123,6 +123,12 @@ Heads project(const ModuleLayout& layout, const CallShape& shape, const torch::T
             split_heads(qkv.narrow(-1, q_width, k_width), kv_heads),
             split_heads(qkv.narrow(-1, q_width + k_width, v_width), kv_heads)};
   }
+  if (query.is_same(key) && key.is_same(value)) {
+    // Fewer rows (a decoding step's): one pass over the three weights where the few-row kernel takes them.
+    const std::vector<torch::Tensor> qkv = backends::project_rows_many(
+        as_batch(query), {p.q.weight, p.k.weight, p.v.weight}, {p.q.bias, p.k.bias, p.v.bias});
+    return {split_heads(qkv[0], heads), split_heads(qkv[1], kv_heads), split_heads(qkv[2], kv_heads)};
+  }
   return {split_heads(backends::project_rows(as_batch(query), p.q.weight, p.q.bias), heads),
           split_heads(backends::project_rows(as_batch(key), p.k.weight, p.k.bias), kv_heads),
           split_heads(backends::project_rows(as_batch(value), p.v.weight, p.v.bias), kv_heads)};

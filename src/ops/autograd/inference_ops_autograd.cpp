@@ -1,4 +1,4 @@
-// The Autograd kernels of the inference ops, attn::decode_attention, attn::linear_rows and
+// The Autograd kernels of the inference ops, attn::decode_attention, attn::linear_rows (and _many) and
 // attn::rotary_positions: they compute no gradient, so a call that would need one is refused (a silently
 // detached result would train nothing), and any other call goes on to the device's kernel. Registered for
 // every autograd key, the meta device's included.
@@ -53,6 +53,26 @@ at::Tensor linear_rows_autograd(const at::Tensor& input, const at::Tensor& weigh
   return linear_rows(input, weight, bias);
 }
 
+std::vector<at::Tensor> linear_rows_many_autograd(const at::Tensor& input, at::TensorList weights,
+                                                  const c10::List<c10::optional<at::Tensor>>& biases) {
+  bool grad = false;
+  const c10::optional<at::Tensor> x = input;
+  grad |= needs_grad({&x});
+  for (const at::Tensor& w : weights) {
+    const c10::optional<at::Tensor> wk = w;
+    grad |= needs_grad({&wk});
+  }
+  for (size_t k = 0; k < biases.size(); ++k) {
+    const c10::optional<at::Tensor> b = biases.get(k);
+    grad |= needs_grad({&b});
+  }
+  TORCH_CHECK(!grad, "attn::linear_rows_many is an inference kernel and computes no gradient, but an input requires "
+              "one: call it under torch.no_grad() (C++: torch::NoGradGuard), or use torch.nn.functional.linear to "
+              "train");
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return linear_rows_many(input, weights, biases);
+}
+
 at::Tensor rotary_positions_autograd(const at::Tensor& x, const at::Tensor& positions, const at::Tensor& inv_freq,
                                      double attention_factor, bool interleaved) {
   const c10::optional<at::Tensor> xs = x, f = inv_freq;
@@ -68,6 +88,7 @@ at::Tensor rotary_positions_autograd(const at::Tensor& x, const at::Tensor& posi
 TORCH_LIBRARY_IMPL(attn, Autograd, m) {
   m.impl("decode_attention", TORCH_FN(decode_attention_autograd));
   m.impl("linear_rows", TORCH_FN(linear_rows_autograd));
+  m.impl("linear_rows_many", TORCH_FN(linear_rows_many_autograd));
   m.impl("rotary_positions", TORCH_FN(rotary_positions_autograd));
 }
 

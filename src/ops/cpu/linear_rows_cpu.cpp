@@ -1,5 +1,5 @@
-// The CPU implementation of the attn::linear_rows op: checks the arguments and calls the few-row linear
-// kernel of this CPU's instruction set on the weight in place.
+// The CPU implementation of the attn::linear_rows and attn::linear_rows_many ops: checks the arguments and calls
+// the few-row linear kernel of this CPU's instruction set on the weights in place.
 
 #include "ops/linear_rows_contract.h"
 #include "ops/cpu/kernels.h"
@@ -16,60 +16,109 @@
 namespace attn::ops::cpu {
 namespace {
 
-at::Tensor linear_rows_cpu(const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& bias) {
-  const at::Tensor b = bias && bias->defined() ? *bias : at::Tensor();
-  std::vector<int64_t> sizes;  // [..., out]
-  for (const c10::SymInt& size : check_linear_rows_args(input, weight, b)) {
-    sizes.push_back(size.guard_int(__FILE__, __LINE__));
+std::vector<int64_t> concrete(const std::vector<c10::SymInt>& shape) {
+  std::vector<int64_t> sizes;
+  for (const c10::SymInt& size : shape) sizes.push_back(size.guard_int(__FILE__, __LINE__));
+  return sizes;
+}
+
+/// input times each of weights[k] plus biases[k] (undefined: none), checked, into tensors of shapes[k].
+std::vector<at::Tensor> multiply(const at::Tensor& input, at::TensorList weights, const std::vector<at::Tensor>& biases,
+                                 const std::vector<std::vector<int64_t>>& shapes) {
+  const int64_t in = input.size(-1);
+  const int64_t count = c10::multiply_integers(shapes[0].begin(), shapes[0].end() - 1);
+  std::vector<at::Tensor> outs;
+  // What the kernel reads: each weight with rows contiguous, and each output and bias in its dtype, contiguous.
+  std::vector<at::Tensor> kept;
+  std::vector<size_t> taken;  // the weights the kernel multiplies
+  for (size_t k = 0; k < weights.size(); ++k) {
+    const int64_t out = weights[k].size(0);
+    if (count == 0 || out == 0) {
+      outs.push_back(at::empty(shapes[k], input.options()));
+    } else if (in == 0) {  // no products to sum (and the weight may hold no storage to point into)
+      outs.push_back(biases[k].defined() ? biases[k].expand(shapes[k]).contiguous()
+                                         : at::zeros(shapes[k], input.options()));
+    } else {
+      outs.push_back(at::empty({count, out}, input.options()));
+      taken.push_back(k);
+    }
   }
-  const int64_t out = weight.size(0), in = weight.size(1);
-  const int64_t count = c10::multiply_integers(sizes.begin(), sizes.end() - 1);
-  if (count == 0 || out == 0) return at::empty(sizes, input.options());
-  // No products to sum (and the weight may hold no storage to point into).
-  if (in == 0) return b.defined() ? b.expand(sizes).contiguous() : at::zeros(sizes, input.options());
+  if (taken.empty()) return outs;
 
   const at::Tensor x_native = input.reshape({count, in}).contiguous();
-  const at::Tensor w = weight.stride(1) == 1 ? weight : weight.contiguous();
-  const at::Tensor b_native = b.defined() ? b.contiguous() : at::Tensor();
-  // The kernel writes y in its own dtype, each sum rounded once. A decoding step's bfloat16 x and bias are a
-  // few thousand elements, widened here in plain loops: the step's ~200 products skip the tensor operations
-  // that converting x, y and the bias took (bench/RESULTS.md).
-  at::Tensor y = at::empty({count, out}, input.options());
-  const auto fill = [&](auto& args) {
-    args.rows = count, args.in = in, args.out = out;
-    args.weight_stride = w.stride(0);
+  const auto describe = [&](auto& args, auto element) {
+    using W = decltype(element);
+    args.rows = count, args.in = in;
+    for (size_t k : taken) {
+      const at::Tensor w = weights[k].stride(1) == 1 ? weights[k] : weights[k].contiguous();
+      kept.push_back(w);
+      LinearRowsWeight<W> part;
+      part.weight = w.data_ptr<W>();
+      part.weight_stride = w.stride(0);
+      part.out = w.size(0);
+      part.y = outs[k].data_ptr<W>();
+      args.weights.push_back(part);
+    }
   };
   if (input.scalar_type() == at::kBFloat16) {
+    // The kernel writes y in its own dtype, each sum rounded once. A decoding step's bfloat16 x and biases are a
+    // few thousand elements, widened here in plain loops: the step's ~200 products skip the tensor operations
+    // that converting x, y and the bias took (bench/RESULTS.md).
     const c10::BFloat16* native = x_native.data_ptr<c10::BFloat16>();
     const std::vector<float> x(native, native + count * in);
-    std::vector<float> bias_float;
-    if (b_native.defined()) {
-      const c10::BFloat16* p = b_native.data_ptr<c10::BFloat16>();
-      bias_float.assign(p, p + out);
-    }
+    std::vector<std::vector<float>> biases_float(taken.size());
     LinearRowsArgs<c10::BFloat16> args;
-    fill(args);
-    args.bias = b_native.defined() ? bias_float.data() : nullptr;
+    describe(args, c10::BFloat16());
+    for (size_t i = 0; i < taken.size(); ++i) {
+      const at::Tensor& b = biases[taken[i]];
+      if (!b.defined()) continue;
+      const at::Tensor b_native = b.contiguous();
+      const c10::BFloat16* p = b_native.data_ptr<c10::BFloat16>();
+      biases_float[i].assign(p, p + b_native.numel());
+      args.weights[i].bias = biases_float[i].data();
+    }
     args.x = x.data();
     args.x_native = native;
-    args.weight = w.data_ptr<c10::BFloat16>();
-    args.y = y.data_ptr<c10::BFloat16>();
-    args.pairs = linear_rows_take_pairs(weight.scalar_type());
+    args.pairs = linear_rows_take_pairs(input.scalar_type());
     linear_rows(args);
-    return y.view(sizes);
+  } else {
+    LinearRowsArgs<float> args;
+    describe(args, float());
+    for (size_t i = 0; i < taken.size(); ++i) {
+      const at::Tensor& b = biases[taken[i]];
+      if (!b.defined()) continue;
+      kept.push_back(b.contiguous());
+      args.weights[i].bias = kept.back().data_ptr<float>();
+    }
+    args.x = x_native.data_ptr<float>();
+    linear_rows(args);
   }
-  LinearRowsArgs<float> args;
-  fill(args);
-  args.bias = b_native.defined() ? b_native.data_ptr<float>() : nullptr;
-  args.x = x_native.data_ptr<float>();
-  args.weight = w.data_ptr<float>();
-  args.y = y.data_ptr<float>();
-  linear_rows(args);
-  return y.view(sizes);
+  for (size_t k : taken) outs[k] = outs[k].view(shapes[k]);
+  return outs;
+}
+
+at::Tensor linear_rows_cpu(const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& bias) {
+  const at::Tensor b = bias && bias->defined() ? *bias : at::Tensor();
+  const std::vector<int64_t> shape = concrete(check_linear_rows_args(input, weight, b));
+  return multiply(input, {weight}, {b}, {shape})[0];
+}
+
+std::vector<at::Tensor> linear_rows_many_cpu(const at::Tensor& input, at::TensorList weights,
+                                             const c10::List<c10::optional<at::Tensor>>& biases) {
+  std::vector<std::vector<int64_t>> shapes;
+  for (const std::vector<c10::SymInt>& shape : check_linear_rows_many_args(input, weights, biases)) {
+    shapes.push_back(concrete(shape));
+  }
+  std::vector<at::Tensor> b;
+  for (size_t k = 0; k < weights.size(); ++k) b.push_back(bias_at(biases, k));
+  return multiply(input, weights, b, shapes);
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(attn, CPU, m) { m.impl("linear_rows", TORCH_FN(linear_rows_cpu)); }
+TORCH_LIBRARY_IMPL(attn, CPU, m) {
+  m.impl("linear_rows", TORCH_FN(linear_rows_cpu));
+  m.impl("linear_rows_many", TORCH_FN(linear_rows_many_cpu));
+}
 
 }  // namespace attn::ops::cpu

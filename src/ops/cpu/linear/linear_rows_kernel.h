@@ -5,8 +5,9 @@
 // rate at which the weights stream from memory. Each task walks a contiguous range of weight rows in order,
 // one row at a time, and multiplies that row with every row of x while it is in registers: one sequential
 // stream per thread, which the hardware prefetcher follows best (bench/RESULTS.md, "Where the kernels'
-// constants come from"). bfloat16 weights are widened to float as they are loaded, or multiplied as bfloat16
-// pairs (products/linear_products.h).
+// constants come from"). Several weights that multiply the same x (a layer's q, k and v) form one range of
+// rows, so their short streams cost one pass and one wait at its end. bfloat16 weights are widened to float
+// as they are loaded, or multiplied as bfloat16 pairs (products/linear_products.h).
 
 #ifndef ATTN_KERNEL_NAMESPACE
 #error "define ATTN_KERNEL_NAMESPACE and ATTN_KERNEL_VARIANT before including linear/linear_rows_kernel.h"
@@ -34,25 +35,25 @@ constexpr int64_t kLinearRowsTaskElements = int64_t{1} << 15;
 /// while it is in L1.
 constexpr int64_t kRowsPerTile = 4;
 
-/// y[r0 .. r0 + R) of weight row o, with its bias.
+/// y[r0 .. r0 + R) of row o of weight w, with its bias.
 template <int R, typename W>
-void dot_group(const LinearRowsArgs<W>& a, int64_t r0, int64_t o, float bias) {
+void dot_group(const LinearRowsArgs<W>& a, const LinearRowsWeight<W>& w, int64_t r0, int64_t o, float bias) {
   float s[R];
   weight_row_dots<R>(a.x + r0 * a.in, a.x_native ? a.x_native + r0 * a.in : nullptr, a.in,
-                     a.weight + o * a.weight_stride, a.pairs, s);
-  for (int r = 0; r < R; ++r) a.y[(r0 + r) * a.out + o] = static_cast<W>(s[r] + bias);
+                     w.weight + o * w.weight_stride, a.pairs, s);
+  for (int r = 0; r < R; ++r) w.y[(r0 + r) * w.out + o] = static_cast<W>(s[r] + bias);
 }
 
 template <typename W>
-void linear_rows_range(const LinearRowsArgs<W>& a, int64_t begin, int64_t end) {
+void weight_rows_range(const LinearRowsArgs<W>& a, const LinearRowsWeight<W>& w, int64_t begin, int64_t end) {
   for (int64_t o = begin; o < end; ++o) {
-    const float b = a.bias ? a.bias[o] : 0.0f;
+    const float b = w.bias ? w.bias[o] : 0.0f;
     for (int64_t r0 = 0; r0 < a.rows; r0 += kRowsPerTile) {
       switch (std::min(kRowsPerTile, a.rows - r0)) {
-        case 1: dot_group<1>(a, r0, o, b); break;
-        case 2: dot_group<2>(a, r0, o, b); break;
-        case 3: dot_group<3>(a, r0, o, b); break;
-        default: dot_group<4>(a, r0, o, b); break;
+        case 1: dot_group<1>(a, w, r0, o, b); break;
+        case 2: dot_group<2>(a, w, r0, o, b); break;
+        case 3: dot_group<3>(a, w, r0, o, b); break;
+        default: dot_group<4>(a, w, r0, o, b); break;
       }
     }
   }
@@ -61,8 +62,18 @@ void linear_rows_range(const LinearRowsArgs<W>& a, int64_t begin, int64_t end) {
 template <typename W>
 void linear_rows_impl(const LinearRowsArgs<W>& a) {
   TORCH_INTERNAL_ASSERT(a.rows >= 1 && a.rows <= kLinearRowsMax, "linear_rows: ", a.rows, " rows");
+  int64_t total = 0;
+  for (const LinearRowsWeight<W>& w : a.weights) total += w.out;
   const int64_t grain = std::max<int64_t>(1, kLinearRowsTaskElements / std::max<int64_t>(a.in, 1));
-  at::parallel_for(0, a.out, grain, [&](int64_t begin, int64_t end) { linear_rows_range(a, begin, end); });
+  // The weights' rows one after another: a task's range may run from the end of one weight into the next.
+  at::parallel_for(0, total, grain, [&](int64_t begin, int64_t end) {
+    int64_t first = 0;
+    for (const LinearRowsWeight<W>& w : a.weights) {
+      const int64_t lo = std::max(begin, first), hi = std::min(end, first + w.out);
+      if (lo < hi) weight_rows_range(a, w, lo - first, hi - first);
+      first += w.out;
+    }
+  });
 }
 
 }  // namespace
