@@ -52,6 +52,9 @@ struct Config {
   // rows with a scale per row, "pagedN" for a PagedKVCache of blocks of N positions ("-interleaved" and
   // "-scattered": see CacheForm), "int8-pagedN" for one of int8 rows.
   std::string cache;
+  // Linear: the out features of weights that share x (a layer's q, k and v), multiplied by one call or one each;
+  // empty for a single weight of Tk out features.
+  std::vector<int64_t> outs;
   // Caps on the suite's warm-up runs and reps, for the configurations that take many seconds (-1: none).
   int max_warmup = -1, max_reps = -1;
   // A configuration of the GPU suite: attention runs blockwise there whatever the implementation, so no row is

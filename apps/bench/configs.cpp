@@ -168,6 +168,19 @@ Suite build_decode_suite() {
           c.dtype = dtype;
           out.push_back(c);
         }
+  // A decoding step's q, k and v projections (SmolLM2-135M's 576 + 192 + 192 features of 576) of one row: one
+  // attn::linear_many against an attn::linear each, on weights that come from memory as a model's do.
+  for (const std::string dtype : {"float32", "bfloat16"})
+    for (const std::string impl : {"attn_linear_many", "attn_linear_each"}) {
+      Config c;
+      c.name = fmt::format("linear/{}/rows=1/576+192+192x576{}", impl, dtype == "float32" ? "" : "/" + dtype);
+      c.kind = Kind::Linear;
+      c.impl = impl;
+      c.Tq = 1, c.Tk = 960, c.d = 576;
+      c.outs = {576, 192, 192};
+      c.dtype = dtype;
+      out.push_back(c);
+    }
   for (int64_t Hkv : {8, 32}) {
     Config c;
     c.name = fmt::format("prefill/fused/T=2048/Hkv={}", Hkv);

@@ -37,7 +37,7 @@ const Record* find_peer(const std::vector<Record>& records, const Config& c, con
     const Config& p = r.config;
     if (p.kind == c.kind && p.impl == impl && p.B == c.B && p.H == c.H && p.Hkv == c.Hkv && p.Tq == c.Tq &&
         p.Tk == c.Tk && p.d == c.d && p.causal == c.causal && p.dtype == c.dtype && p.lengths == c.lengths &&
-        p.cache == c.cache)
+        p.cache == c.cache && p.outs == c.outs)
       return r.measurement ? &r : nullptr;
   }
   return nullptr;
@@ -281,6 +281,13 @@ void print_ratios(const std::vector<Record>& records, const Ceilings& ceilings) 
     fmt::print("  linear rows={} {}x{}{}: {:.1f} GB/s ({} of the ceiling); vs at::linear {}\n", c.Tq, c.Tk, c.d,
                dtype_suffix(c), r.gbps(), number_or_dash(r.gbps() / bandwidth * 100, "{:.0f}%"),
                speedup(&r, find_peer(records, c, "at_linear")));
+  }
+  // Weights that share x: one attn::linear_many against an attn::linear each.
+  for (const Record& r : records) {
+    const Config& c = r.config;
+    if (c.kind != Kind::Linear || c.impl != "attn_linear_many" || !r.measurement) continue;
+    fmt::print("  linear rows={} {} weights of {}x{}{} in one pass: {:.1f} GB/s; vs a call each {}\n", c.Tq,
+               c.outs.size(), c.Tk, c.d, dtype_suffix(c), r.gbps(), speedup(&r, find_peer(records, c, "attn_linear_each")));
   }
   const Record* gqa = nullptr;
   const Record* mha = nullptr;

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <memory>
 #include <fstream>
 #include <functional>
 #include <stdexcept>
@@ -221,6 +222,28 @@ std::function<void()> make_workload(const Config& c, const torch::Device& device
       return [=] { attn::attention_with_kv_cache(q, k, v, starts, lengths, options); };
     }
     case Kind::Linear: {
+      if (!c.outs.empty()) {
+        // Copies of the weights to rotate through, 256 MiB in all, so that each call reads them from memory.
+        const int64_t bytes = c.Tk * c.d * static_cast<int64_t>(torch::elementSize(opts.dtype().toScalarType()));
+        const int64_t copies = std::max<int64_t>(2, (int64_t{256} << 20) / bytes);
+        auto sets = std::make_shared<std::vector<std::vector<torch::Tensor>>>();
+        for (int64_t i = 0; i < copies; ++i) {
+          std::vector<torch::Tensor> set;
+          for (int64_t out : c.outs) set.push_back(torch::randn({out, c.d}, opts));
+          sets->push_back(std::move(set));
+        }
+        const torch::Tensor x = torch::randn({c.Tq, c.d}, opts);
+        auto next = std::make_shared<size_t>(0);
+        const auto take = [sets, next]() -> const std::vector<torch::Tensor>& {
+          *next = (*next + 1) % sets->size();
+          return (*sets)[*next];
+        };
+        if (c.impl == "attn_linear_many") return [=] { attn::linear_many(x, take()); };
+        if (c.impl != "attn_linear_each") throw std::invalid_argument("unknown linear impl '" + c.impl + "'");
+        return [=] {
+          for (const torch::Tensor& w : take()) attn::linear(x, w);
+        };
+      }
       const torch::Tensor x = torch::randn({c.Tq, c.d}, opts);
       const torch::Tensor weight = torch::randn({c.Tk, c.d}, opts);
       if (c.impl == "at_linear") return [=] { at::linear(x, weight); };

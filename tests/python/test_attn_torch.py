@@ -143,6 +143,14 @@ def test_wrappers():
                                                                                         bias.double()), 1e-5)
     expect_error("linear_rows refuses 17 rows (the op's own error)",
                  lambda: attn_torch.linear_rows(torch.randn(17, 8), torch.randn(4, 8)), "16")
+    # linear_rows_many, straight through the dispatcher: one result per weight, a bias on the second only.
+    w2, b2 = torch.randn(7, 96), torch.randn(7)
+    outs = torch.ops.attn.linear_rows_many(x, [w, w2], [None, b2])
+    check("linear_rows_many float32 weights[0]", outs[0], F.linear(x.double(), w.double()), 1e-5)
+    check("linear_rows_many float32 weights[1] with its bias", outs[1], F.linear(x.double(), w2.double(), b2.double()),
+          1e-5)
+    expect_error("linear_rows_many names the weight that does not fit",
+                 lambda: torch.ops.attn.linear_rows_many(x, [w, torch.randn(7, 95)], []), "weights[1]", "95")
 
 
 # ------------------------------------------------------------------------------------------------------------

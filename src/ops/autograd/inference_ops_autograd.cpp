@@ -11,7 +11,9 @@
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <initializer_list>
+#include <vector>
 
 namespace attn::ops {
 namespace {
@@ -55,17 +57,10 @@ at::Tensor linear_rows_autograd(const at::Tensor& input, const at::Tensor& weigh
 
 std::vector<at::Tensor> linear_rows_many_autograd(const at::Tensor& input, at::TensorList weights,
                                                   const c10::List<c10::optional<at::Tensor>>& biases) {
-  bool grad = false;
-  const c10::optional<at::Tensor> x = input;
-  grad |= needs_grad({&x});
-  for (const at::Tensor& w : weights) {
-    const c10::optional<at::Tensor> wk = w;
-    grad |= needs_grad({&wk});
-  }
-  for (size_t k = 0; k < biases.size(); ++k) {
-    const c10::optional<at::Tensor> b = biases.get(k);
-    grad |= needs_grad({&b});
-  }
+  std::vector<c10::optional<at::Tensor>> all{input};
+  for (const at::Tensor& w : weights) all.emplace_back(w);
+  for (size_t k = 0; k < biases.size(); ++k) all.push_back(biases.get(k));
+  const bool grad = std::any_of(all.begin(), all.end(), [](const c10::optional<at::Tensor>& t) { return needs_grad({&t}); });
   TORCH_CHECK(!grad, "attn::linear_rows_many is an inference kernel and computes no gradient, but an input requires "
               "one: call it under torch.no_grad() (C++: torch::NoGradGuard), or use torch.nn.functional.linear to "
               "train");
