@@ -83,7 +83,9 @@ std::vector<torch::Tensor> project_rows_many(const torch::Tensor& x, const std::
   for (size_t k = 0; together && k < weights.size(); ++k) together = takes_linear_rows(x, weights[k], biases[k]);
   if (together) {
     c10::List<c10::optional<torch::Tensor>> b;
-    for (const torch::Tensor& bias : biases) b.push_back(bias.defined() ? c10::optional<torch::Tensor>(bias) : c10::nullopt);
+    for (const torch::Tensor& bias : biases) {
+      b.push_back(bias.defined() ? c10::optional<torch::Tensor>(bias) : c10::nullopt);
+    }
     return ops::linear_rows_many(x, weights, b);
   }
   std::vector<torch::Tensor> outs;

@@ -1,7 +1,8 @@
 #pragma once
-// The few-row linear operators, `attn::linear_rows` and `attn::linear_rows_many`: x · Wᵀ + b for at most sixteen rows of x, the product of a
-// decoding step (or of a speculative step's candidates). Called through the PyTorch dispatcher, like attn::decode_attention; most code reaches it
-// through attn::linear or the modules' projections, which pick it when it applies.
+// The few-row linear operators, `attn::linear_rows` and `attn::linear_rows_many`: x · Wᵀ + b for at most
+// sixteen rows of x, the products of a decoding step (or of a speculative step's candidates). Called through
+// the PyTorch dispatcher, like attn::decode_attention; most code reaches them through attn::linear,
+// attn::linear_many or the modules' projections, which pick them when they apply.
 
 #include <torch/types.h>
 

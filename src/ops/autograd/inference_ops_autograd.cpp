@@ -60,7 +60,8 @@ std::vector<at::Tensor> linear_rows_many_autograd(const at::Tensor& input, at::T
   std::vector<c10::optional<at::Tensor>> all{input};
   for (const at::Tensor& w : weights) all.emplace_back(w);
   for (size_t k = 0; k < biases.size(); ++k) all.push_back(biases.get(k));
-  const bool grad = std::any_of(all.begin(), all.end(), [](const c10::optional<at::Tensor>& t) { return needs_grad({&t}); });
+  const bool grad =
+      std::any_of(all.begin(), all.end(), [](const c10::optional<at::Tensor>& t) { return needs_grad({&t}); });
   TORCH_CHECK(!grad, "attn::linear_rows_many is an inference kernel and computes no gradient, but an input requires "
               "one: call it under torch.no_grad() (C++: torch::NoGradGuard), or use torch.nn.functional.linear to "
               "train");
