@@ -11,6 +11,8 @@
 #include "common/checks.h"
 #include "int8_rows.h"
 
+#include <string>
+
 namespace attn {
 namespace {
 constexpr const char* kSdpa = "attn::scaled_dot_product_attention";
@@ -98,14 +100,24 @@ torch::Tensor varlen_attention(const torch::Tensor& query, const torch::Tensor& 
   return backends::varlen_attention(kVarlen, query, key, value, cu_seqlens_q, cu_seqlens_k, options);
 }
 
+namespace {
+
+/// A linear layer's shapes: weight [out, in], input [..., in], bias [out] or undefined; the messages name them.
+void check_linear_weight(const char* fn, const torch::Tensor& input, const torch::Tensor& weight,
+                         const std::string& weight_name, const torch::Tensor& bias, const std::string& bias_name) {
+  TORCH_CHECK(weight.dim() == 2, fn, ": ", weight_name, " must be [out_features, in_features], got ", weight.sizes());
+  TORCH_CHECK(input.dim() >= 1 && input.size(-1) == weight.size(1), fn, ": input must be [..., in_features] = [..., ",
+              weight.size(1), "] to match ", weight_name, " ", weight.sizes(), ", got ", input.sizes());
+  TORCH_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)), fn, ": ", bias_name,
+              " must be [out_features] = [", weight.size(0), "], got ", bias.sizes());
+}
+
+}  // namespace
+
 torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias) {
   constexpr const char* fn = "attn::linear";
   TORCH_CHECK(input.defined() && weight.defined(), fn, ": input and weight must be defined tensors");
-  TORCH_CHECK(weight.dim() == 2, fn, ": weight must be [out_features, in_features], got ", weight.sizes());
-  TORCH_CHECK(input.dim() >= 1 && input.size(-1) == weight.size(1), fn, ": input must be [..., in_features] = [..., ",
-              weight.size(1), "] to match weight ", weight.sizes(), ", got ", input.sizes());
-  TORCH_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)), fn,
-              ": bias must be [out_features] = [", weight.size(0), "], got ", bias.sizes());
+  check_linear_weight(fn, input, weight, "weight", bias, "bias");
   return backends::project_rows(input, weight, bias);
 }
 
@@ -121,12 +133,8 @@ std::vector<torch::Tensor> linear_many(const torch::Tensor& input, const std::ve
     const torch::Tensor& weight = weights[k];
     const torch::Tensor bias = biases.empty() ? torch::Tensor() : biases[k];
     TORCH_CHECK(weight.defined(), fn, ": weights[", k, "] must be a defined tensor");
-    TORCH_CHECK(weight.dim() == 2, fn, ": weights[", k, "] must be [out_features, in_features], got ", weight.sizes());
-    TORCH_CHECK(input.dim() >= 1 && input.size(-1) == weight.size(1), fn,
-                ": input must be [..., in_features] = [..., ", weight.size(1), "] to match weights[", k, "] ",
-                weight.sizes(), ", got ", input.sizes());
-    TORCH_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)), fn, ": biases[", k,
-                "] must be [out_features] = [", weight.size(0), "], got ", bias.sizes());
+    const std::string index = "[" + std::to_string(k) + "]";
+    check_linear_weight(fn, input, weight, "weights" + index, bias, "biases" + index);
   }
   return backends::project_rows_many(input, weights,
                                      biases.empty() ? std::vector<torch::Tensor>(weights.size()) : biases);

@@ -26,8 +26,7 @@ void check_dtype_device(const Names& n, const std::string& arg, const at::Tensor
 void check_input(const char* op, const at::Tensor& input) {
   TORCH_CHECK(input.scalar_type() == at::kFloat || input.scalar_type() == at::kBFloat16, op,
               ": input must be float32 or bfloat16, got ", common::dtype_name(input));
-  TORCH_CHECK(input.device().is_cpu() || input.device().is_meta(), op, ": input must be on the CPU, got ",
-              input.device());
+  check_dtype_device({op, "", ""}, "input", input, input);
 }
 
 std::vector<c10::SymInt> check_weight(const Names& n, const at::Tensor& input, const at::Tensor& weight,
