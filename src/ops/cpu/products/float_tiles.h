@@ -39,21 +39,39 @@ struct FloatTile {
       ATTN_UNROLL
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
     }
+    // A masked load costs the Xeon a vector port beside the FMAs' (bench/RESULTS.md, "Plain loads for full
+    // panels"), so only a panel's last, partial vectors load masked.
+    if (cols == NV * kLanes) {
+      accumulate<false>(acc, k, a, b, ldb, cols);
+    } else {
+      accumulate<true>(acc, k, a, b, ldb, cols);
+    }
+    register_tile::store<R, NV>(acc, cols, alpha, beta, c, ldc, lane_max, first_panel);
+  }
+
+ private:
+  template <bool kMasked>
+  static inline __attribute__((always_inline)) void accumulate(__m512 (&acc)[R][NV], int64_t k, const Left& a,
+                                                               const float* b, int64_t ldb, int64_t cols) {
     __mmask16 mask[NV];
     ATTN_UNROLL
     for (int v = 0; v < NV; ++v) mask[v] = register_tile::lanes(cols, v);
+    const float* const ad = a.data;
+    const int64_t si = a.si, se = a.se;
     for (int64_t e = 0; e < k; ++e) {
       __m512 bv[NV];
       ATTN_UNROLL
-      for (int v = 0; v < NV; ++v) bv[v] = _mm512_maskz_loadu_ps(mask[v], b + e * ldb + v * kLanes);
+      for (int v = 0; v < NV; ++v) {
+        const float* bp = b + e * ldb + v * kLanes;
+        bv[v] = kMasked ? _mm512_maskz_loadu_ps(mask[v], bp) : _mm512_loadu_ps(bp);
+      }
       ATTN_UNROLL
       for (int r = 0; r < R; ++r) {
-        const __m512 av = _mm512_set1_ps(a.data[r * a.si + e * a.se]);
+        const __m512 av = _mm512_set1_ps(ad[r * si + e * se]);
         ATTN_UNROLL
         for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
       }
     }
-    register_tile::store<R, NV>(acc, cols, alpha, beta, c, ldc, lane_max, first_panel);
   }
 };
 
