@@ -123,10 +123,23 @@ struct Measurement {
   double peak_rss_mib = 0;  // VmHWM at the end: the process's peak, libtorch included
   double base_rss_mib = 0;  // VmHWM before any input exists: what loading libtorch costs
   int threads = 0;          // at::get_num_threads() in the child
+  // --alternate: the peer timed in the same process, its reps alternating with these (run_config_alternated)
+  std::string alternated_with;  // the peer configuration's name; empty when timed alone
+  double peer_ms_median = std::numeric_limits<double>::quiet_NaN();
+  double alternated_speedup = std::numeric_limits<double>::quiet_NaN();  // median over reps of peer ms / ours
 };
 
 /// Runs `config` warmup + reps times and measures it. Throws std::exception on failure.
 Measurement run_config(const Config& config, const RunSettings& settings);
+/// Runs `config` and `peer` in turn, a warm-up and a rep of one, then of the other, and measures both: a
+/// machine whose speed drifts from minute to minute moves both alike, and each rep's ratio is taken against
+/// its neighbour. The peak RSS is the process's, both workloads' inputs together. CPU only.
+Measurement run_config_alternated(const Config& config, const Config& peer, const RunSettings& settings);
+/// Whether two configurations measure the same shape (every size, causality, dtype, lengths, cache form and
+/// weights), whatever their implementations.
+bool same_shape(const Config& a, const Config& b);
+/// The implementations --alternate times beside one of attn's in the same process: LibTorch's own.
+bool is_alternation_peer(const std::string& impl);
 /// Checks that `spec` names a usable device; returns its canonical name ("cpu", "cuda:0"). Throws if not.
 std::string check_device(const std::string& spec);
 /// The GPU's name ("NVIDIA H100 80GB HBM3"), or "" for the CPU.

@@ -70,8 +70,12 @@ std::string one_line(std::string text, bool keep_tail) {
 }  // namespace
 
 std::string format_result_line(const Measurement& m) {
-  return fmt::format("{} ms_median={:.17g} peak_rss_mib={:.3f} base_rss_mib={:.3f} threads={}\n", kResultTag,
-                     m.ms_median, m.peak_rss_mib, m.base_rss_mib, m.threads);
+  std::string alternated;
+  if (!m.alternated_with.empty())
+    alternated = fmt::format(" alternated_with={} peer_ms_median={:.17g} alternated_speedup={:.17g}",
+                             m.alternated_with, m.peer_ms_median, m.alternated_speedup);
+  return fmt::format("{} ms_median={:.17g} peak_rss_mib={:.3f} base_rss_mib={:.3f} threads={}{}\n", kResultTag,
+                     m.ms_median, m.peak_rss_mib, m.base_rss_mib, m.threads, alternated);
 }
 
 std::optional<Measurement> parse_result_line(const std::string& stdout_text) {
@@ -90,6 +94,9 @@ std::optional<Measurement> parse_result_line(const std::string& stdout_text) {
       else if (key == "peak_rss_mib") m.peak_rss_mib = std::stod(value), ++found;
       else if (key == "base_rss_mib") m.base_rss_mib = std::stod(value), ++found;
       else if (key == "threads") m.threads = std::stoi(value), ++found;
+      else if (key == "alternated_with") m.alternated_with = value;
+      else if (key == "peer_ms_median") m.peer_ms_median = std::stod(value);
+      else if (key == "alternated_speedup") m.alternated_speedup = std::stod(value);
     } catch (const std::exception&) {
       return std::nullopt;
     }

@@ -378,6 +378,14 @@ std::optional<Config> find_config(const std::string& name) {
   return std::nullopt;
 }
 
+bool same_shape(const Config& a, const Config& b) {
+  return a.kind == b.kind && a.B == b.B && a.H == b.H && a.Hkv == b.Hkv && a.Tq == b.Tq && a.Tk == b.Tk &&
+         a.d == b.d && a.causal == b.causal && a.dtype == b.dtype && a.lengths == b.lengths && a.cache == b.cache &&
+         a.outs == b.outs;
+}
+
+bool is_alternation_peer(const std::string& impl) { return impl == "torch_sdpa" || impl == "torch_mha"; }
+
 double attended_pairs(const Config& c) {
   // Causal pairs of one sequence of length T within a window of W keys (W < 0: unbounded).
   const auto causal_pairs = [&](double T) {

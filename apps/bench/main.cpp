@@ -45,7 +45,9 @@ struct BenchOptions {
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   bool list = false;
   bool routes = false;
-  std::string run_one;  // hidden: measure this one configuration and print its result line (the child)
+  bool alternate = false;
+  std::string run_one;         // hidden: measure this one configuration and print its result line (the child)
+  std::string alternate_with;  // hidden, with run_one: and this peer, their reps in turn
 };
 
 std::string usage() {
@@ -77,6 +79,10 @@ Options:
   --threads N       at::set_num_threads(N) in every configuration (default: every core)
   --device DEV      cpu | cuda | cuda:N (default: cpu)
   --json FILE       also write the records to FILE as a JSON list (written to a temporary file, then renamed)
+  --alternate       time each of attn's configurations and its LibTorch peer (torch_sdpa, torch_mha) in one
+                    child process, a rep of one, then of the other, and report beside each ratio of medians
+                    the median of the reps' own ratios: on a machine whose speed drifts between processes
+                    (a shared VM), the steadier comparison. Peak RSS is then the pair's together
   --routes          time nothing: print which backend and kernel attn runs for each kind of call (dtypes,
                     masks, GQA, window, softcap, ALiBi, sinks, packed sequences, the KV cache) on --device,
                     for inference and for training; --json writes them
@@ -148,7 +154,9 @@ BenchOptions parse_args(int argc, char** argv) {
   command_line.add_file_option("--json", options.json_path);
   command_line.add_flag("--list", [&] { options.list = true; });
   command_line.add_flag("--routes", [&] { options.routes = true; });
+  command_line.add_flag("--alternate", [&] { options.alternate = true; });
   command_line.add_option("--run-one", [&](const std::string& value) { options.run_one = value; });
+  command_line.add_option("--alternate-with", [&](const std::string& value) { options.alternate_with = value; });
   command_line.parse(argc, argv);
   return options;
 }
@@ -162,8 +170,36 @@ int run_one(const BenchOptions& options) {
   settings.reps = std::max(options.reps, 1);
   settings.threads = options.threads;
   settings.device = options.device;
-  fmt::print("{}", bench::format_result_line(bench::run_config(*config, settings)));
+  if (options.alternate_with.empty()) {
+    fmt::print("{}", bench::format_result_line(bench::run_config(*config, settings)));
+    return 0;
+  }
+  const auto peer = bench::find_config(options.alternate_with);
+  if (!peer) throw UsageError(fmt::format("no configuration named '{}'", options.alternate_with));
+  fmt::print("{}", bench::format_result_line(bench::run_config_alternated(*config, *peer, settings)));
   return 0;
+}
+
+// With --alternate: for each peer configuration (LibTorch's), the first of attn's configurations selected
+// with the same shape; -1 where it has none.
+std::vector<int> alternation_partners(const std::vector<bench::Config>& selected) {
+  std::vector<int> partner(selected.size(), -1);
+  for (size_t p = 0; p < selected.size(); ++p) {
+    if (!bench::is_alternation_peer(selected[p].impl)) continue;
+    // attn's default route first (the fused kernel, or MultiHeadAttention), then any other of attn's.
+    for (const bool preferred_only : {true, false}) {
+      for (size_t o = 0; o < selected.size() && partner[p] < 0; ++o) {
+        const bench::Config& c = selected[o];
+        const bool preferred = c.impl == "fused" || c.impl == "auto" || c.impl == "attn_mha";
+        if (partner[o] < 0 && !bench::is_alternation_peer(c.impl) && bench::same_shape(c, selected[p]) &&
+            (preferred || !preferred_only)) {
+          partner[o] = static_cast<int>(p);
+          partner[p] = static_cast<int>(o);
+        }
+      }
+    }
+  }
+  return partner;
 }
 
 // What to do with the suite's warm-up and rep counts for one configuration: the caps of long runs win.
@@ -213,14 +249,23 @@ int run_suite(const BenchOptions& options, const char* argv0) {
   const bool in_process = device != "cpu";
   if (in_process) fmt::print(stderr, "attn-bench: GPU: {}; every configuration runs in this process\n", bench::device_name(device));
 
+  if (options.alternate && in_process) throw UsageError("--alternate times CPU configurations only (--device cpu)");
+  const std::vector<int> partner =
+      options.alternate ? alternation_partners(selected) : std::vector<int>(selected.size(), -1);
+
   const auto start = std::chrono::steady_clock::now();
   std::vector<bench::Record> records;
+  // A peer's record, made when its partner ran earlier in the list (--alternate).
+  std::vector<std::optional<bench::Record>> measured_with_partner(selected.size());
   bench::Ceilings ceilings;
   for (size_t i = 0; i < selected.size(); ++i) {
     bench::Record record{selected[i], std::nullopt, "", ""};
     const bench::Config& c = record.config;
     fmt::print(stderr, "[{}/{}] {} ... ", i + 1, selected.size(), c.name);
-    if (const auto reason = bench::skip_reason(c)) {
+    const int p = partner[i];
+    if (measured_with_partner[i]) {
+      record = *measured_with_partner[i];
+    } else if (const auto reason = bench::skip_reason(c)) {
       record.skipped = *reason;
     } else if (in_process) {
       bench::RunSettings settings;
@@ -237,9 +282,26 @@ int run_suite(const BenchOptions& options, const char* argv0) {
       std::vector<std::string> args{"--run-one", c.name, "--warmup", std::to_string(capped(warmup, c.max_warmup)),
                                     "--reps", std::to_string(capped(reps, c.max_reps)), "--device", device};
       if (options.threads > 0) args.insert(args.end(), {"--threads", std::to_string(options.threads)});
+      // The pair runs when the first of the two comes up; the other's record waits for its turn in the list.
+      const bool pair = p >= 0 && !bench::skip_reason(selected[p]);
+      if (pair) args.insert(args.end(), {"--alternate-with", selected[p].name});
       bench::ChildOutcome outcome = bench::run_child(argv0, args);
       record.measurement = outcome.measurement;
       record.error = outcome.error;
+      if (pair) {
+        bench::Record other{selected[p], std::nullopt, outcome.error, ""};
+        if (outcome.measurement) {
+          // The child timed selected[i] first in its names and selected[p] beside it; each record gets its
+          // own time, and its ratio the other way round.
+          bench::Measurement theirs = *outcome.measurement;
+          theirs.ms_median = outcome.measurement->peer_ms_median;
+          theirs.peer_ms_median = outcome.measurement->ms_median;
+          theirs.alternated_with = c.name;
+          theirs.alternated_speedup = 1.0 / outcome.measurement->alternated_speedup;
+          other.measurement = theirs;
+        }
+        measured_with_partner[p] = other;
+      }
     }
     ceilings.take(record);
     fmt::print(stderr, "{}\n", progress_result(record, ceilings.of(c.dtype)));

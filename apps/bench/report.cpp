@@ -34,11 +34,7 @@ const Record* find(const std::vector<Record>& records, Kind kind, const std::str
 // The record that measured configuration c's shape (every size, causality and dtype) with `impl`, or nullptr.
 const Record* find_peer(const std::vector<Record>& records, const Config& c, const std::string& impl) {
   for (const Record& r : records) {
-    const Config& p = r.config;
-    if (p.kind == c.kind && p.impl == impl && p.B == c.B && p.H == c.H && p.Hkv == c.Hkv && p.Tq == c.Tq &&
-        p.Tk == c.Tk && p.d == c.d && p.causal == c.causal && p.dtype == c.dtype && p.lengths == c.lengths &&
-        p.cache == c.cache && p.outs == c.outs)
-      return r.measurement ? &r : nullptr;
+    if (r.config.impl == impl && same_shape(r.config, c)) return r.measurement ? &r : nullptr;
   }
   return nullptr;
 }
@@ -46,10 +42,13 @@ const Record* find_peer(const std::vector<Record>& records, const Config& c, con
 // " bfloat16" after a row's description; nothing for float32, the default.
 std::string dtype_suffix(const Config& c) { return c.dtype == "float32" ? "" : " " + c.dtype; }
 
-// "2.31x" faster (peer time / our time), or "n/a" when either side has no time.
+// "2.31x" faster (peer time / our time), or "n/a" when either side has no time. Where --alternate timed the two
+// in one process, the median of the reps' own ratios follows: "2.31x (alternated 2.25x)".
 std::string speedup(const Record* ours, const Record* peer) {
   if (!ours || !peer) return "n/a";
-  return fmt::format("{:.2f}x", peer->measurement->ms_median / ours->measurement->ms_median);
+  const std::string ratio = fmt::format("{:.2f}x", peer->measurement->ms_median / ours->measurement->ms_median);
+  if (ours->measurement->alternated_with != peer->config.name) return ratio;
+  return fmt::format("{} (alternated {:.2f}x)", ratio, ours->measurement->alternated_speedup);
 }
 
 std::string number_or_dash(double value, const char* spec) {
@@ -362,6 +361,9 @@ std::string to_json(const std::vector<Record>& records, const Ceilings& ceilings
         json_number(r.measurement ? r.measurement->peak_rss_mib : kNaN));
     o += fmt::format(", \"peak_device_mib\": {}, \"gbps\": {}",
                      json_number(r.measurement ? r.measurement->peak_device_mib : kNaN), json_number(r.gbps()));
+    if (r.measurement && !r.measurement->alternated_with.empty())
+      o += fmt::format(", \"alternated_with\": {}, \"alternated_speedup\": {}",
+                       json_string(r.measurement->alternated_with), json_number(r.measurement->alternated_speedup));
     if (!r.error.empty()) o += ", \"error\": " + json_string(r.error);
     objects.push_back(o + "}");
   }

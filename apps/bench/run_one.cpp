@@ -377,4 +377,44 @@ Measurement run_config(const Config& config, const RunSettings& settings) {
   }
 }
 
+Measurement run_config_alternated(const Config& config, const Config& peer, const RunSettings& settings) {
+  // Named "ours" and "theirs" below; either may be LibTorch's: the parent reads each record from its side.
+  try {
+    if (settings.threads > 0) at::set_num_threads(settings.threads);
+    const torch::Device device = attn::resolve_device(settings.device);
+    if (!device.is_cpu()) throw std::invalid_argument("--alternate times CPU configurations only");
+    Measurement m;
+    m.threads = at::get_num_threads();
+    m.base_rss_mib = proc_status_mib("VmHWM");
+    std::optional<torch::NoGradGuard> no_grad;
+    if (config.kind != Kind::Training) no_grad.emplace();
+    const std::function<void()> ours = make_workload(config, device), theirs = make_workload(peer, device);
+    const auto time_ms = [](const std::function<void()>& workload) {
+      const auto start = std::chrono::steady_clock::now();
+      workload();
+      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    };
+    for (int i = 0; i < settings.warmup; ++i) ours(), theirs();
+    std::vector<double> ours_ms, theirs_ms, ratios;
+    for (int i = 0; i < settings.reps; ++i) {
+      // Which goes first alternates too, so that neither always follows the other's cache traffic.
+      const bool ours_first = i % 2 == 0;
+      const double a = ours_first ? time_ms(ours) : 0.0;
+      const double b = time_ms(theirs);
+      const double o = ours_first ? a : time_ms(ours);
+      ours_ms.push_back(o);
+      theirs_ms.push_back(b);
+      ratios.push_back(b / o);
+    }
+    m.ms_median = median(ours_ms);
+    m.alternated_with = peer.name;
+    m.peer_ms_median = median(theirs_ms);
+    m.alternated_speedup = median(ratios);
+    m.peak_rss_mib = proc_status_mib("VmHWM");
+    return m;
+  } catch (const c10::Error& error) {
+    throw std::runtime_error(error.what_without_backtrace());
+  }
+}
+
 }  // namespace bench
