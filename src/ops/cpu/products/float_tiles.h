@@ -39,8 +39,8 @@ struct FloatTile {
       ATTN_UNROLL
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
     }
-    // A masked load costs the Xeon a vector port beside the FMAs' (bench/RESULTS.md, "Plain loads for full
-    // panels"), so only a panel's last, partial vectors load masked.
+    // Zero-masked loads cost an Intel Xeon more than plain ones, enough to slow the whole product by 7-11 %
+    // (bench/RESULTS.md, "Plain loads for full panels"), so only a partial panel loads masked.
     if (cols == NV * kLanes) {
       accumulate<false>(acc, k, a, b, ldb, cols);
     } else {
