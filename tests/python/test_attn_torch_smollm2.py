@@ -14,7 +14,10 @@ generated as one left-padded float32 batch (16 tokens), which must give sdpa's t
 bfloat16 (the same weights rounded) is run as well, for 16 tokens. Its tokens are reported, not required to match: both
 attentions round differently, and greedy decoding flips where two logits are within bfloat16's noise. What is
 required is accuracy: at the first step, attn's bfloat16 logits are no further from the float32 model's
-(sdpa's float32 logits) than sdpa's bfloat16 logits are, with 25 % slack.
+(sdpa's float32 logits) than sdpa's bfloat16 logits are, with 25 % slack, summed over the prompts. One prompt's
+error is reported beside sdpa's and transformers' "eager" attention's, not required: it swings between two
+correct attentions (on an Intel Xeon without AMX, eager's was 2.2x sdpa's on one prompt, attn's 2.2x on
+another, while attn's attention output there equals the float64 result rounded once to bfloat16).
 """
 import argparse
 import importlib.util
@@ -107,11 +110,14 @@ def main():
             elif n in float32_logits:
                 err_attn = (logits - float32_logits[n]).abs().max().item()
                 err_sdpa = (ref_logits - float32_logits[n]).abs().max().item()
-                # One prompt's largest logit error is a noisy statistic (on a Zen 3 the ratio ranged 0.80x-1.30x
-                # over the prompts): each prompt within 1.5x, and all prompts together within 1.25x (below).
+                model.set_attn_implementation("eager")
+                err_eager = (greedy(model, ids, 1)[1] - float32_logits[n]).abs().max().item()
+                # One prompt's largest logit error is a noisy statistic: the ratio to sdpa's ranged 0.80x-1.30x
+                # over the prompts on a Zen 3, and 0.89x-2.16x on an Intel Xeon without AMX, where eager's
+                # ranged 0.75x-2.15x. So only all prompts together are required, within 1.25x (below).
                 errors.setdefault(dtype_name, []).append((err_attn, err_sdpa))
-                ok = err_attn <= 1.5 * err_sdpa
-                line += (f"; from float32's: attn {err_attn:.3f}, sdpa {err_sdpa:.3f} (attn's must be <= 1.5x)"
+                ok = True
+                line += (f"; from float32's: attn {err_attn:.3f}, sdpa {err_sdpa:.3f}, eager {err_eager:.3f}"
                          + ("" if same == new_tokens else " [tokens differ: reported, not required]"))
             else:
                 ok = True
