@@ -175,7 +175,8 @@ void bf16_dot_rows(int rows, const c10::BFloat16* x, int64_t in, const c10::BFlo
 void bf16_gemm(int64_t m, int64_t n, int64_t pairs, float alpha, LeftOperand a, PairsOperand b, float beta,
                float* c, int64_t ldc, float* lane_max) {
   TORCH_INTERNAL_ASSERT(beta == 0.0f || beta == 1.0f, "bf16_gemm: beta must be 0 or 1, got ", beta);
-  register_tile::multiply<PairsTile>(m, n, pairs, alpha, a, b.data, b.ld, beta, c, ldc, lane_max);
+  register_tile::multiply<PairsTile>(m, n, pairs, alpha, a, register_tile::Panels<uint32_t>{b.data, b.ld}, beta, c, ldc,
+                                     lane_max);
 }
 
 namespace {

@@ -1,8 +1,8 @@
 #pragma once
 // The float-tile route: float32 tile products on attn's own AVX-512 register tiles (products/float_tiles.h).
-// Kᵀ and Vᵀ are packed once per call and kv head; every other operand (Q, K, V, dO, and Pᵀ and dSᵀ read
-// transposed) is read where it lies, and Q·Kᵀ's epilogue gives the softmax its row maxima. AVX-512 variant
-// only.
+// Kᵀ and Vᵀ are packed once per call and kv head, in panels of 64 keys; every other operand (Q, K, V, dO, and
+// Pᵀ and dSᵀ read transposed) is read where it lies, and Q·Kᵀ's epilogue gives the softmax its row maxima.
+// AVX-512 variant only.
 
 #include "ops/cpu/math/kernel_layout.h"
 #include "ops/cpu/products/operands.h"
@@ -31,49 +31,57 @@ class FloatTileProducts : public ProbabilitiesInTile<float> {
         values_t_(transposed(p_.v, p_.batch, p_.kv_heads, p_.tk, p_.dv)) {}
 
   void scores(Scratch&, const TileAt& t, float* s, int64_t lds, float* lane_max) const {
-    float_tiles::gemm(t.rows, t.cols, p_.dk, p_.scale, {q(t), p_.q.si, 1}, keys_t_.at(t), keys_t_.ld, 0.0f, s, lds,
-                      lane_max);
+    float_tiles::gemm(t.rows, t.cols, p_.dk, p_.scale, {q(t), p_.q.si, 1}, keys_t_.at(t), 0.0f, s, lds, lane_max);
   }
   void add_values(Scratch&, const TileAt& t, const float* p, int64_t ldp, float* acc, int64_t ldacc) const {
-    float_tiles::gemm(t.rows, p_.dv, t.cols, 1.0f, {p, ldp, 1}, v(t), p_.v.si, 1.0f, acc, ldacc, nullptr);
+    float_tiles::gemm(t.rows, p_.dv, t.cols, 1.0f, {p, ldp, 1}, {v(t), p_.v.si}, 1.0f, acc, ldacc, nullptr);
   }
 
   void key_block(Scratch&, const TileAt&, bool /*keys_finite*/) const {}
   void add_grad_values(Scratch&, const TileAt& t, const float* p, int64_t ldp, float* dv, int64_t lddv) const {
-    float_tiles::gemm(t.cols, p_.dv, t.rows, 1.0f, {p, 1, ldp}, dout(t), grad_out_.si, 1.0f, dv, lddv, nullptr);
+    float_tiles::gemm(t.cols, p_.dv, t.rows, 1.0f, {p, 1, ldp}, {dout(t), grad_out_.si}, 1.0f, dv, lddv, nullptr);
   }
   void grad_probs(Scratch&, const TileAt& t, float* dp, int64_t lddp) const {
-    float_tiles::gemm(t.rows, t.cols, p_.dv, 1.0f, {dout(t), grad_out_.si, 1}, values_t_.at(t), values_t_.ld, 0.0f,
-                      dp, lddp, nullptr);
+    float_tiles::gemm(t.rows, t.cols, p_.dv, 1.0f, {dout(t), grad_out_.si, 1}, values_t_.at(t), 0.0f, dp, lddp,
+                      nullptr);
   }
   void add_grad_keys(Scratch&, const TileAt& t, const float* ds, int64_t ldds, float* dk, int64_t lddk) const {
-    float_tiles::gemm(t.cols, p_.dk, t.rows, p_.scale, {ds, 1, ldds}, q(t), p_.q.si, 1.0f, dk, lddk, nullptr);
+    float_tiles::gemm(t.cols, p_.dk, t.rows, p_.scale, {ds, 1, ldds}, {q(t), p_.q.si}, 1.0f, dk, lddk, nullptr);
   }
   void add_grad_queries(Scratch&, const TileAt& t, const float* ds, int64_t ldds, float* dq, int64_t lddq) const {
-    float_tiles::gemm(t.rows, p_.dk, t.cols, p_.scale, {ds, ldds, 1}, k(t), p_.k.si, 1.0f, dq, lddq, nullptr);
+    float_tiles::gemm(t.rows, p_.dk, t.cols, p_.scale, {ds, ldds, 1}, {k(t), p_.k.si}, 1.0f, dq, lddq, nullptr);
   }
 
  private:
-  /// Kᵀ (or Vᵀ) of every (batch row, kv head), [width, ld] each, read by every tile of its head's query heads.
+  /// Kᵀ (or Vᵀ) of every (batch row, kv head), read by every tile of its head's query heads: [width, 64] for
+  /// each 64 keys, so that a tile's panel of Kᵀ is 16 KiB in one piece rather than 64 rows a whole sequence
+  /// apart (bench/RESULTS.md, "Kᵀ in panels"). A packed sequence's tiles start inside a panel; the products
+  /// take that partial panel first.
   struct Transposed {
+    static constexpr int64_t kKeys = register_tile::kPanel;
     Uninitialised<float> data;
-    int64_t ld = 0, width = 0, heads = 0;
-    /// The columns of the tile's keys.
-    const float* at(const TileAt& t) const { return data.data() + (t.b * heads + t.hk) * width * ld + t.j; }
+    int64_t width = 0, heads = 0, head_size = 0;
+    /// The tile's keys, as the right operand.
+    register_tile::Panels<float> at(const TileAt& t) const {
+      return {data.data() + (t.b * heads + t.hk) * head_size + t.j / kKeys * kKeys * width, kKeys, t.j % kKeys,
+              kKeys * width};
+    }
   };
 
   static Transposed transposed(const View4<const float>& x, int64_t batch, int64_t heads, int64_t rows,
                                int64_t width) {
     Transposed out;
-    out.ld = std::max<int64_t>(rows, 1);
     out.width = width;
     out.heads = heads;
-    out.data.allocate(batch * heads * width * out.ld);
+    const int64_t panels = (rows + Transposed::kKeys - 1) / Transposed::kKeys;
+    out.head_size = panels * Transposed::kKeys * width;
+    out.data.allocate(batch * heads * out.head_size);
     if (rows == 0 || width == 0) return out;
-    at::parallel_for(0, batch * heads, 1, [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, batch * heads * panels, 1, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
-        float_tiles::pack_transposed(x.row(i / heads, i % heads, 0), x.si, rows, width,
-                                     out.data.data() + i * width * out.ld, out.ld);
+        const int64_t bh = i / panels, j = (i % panels) * Transposed::kKeys;
+        float_tiles::pack_transposed(x.row(bh / heads, bh % heads, j), x.si, std::min(Transposed::kKeys, rows - j),
+                                     width, out.data.data() + bh * out.head_size + j * width, Transposed::kKeys);
       }
     });
     return out;

@@ -75,11 +75,12 @@ struct FloatTile {
   }
 };
 
-/// C[m, n] = alpha · A[m, k] · B[k, n] + beta · C, B and C row-major; beta is 0 (C only written) or 1. With
-/// lane_max ([m, 16]), also lane_max[i, l] = the maximum of C[i, j] over the columns j ≡ l (mod 16).
-inline void gemm(int64_t m, int64_t n, int64_t k, float alpha, const Left& a, const float* b, int64_t ldb,
+/// C[m, n] = alpha · A[m, k] · B[k, n] + beta · C, C row-major and B in panels (row-major B is {b, ldb}); beta
+/// is 0 (C only written) or 1. With lane_max ([m, 16]), also 16 partial maxima of each row of C, whose maximum
+/// is the row's.
+inline void gemm(int64_t m, int64_t n, int64_t k, float alpha, const Left& a, const register_tile::Panels<float>& b,
                  float beta, float* c, int64_t ldc, float* lane_max) {
-  register_tile::multiply<FloatTile>(m, n, k, alpha, a, b, ldb, beta, c, ldc, lane_max);
+  register_tile::multiply<FloatTile>(m, n, k, alpha, a, b, beta, c, ldc, lane_max);
 }
 
 /// dst[e · ld + j] = src[j · ld_src + e] for j < n, e < d: keys [n, d] as the right operand Kᵀ [d, n] (or

@@ -86,27 +86,41 @@ auto choose(int rows, int nv) {
   }
 }
 
-/// C[m, n] = alpha · A · B + beta · C (C row-major, ldc) through Tile, in panels of 64 columns, each in tiles
-/// of 6 rows (fewer at the bottom: 7 or 8 rows left go as 4 and 3 or 4, since a tile of 1 or 2 rows loads
-/// as many vectors of B for a third of the products). A is a left operand with from_row(i) (its rows from row
-/// i on); column j of B starts at b + j, its rows ldb apart; k counts B's rows. With lane_max ([m, 16]),
-/// lane_max[i, l] = the maximum of C[i, j] over the columns j ≡ l (mod 16).
+/// Where a right operand B[k, n] lies, in panels of kPanel columns: row e of panel p at data + p · panel_step +
+/// e · ld, and B's column 0 at column `first` of panel 0. A row-major B, its rows ld apart, is {data, ld}: its
+/// panels follow one another (panel_step = kPanel) and column j lies at data + j.
+template <typename T>
+struct Panels {
+  const T* data;
+  int64_t ld;
+  int64_t first = 0;
+  int64_t panel_step = kPanel;
+};
+
+/// C[m, n] = alpha · A · B + beta · C (C row-major, ldc) through Tile, a panel of B at a time (a partial one
+/// first when B starts inside a panel), each in tiles of 6 rows (fewer at the bottom: 7 or 8 rows left go as 4
+/// and 3 or 4, since a tile of 1 or 2 rows loads as many vectors of B for a third of the products). A is a
+/// left operand with from_row(i) (its rows from row i on); k counts B's rows. With lane_max ([m, 16]),
+/// lane_max[i, ·] = 16 partial maxima of row i of C, each column of the row in one of them.
 template <template <int, int> class Tile, typename Left, typename Right>
-void multiply(int64_t m, int64_t n, int64_t k, float alpha, const Left& a, const Right* b, int64_t ldb, float beta,
+void multiply(int64_t m, int64_t n, int64_t k, float alpha, const Left& a, const Panels<Right>& b, float beta,
               float* c, int64_t ldc, float* lane_max) {
   if (m == 0 || n == 0) return;
-  for (int64_t j0 = 0; j0 < n; j0 += kPanel) {
-    const int64_t cols = std::min(kPanel, n - j0);
+  for (int64_t j0 = 0; j0 < n;) {
+    const int64_t at = b.first + j0;  // where column j0 lies, counted from panel 0's first column
+    const int64_t cols = std::min(kPanel - at % kPanel, n - j0);
+    const Right* panel = b.data + (at / kPanel) * b.panel_step + at % kPanel;
     const int nv = static_cast<int>((cols + kLanes - 1) / kLanes);
     const auto full = choose<Tile>(kRows, nv);
     for (int64_t i0 = 0; i0 < m;) {
       const int64_t left = m - i0;
       const int rows = static_cast<int>(left == 7 || left == 8 ? 4 : std::min<int64_t>(kRows, left));
       const auto tile = rows == kRows ? full : choose<Tile>(rows, nv);
-      tile(k, a.from_row(i0), b + j0, ldb, alpha, beta, c + i0 * ldc + j0, ldc, cols,
+      tile(k, a.from_row(i0), panel, b.ld, alpha, beta, c + i0 * ldc + j0, ldc, cols,
            lane_max ? lane_max + i0 * kLanes : nullptr, j0 == 0);
       i0 += rows;
     }
+    j0 += cols;
   }
 }
 
