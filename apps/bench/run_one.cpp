@@ -328,21 +328,37 @@ std::string device_name(const std::string& spec) {
   return "";
 }
 
-Measurement run_config(const Config& config, const RunSettings& settings) {
+namespace {
+
+/// What every timed run shares around `time(device, m)`, which fills m's timings: the thread count, the
+/// device, the base and peak RSS, no autograd graph for inference, and c10::Error turned into its message.
+template <typename Time>
+Measurement measured(const Config& config, const RunSettings& settings, const Time& time) {
   try {
     if (settings.threads > 0) at::set_num_threads(settings.threads);
     const torch::Device device = attn::resolve_device(settings.device);
+    Measurement m;
+    m.threads = at::get_num_threads();
+    m.base_rss_mib = proc_status_mib("VmHWM");
+    std::optional<torch::NoGradGuard> no_grad;  // inference configurations record no autograd graph
+    if (config.kind != Kind::Training) no_grad.emplace();
+    time(device, m);
+    m.peak_rss_mib = proc_status_mib("VmHWM");
+    return m;
+  } catch (const c10::Error& error) {
+    // c10::Error's what() carries a C++ backtrace; the report wants the message.
+    throw std::runtime_error(error.what_without_backtrace());
+  }
+}
+
+}  // namespace
+
+Measurement run_config(const Config& config, const RunSettings& settings) {
+  return measured(config, settings, [&](const torch::Device& device, Measurement& m) {
     // Kernels on CUDA are asynchronous: wait for them before reading the clock.
     const auto sync = [&] {
       if (device.is_cuda()) torch::cuda::synchronize();
     };
-
-    Measurement m;
-    m.threads = at::get_num_threads();
-    m.base_rss_mib = proc_status_mib("VmHWM");
-
-    std::optional<torch::NoGradGuard> no_grad;  // inference configurations record no autograd graph
-    if (config.kind != Kind::Training) no_grad.emplace();
     const std::function<void()> workload = make_workload(config, device);
 
     for (int i = 0; i < settings.warmup; ++i) workload();
@@ -368,26 +384,14 @@ Measurement run_config(const Config& config, const RunSettings& settings) {
                          calls);
     }
     m.ms_median = median(times_ms);
-    m.peak_rss_mib = proc_status_mib("VmHWM");
     m.peak_device_mib = device_peak_mib(device);
-    return m;
-  } catch (const c10::Error& error) {
-    // c10::Error's what() carries a C++ backtrace; the report wants the message.
-    throw std::runtime_error(error.what_without_backtrace());
-  }
+  });
 }
 
 Measurement run_config_alternated(const Config& config, const Config& peer, const RunSettings& settings) {
   // Named "ours" and "theirs" below; either may be LibTorch's: the parent reads each record from its side.
-  try {
-    if (settings.threads > 0) at::set_num_threads(settings.threads);
-    const torch::Device device = attn::resolve_device(settings.device);
+  return measured(config, settings, [&](const torch::Device& device, Measurement& m) {
     if (!device.is_cpu()) throw std::invalid_argument("--alternate times CPU configurations only");
-    Measurement m;
-    m.threads = at::get_num_threads();
-    m.base_rss_mib = proc_status_mib("VmHWM");
-    std::optional<torch::NoGradGuard> no_grad;
-    if (config.kind != Kind::Training) no_grad.emplace();
     const std::function<void()> ours = make_workload(config, device), theirs = make_workload(peer, device);
     const auto time_ms = [](const std::function<void()>& workload) {
       const auto start = std::chrono::steady_clock::now();
@@ -410,11 +414,7 @@ Measurement run_config_alternated(const Config& config, const Config& peer, cons
     m.alternated_with = peer.name;
     m.peer_ms_median = median(theirs_ms);
     m.alternated_speedup = median(ratios);
-    m.peak_rss_mib = proc_status_mib("VmHWM");
-    return m;
-  } catch (const c10::Error& error) {
-    throw std::runtime_error(error.what_without_backtrace());
-  }
+  });
 }
 
 }  // namespace bench
