@@ -4,6 +4,7 @@
 
 #include "kernel_variants.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/math/exp_polynomial.h"
 #ifdef ATTN_HAVE_BF16_DOT
 #include "ops/cpu/products/bf16_pairs.h"
 #include "ops/cpu/products/bf16_softmax.h"
@@ -352,7 +353,7 @@ TEST(Bf16Softmax, ExpRoundSumMatchesFloat64) {
     const float sum = ops::cpu::exp_round_sum(s.data(), n, shift, p.data());
 
     const torch::Tensor d = torch::from_blob(s.data(), {n}).to(torch::kFloat64) - static_cast<double>(shift);
-    const torch::Tensor exact = torch::where(d < ops::cpu::kExpFlushBelow, torch::zeros_like(d), d.exp());
+    const torch::Tensor exact = torch::where(d < ops::cpu::exp_polynomial::kFlushBelow, torch::zeros_like(d), d.exp());
     const torch::Tensor got = torch::from_blob(p.data(), {n}, torch::kBFloat16).to(torch::kFloat64);
     // One bfloat16 rounding of the exact value: half an ulp (up to 2^-8 relative, 7 fraction bits), and a hair
     // for the exp's error.

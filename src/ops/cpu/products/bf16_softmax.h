@@ -12,15 +12,10 @@
 
 namespace attn::ops::cpu {
 
-/// Scores below shift - 60 get a P of exactly 0, as the float route's exp gives them: their weights (< 1e-26)
-/// change nothing a float sum of at least 1 can hold, and as subnormal products they would be slow.
-inline constexpr float kExpFlushBelow = -60.0f;
-
 /// p[j] = bfloat16(exp(s[j] - shift)) for j < n, rounded to nearest even, and p[n] = 0 when n is odd (so pair
-/// reads never go past the row); returns Σ exp(s[j] - shift) in float. The exp is 2^t, t = (s - shift)·log2 e,
-/// from a degree-5 polynomial in t's fraction and vscalefps: within 3e-7 relative near the row's maximum and
-/// 4e-6 at its flush limit, three orders of magnitude below bfloat16's rounding. exp(-inf) is 0; a NaN score
-/// gives a NaN P and sum.
+/// reads never go past the row); returns Σ exp(s[j] - shift) in float. The exp is the float rows' own
+/// (math/exp_avx512.h): within 3e-7 relative near the row's maximum and 4e-6 at its flush limit, three orders
+/// of magnitude below bfloat16's rounding. exp(-inf) is 0; a NaN score gives a NaN P and sum.
 float exp_round_sum(const float* s, int64_t n, float shift, c10::BFloat16* p);
 
 /// p[j] = bfloat16(s[j]) for j < n, rounded to nearest even, and p[n] = 0 when n is odd.

@@ -3,44 +3,19 @@
 
 #include "ops/cpu/products/bf16_softmax.h"
 
+#include "ops/cpu/math/exp_avx512.h"
+
 #include <immintrin.h>
 
 namespace attn::ops::cpu {
-namespace {
-
-// 2^f on |f| <= 1/2, minimax for relative error (3e-7 evaluated in float), fitted in float64 by
-// iteratively reweighted least squares.
-constexpr float kC0 = 1.0000001192092896f, kC1 = 0.6931469440460205f, kC2 = 0.24022120237350464f,
-                kC3 = 0.05550713092088699f, kC4 = 0.009675541892647743f, kC5 = 0.001327647129073739f;
-constexpr float kLog2e = 1.44269504088896341f;
-
-/// exp(d) for d = s - shift <= 0 (or NaN); 0 below kExpFlushBelow.
-inline __m512 exp_shifted(__m512 d) {
-  const __m512 flush = _mm512_set1_ps(kExpFlushBelow);
-  // d >= flush, or NaN (unordered): those lanes keep their value; the rest, -inf included, become 0 in the
-  // zero-masked vscalefps at the end, whatever the polynomial made of them (NaN for -inf).
-  const __mmask16 keep = _mm512_cmp_ps_mask(d, flush, _CMP_NLT_UQ);
-  const __m512 t = _mm512_mul_ps(d, _mm512_set1_ps(kLog2e));
-  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(t, n);
-  __m512 y = _mm512_set1_ps(kC5);
-  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(kC4));
-  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(kC3));
-  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(kC2));
-  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(kC1));
-  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(kC0));
-  return _mm512_maskz_scalef_ps(keep, y, n);  // y · 2^n
-}
-
-}  // namespace
 
 float exp_round_sum(const float* s, int64_t n, float shift, c10::BFloat16* p) {
   const __m512 vshift = _mm512_set1_ps(shift);
   __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
   int64_t j = 0;
   for (; j + 32 <= n; j += 32) {  // two vectors at a time: two independent chains through the polynomial
-    const __m512 e0 = exp_shifted(_mm512_sub_ps(_mm512_loadu_ps(s + j), vshift));
-    const __m512 e1 = exp_shifted(_mm512_sub_ps(_mm512_loadu_ps(s + j + 16), vshift));
+    const __m512 e0 = exp_avx512(_mm512_sub_ps(_mm512_loadu_ps(s + j), vshift));
+    const __m512 e1 = exp_avx512(_mm512_sub_ps(_mm512_loadu_ps(s + j + 16), vshift));
     sum0 = _mm512_add_ps(sum0, e0);
     sum1 = _mm512_add_ps(sum1, e1);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + j), (__m256i)_mm512_cvtneps_pbh(e0));
@@ -51,7 +26,7 @@ float exp_round_sum(const float* s, int64_t n, float shift, c10::BFloat16* p) {
     const __mmask16 m = static_cast<__mmask16>((1u << left) - 1u);
     // Masked-off lanes load -inf, so they add exactly 0.
     const __m512 x = _mm512_mask_loadu_ps(_mm512_set1_ps(-__builtin_inff()), m, s + j);
-    const __m512 e = exp_shifted(_mm512_sub_ps(x, vshift));
+    const __m512 e = exp_avx512(_mm512_sub_ps(x, vshift));
     sum0 = _mm512_add_ps(sum0, e);
     _mm256_mask_storeu_epi16(p + j, m, (__m256i)_mm512_cvtneps_pbh(e));
   }

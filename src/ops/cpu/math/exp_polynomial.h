@@ -1,0 +1,32 @@
+#pragma once
+// The softmax's exp, e^d = 2^t for t = d · log2 e: 2^round(t) times a polynomial in t's fraction. Its constants,
+// shared by the AVX-512 code (math/exp_avx512.h) and the AVX2 code (math/vec_exp.h).
+//
+// Accuracy, evaluated in float against float64: within 3e-7 relative for d in [-1, 0], where a row's largest
+// weights lie, growing with |d| to 2e-6 at d = -30 and 4e-6 at the flush limit, as the rounding of t does.
+// Against the float64 result, a float32 attention output's mean error grows by about 1 % over expf's (T = 4096,
+// d = 64: 1.019e-8 to 1.029e-8). On AVX-512 it takes 11 vector instructions where a 2-ulp expf (Cody-Waite
+// reduction, a degree-7 polynomial) took 16: the fused forward pass ran 4 % to 6 % faster (bench/RESULTS.md,
+// "Kᵀ in panels, and a shorter exp").
+
+namespace attn::ops::cpu::exp_polynomial {
+
+inline constexpr float kLog2e = 1.44269504088896341f;
+
+// 2^f on |f| <= 1/2, minimax for relative error (3e-7 evaluated in float), fitted in float64 by iteratively
+// reweighted least squares.
+inline constexpr float kC0 = 1.0000001192092896f, kC1 = 0.6931469440460205f, kC2 = 0.24022120237350464f,
+                       kC3 = 0.05550713092088699f, kC4 = 0.009675541892647743f, kC5 = 0.001327647129073739f;
+
+// Below this, e^d (< 9e-27) is exactly 0. Next to a softmax row sum >= 1 such a weight changes nothing a float
+// sum can hold, but its products in P·V underflow to subnormals, each ~100x slower (ALiBi's far keys land
+// there by the thousand: +35% time before the flush, +4% after).
+inline constexpr float kFlushBelow = -60.0f;
+
+// Above 88.73, e^d overflows float. vscalefps (AVX-512) takes any exponent: d is clamped here only so that t
+// stays small, and 2^144 is +inf as it should be. AVX2 builds 2^n's exponent bits itself, so it clamps at
+// kMaxAvx2, where n = 128 makes them all ones: +inf.
+inline constexpr float kOverflowClamp = 100.0f;
+inline constexpr float kMaxAvx2 = 88.3762626647949f;
+
+}  // namespace attn::ops::cpu::exp_polynomial
