@@ -54,9 +54,9 @@ class FloatTileProducts : public ProbabilitiesInTile<float> {
 
  private:
   /// Kᵀ (or Vᵀ) of every (batch row, kv head), read by every tile of its head's query heads: [width, 64] for
-  /// each 64 keys, so that a tile's panel of Kᵀ is 16 KiB in one piece rather than 64 rows a whole sequence
-  /// apart (bench/RESULTS.md, "Kᵀ in panels"). A packed sequence's tiles start inside a panel; the products
-  /// take that partial panel first.
+  /// each 64 keys, so that a tile's panel of Kᵀ is in one piece (16 KiB at d = 64) rather than 64 rows a whole
+  /// sequence apart (bench/RESULTS.md, "Kᵀ in panels, and a shorter exp"). A packed sequence's tiles start
+  /// inside a panel; the products take that partial panel first.
   struct Transposed {
     static constexpr int64_t kKeys = register_tile::kPanel;
     Uninitialised<float> data;
