@@ -21,12 +21,9 @@ inline __m512 exp_avx512(__m512 d) {
   const __m512 t = _mm512_mul_ps(_mm512_min_ps(_mm512_set1_ps(kOverflowClamp), d), _mm512_set1_ps(kLog2e));
   const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(t, n);
-  __m512 y = _mm512_set1_ps(kC5);
-  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(kC4));
-  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(kC3));
-  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(kC2));
-  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(kC1));
-  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(kC0));
+  const __m512 y = two_to_fraction(
+      f, [](__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); },
+      [](float x) { return _mm512_set1_ps(x); });
   return _mm512_maskz_scalef_ps(keep, y, n);  // y · 2^n
 }
 

@@ -1,13 +1,13 @@
 #pragma once
-// The softmax's exp, e^d = 2^t for t = d · log2 e: 2^round(t) times a polynomial in t's fraction. Its constants,
-// shared by the AVX-512 code (math/exp_avx512.h) and the AVX2 code (math/vec_exp.h).
+// The softmax's exp, e^d = 2^t for t = d · log2 e: 2^round(t) times a polynomial in t's fraction. Its constants
+// and the polynomial, shared by the AVX-512 code (math/exp_avx512.h) and the AVX2 code (math/vec_exp.h).
 //
 // Accuracy, evaluated in float against float64: within 3e-7 relative for d in [-1, 0], where a row's largest
 // weights lie, growing with |d| to 2e-6 at d = -30 and 4e-6 at the flush limit, as the rounding of t does.
-// Against the float64 result, a float32 attention output's mean error grows by about 1 % over expf's (T = 4096,
-// d = 64: 1.019e-8 to 1.029e-8). On AVX-512 it takes 11 vector instructions where a 2-ulp expf (Cody-Waite
-// reduction, a degree-7 polynomial) took 16: the fused forward pass ran 4 % to 6 % faster (bench/RESULTS.md,
-// "Kᵀ in panels, and a shorter exp").
+// Against the float64 result, a float32 attention output's mean error grows by about 1 % over that of the
+// 2-ulp exp this replaced (T = 4096, d = 64: 1.019e-8 to 1.029e-8). On AVX-512 it takes 11 vector
+// instructions where that exp (Cody-Waite reduction, a degree-7 polynomial) took 16: the fused forward pass
+// ran 4 % to 6 % faster (bench/RESULTS.md, "Kᵀ in panels, and a shorter exp").
 
 namespace attn::ops::cpu::exp_polynomial {
 
@@ -17,6 +17,18 @@ inline constexpr float kLog2e = 1.44269504088896341f;
 // reweighted least squares.
 inline constexpr float kC0 = 1.0000001192092896f, kC1 = 0.6931469440460205f, kC2 = 0.24022120237350464f,
                        kC3 = 0.05550713092088699f, kC4 = 0.009675541892647743f, kC5 = 0.001327647129073739f;
+
+/// 2^f for |f| <= 1/2, by Horner's rule on any vector type: fma(a, b, c) = a·b + c, and splat(x) is x in every
+/// lane. The caller's instruction set picks both.
+template <typename Vec, typename Fma, typename Splat>
+inline Vec two_to_fraction(Vec f, Fma fma, Splat splat) {
+  Vec y = splat(kC5);
+  y = fma(y, f, splat(kC4));
+  y = fma(y, f, splat(kC3));
+  y = fma(y, f, splat(kC2));
+  y = fma(y, f, splat(kC1));
+  return fma(y, f, splat(kC0));
+}
 
 // Below this, e^d (< 9e-27) is exactly 0. Next to a softmax row sum >= 1 such a weight changes nothing a float
 // sum can hold, but its products in P·V underflow to subnormals, each ~100x slower (ALiBi's far keys land

@@ -27,12 +27,9 @@ inline at::vec::Vectorized<float> fast_exp(const at::vec::Vectorized<float>& vx)
   const __m256 t = _mm256_mul_ps(_mm256_min_ps(x, _mm256_set1_ps(kMaxAvx2)), _mm256_set1_ps(kLog2e));
   const __m256 n = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m256 f = _mm256_sub_ps(t, n);
-  __m256 y = _mm256_set1_ps(kC5);
-  y = _mm256_fmadd_ps(y, f, _mm256_set1_ps(kC4));
-  y = _mm256_fmadd_ps(y, f, _mm256_set1_ps(kC3));
-  y = _mm256_fmadd_ps(y, f, _mm256_set1_ps(kC2));
-  y = _mm256_fmadd_ps(y, f, _mm256_set1_ps(kC1));
-  y = _mm256_fmadd_ps(y, f, _mm256_set1_ps(kC0));
+  const __m256 y = two_to_fraction(
+      f, [](__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); },
+      [](float v) { return _mm256_set1_ps(v); });
   const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   __m256 result = _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
   result = _mm256_blendv_ps(result, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(kFlushBelow), _CMP_LT_OQ));
