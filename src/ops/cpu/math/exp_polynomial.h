@@ -5,9 +5,8 @@
 // Accuracy, evaluated in float against float64: within 3e-7 relative for d in [-1, 0], where a row's largest
 // weights lie, growing with |d| to 2e-6 at d = -30 and 4e-6 at the flush limit, as the rounding of t does.
 // Against the float64 result, a float32 attention output's mean error grows by about 1 % over that of the
-// 2-ulp exp this replaced (T = 4096, d = 64: 1.019e-8 to 1.029e-8). On AVX-512 it takes 11 vector
-// instructions where that exp (Cody-Waite reduction, a degree-7 polynomial) took 16: the fused forward pass
-// ran 4 % to 6 % faster (bench/RESULTS.md, "Kᵀ in panels, and a shorter exp").
+// 2-ulp exp this replaced (T = 4096, d = 64: 1.019e-8 to 1.029e-8), for 11 vector instructions on AVX-512
+// instead of 16 (what that gained: bench/RESULTS.md, "Kᵀ in panels, and a shorter exp").
 
 namespace attn::ops::cpu::exp_polynomial {
 
