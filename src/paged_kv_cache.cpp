@@ -61,7 +61,7 @@ PagedKVCache::PagedKVCache(const PagedKVCacheOptions& options) : options_(option
   check_positive(kPaged, "block_size", options.block_size());
   const int64_t value_dim = options.value_dim().value_or(options.head_dim());
   check_positive(kPaged, "value_dim", value_dim);
-  TORCH_CHECK(common::is_fused_kernel_dtype(options.dtype()) || options.dtype() == torch::kInt8, kPaged,
+  TORCH_CHECK(common::is_decode_kernel_dtype(options.dtype()) || options.dtype() == torch::kInt8, kPaged,
               ": dtype must be float32, float64, bfloat16 or int8 (what the CPU decode kernel reads), got ",
               common::dtype_name(options.dtype()));
   const int64_t N = options.num_blocks(), H = options.num_kv_heads(), S = options.block_size();

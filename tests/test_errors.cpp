@@ -128,7 +128,7 @@ std::vector<BadInput> op_cases() {
       {"op_query_rank_3", [=] { op(r({2, 3, 4}), k, v); }, "attn::flash_attention: query must be 4-D [B, H, Tq, d_k], got shape [2, 3, 4]"},
       {"op_key_heads", [=] { op(q, r({1, 3, 5, 4}), v); }, "key must be [B, H_kv, Tk, d_k] = [1, H_kv, Tk, 4] with H_kv dividing the query's 2 heads, to match query [1, 2, 3, 4], got key [1, 3, 5, 4]"},
       {"op_value_length", [=] { op(q, k, r({1, 2, 4, 6})); }, "value must be [B, H_kv, Tk, d_v] = [1, 2, 5, d_v] to match key"},
-      {"op_integer", [=] { op(q.to(torch::kLong), k.to(torch::kLong), v.to(torch::kLong)); }, "query must be float32, float64 or bfloat16, got Long"},
+      {"op_integer", [=] { op(q.to(torch::kLong), k.to(torch::kLong), v.to(torch::kLong)); }, "query must be float32, float64, bfloat16 or float16, got Long"},
       {"op_dtype_mismatch", [=] { op(q, k.to(torch::kFloat64), v); }, "key is Double but query is Float"},
       // The op has CPU and Meta kernels (test_meta_kernels.cpp); other backends get the dispatcher's error.
       {"op_sparse_layout", [=] { op(q.to_sparse(), k.to_sparse(), v.to_sparse()); }, "Could not run 'attn::flash_attention' with arguments from the 'SparseCPU' backend"},

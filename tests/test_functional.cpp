@@ -160,11 +160,13 @@ INSTANTIATE_TEST_SUITE_P(Grid, Functional, ::testing::ValuesIn(device_dtype_grid
                          [](const auto& info) { return param_name(info.param); });
 
 #if TORCH_VERSION_MAJOR >= 2
-// LibTorch 2.x multiplies float16 on the CPU, so attn runs it there (1.x refuses it: test_errors.cpp); held to the
-// float64 definition with float16's tolerance, as the parity tests hold it on CUDA.
-TEST(Float16, RunsOnTheCpu) {
+// LibTorch 2.x multiplies float16 on the CPU, so attn runs it there (1.x refuses it: test_errors.cpp), on the fused
+// kernel in float32; held to the float64 definition with float16's tolerance, as the parity tests hold it on CUDA.
+// test_variants.cpp holds every variant, forward and backward, to it.
+TEST(Float16, RunsOnTheCpuOnTheFusedKernel) {
   torch::manual_seed(5);
   const torch::Tensor q = torch::randn({2, 5, 8}), k = torch::randn({2, 7, 8}), v = torch::randn({2, 7, 6});
+  EXPECT_EQ(attn::resolved_backend(q.to(torch::kHalf), SdpaOptions()), Backend::Fused);
   const torch::Tensor out =
       attn::scaled_dot_product_attention(q.to(torch::kHalf), k.to(torch::kHalf), v.to(torch::kHalf));
   EXPECT_EQ(out.scalar_type(), torch::kHalf);

@@ -24,12 +24,11 @@ void expect_same_layout(const torch::Tensor& traced, const torch::Tensor& cpu, c
 }
 
 TEST(MetaKernels, ForwardAndBackwardMatchTheCpuKernelsLayout) {
-  for (auto dtype : {torch::kFloat32, torch::kFloat64, torch::kBFloat16}) {
+  for (auto dtype : {torch::kFloat32, torch::kFloat64, torch::kBFloat16, torch::kHalf}) {
     for (bool causal : {false, true}) {
-      const auto opts = torch::TensorOptions().dtype(dtype);
       torch::manual_seed(3);
-      const torch::Tensor q = torch::randn({2, 3, 5, 8}, opts), k = torch::randn({2, 3, 7, 8}, opts),
-                          v = torch::randn({2, 3, 7, 4}, opts);
+      const torch::Tensor q = torch::randn({2, 3, 5, 8}).to(dtype), k = torch::randn({2, 3, 7, 8}).to(dtype),
+                          v = torch::randn({2, 3, 7, 4}).to(dtype);
       const torch::Tensor pad = torch::rand({2, 1, 7}) < 0.2;
       const std::string name = std::string(c10::toString(dtype)) + (causal ? " causal" : "");
 
@@ -42,7 +41,7 @@ TEST(MetaKernels, ForwardAndBackwardMatchTheCpuKernelsLayout) {
       expect_same_layout(meta_out, out, name + " output");
       expect_same_layout(meta_lse, lse, name + " logsumexp");
 
-      const torch::Tensor grad = torch::randn_like(out);
+      const torch::Tensor grad = torch::randn(out.sizes()).to(dtype);
       auto [dq, dk, dv, dsinks] = ops::flash_attention_backward(grad, q, k, v, out, lse, a);
       auto [meta_dq, meta_dk, meta_dv, meta_dsinks] =
           ops::flash_attention_backward(meta(grad), meta(q), meta(k), meta(v), meta(out), meta(lse), meta_a);
@@ -61,8 +60,8 @@ TEST(MetaKernels, RefuseWhatTheCpuKernelsRefuse) {
   padded.key_padding_mask = torch::zeros({1, 2, 4}, torch::dtype(torch::kBool).device(torch::kMeta));
   EXPECT_ERROR_CONTAINS(ops::flash_attention(q, k, k, padded),
                         "attn::flash_attention: key_padding_mask must broadcast to [B, H, Tk] = [1, 2, 5]");
-  EXPECT_ERROR_CONTAINS(ops::flash_attention(q.to(torch::kHalf), k.to(torch::kHalf), k.to(torch::kHalf)),
-                        "attn::flash_attention: query must be float32, float64 or bfloat16, got Half");
+  EXPECT_ERROR_CONTAINS(ops::flash_attention(q.to(torch::kInt), k.to(torch::kInt), k.to(torch::kInt)),
+                        "attn::flash_attention: query must be float32, float64, bfloat16 or float16, got Int");
   ops::FlashArguments infinite;
   infinite.scale = INFINITY;
   EXPECT_ERROR_CONTAINS(ops::flash_attention(q, k, k, infinite),

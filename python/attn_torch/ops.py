@@ -33,7 +33,8 @@ def flash_attention(query: Tensor, key: Tensor, value: Tensor, *,
     Args:
         query: [B, H, Tq, d_k]. key: [B, H_kv, Tk, d_k]. value: [B, H_kv, Tk, d_v]. H_kv must divide H (grouped-
             query attention: query head h reads key/value head h // (H // H_kv); no repeat is made).
-            float32, float64 or bfloat16 on the CPU (bfloat16 is computed in float32, the output rounded back);
+            float32, float64, bfloat16 or float16 on the CPU (bfloat16 and float16 are computed in float32, the
+            output rounded back);
             on CUDA float16 or bfloat16 without masks, for the calls attn's CUDA routes take.
         key_padding_mask: bool, broadcastable to [B, H, Tk]; True = this key is padding (no query attends to
             it), as torch.nn.MultiheadAttention's key_padding_mask. For [B, H, Tq, d] inputs give [B, 1, Tk].

@@ -76,7 +76,7 @@ Backend resolve(const char* fn, const torch::Tensor& query, const torch::Tensor&
                   "use Backend::Math");
       if (query.is_cpu()) {
         TORCH_CHECK(common::is_fused_kernel_dtype(query.scalar_type()), fn,
-                    ": Backend::Fused supports float32, float64 and bfloat16 on the CPU, got ",
+                    ": Backend::Fused supports float32, float64, bfloat16 and float16 on the CPU, got ",
                     common::dtype_name(query), "; use Backend::Math");
         return Backend::Fused;
       }

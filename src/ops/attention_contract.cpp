@@ -13,21 +13,26 @@
 #include <vector>
 
 namespace attn::ops {
-void check_input(const char* fn, const char* arg, const at::Tensor& t, const char* layout) {
+void check_input(const char* fn, const char* arg, const at::Tensor& t, const char* layout, InputKernel kernel) {
   TORCH_CHECK(t.defined(), fn, ": ", arg, " is undefined");
   TORCH_CHECK(t.dim() == 4, fn, ": ", arg, " must be 4-D ", layout, ", got shape ", t.sizes());
   TORCH_CHECK(t.device().is_cpu() || t.device().is_meta(), fn, ": ", arg, " is on ", t.device(),
               "; this op runs on the CPU (attn::scaled_dot_product_attention picks a CUDA backend itself)");
-  TORCH_CHECK(common::is_fused_kernel_dtype(t.scalar_type()), fn, ": ", arg,
-              " must be float32, float64 or bfloat16, got ", common::dtype_name(t));
+  if (kernel == InputKernel::Fused) {
+    TORCH_CHECK(common::is_fused_kernel_dtype(t.scalar_type()), fn, ": ", arg,
+                " must be float32, float64, bfloat16 or float16, got ", common::dtype_name(t));
+  } else {
+    TORCH_CHECK(common::is_decode_kernel_dtype(t.scalar_type()), fn, ": ", arg,
+                " must be float32, float64 or bfloat16 (the decode kernel's dtypes), got ", common::dtype_name(t));
+  }
 }
 
 namespace {
 
 SymFlashSizes check_qkv(const char* fn, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  check_input(fn, "query", q, "[B, H, Tq, d_k]");
-  check_input(fn, "key", k, "[B, H_kv, Tk, d_k]");
-  check_input(fn, "value", v, "[B, H_kv, Tk, d_v]");
+  check_input(fn, "query", q, "[B, H, Tq, d_k]", InputKernel::Fused);
+  check_input(fn, "key", k, "[B, H_kv, Tk, d_k]", InputKernel::Fused);
+  check_input(fn, "value", v, "[B, H_kv, Tk, d_v]", InputKernel::Fused);
   common::check_same_device_dtype(fn, "key", k, "query", q);
   common::check_same_device_dtype(fn, "value", v, "query", q);
   const c10::SymIntArrayRef qs = q.sym_sizes(), ks = k.sym_sizes(), vs = v.sym_sizes();
@@ -188,7 +193,8 @@ void check_variant_args(const char* fn, SymFlashSizes& s, const at::Tensor& quer
 }
 
 at::ScalarType compute_type(const at::Tensor& query) {
-  return query.scalar_type() == at::kBFloat16 ? at::kFloat : query.scalar_type();
+  const at::ScalarType s = query.scalar_type();
+  return s == at::kBFloat16 || s == at::kHalf ? at::kFloat : s;
 }
 
 double resolved_scale(c10::optional<double> scale, int64_t dk) {
@@ -401,9 +407,9 @@ SymCacheSizes check_decode_op_args_symbolic(const char* fn, const at::Tensor& qu
                                             int64_t window_right, double softcap,
                                             const c10::optional<at::Tensor>& alibi_slopes,
                                             const c10::optional<at::Tensor>& sinks) {
-  check_input(fn, "query", query, "[B, H, Tq, d_k]");
-  if (!is_int8_cache(key_cache)) check_input(fn, "key_cache", key_cache, "[B, H_kv, capacity, d_k]");
-  if (!is_int8_cache(value_cache)) check_input(fn, "value_cache", value_cache, "[B, H_kv, capacity, d_v]");
+  check_input(fn, "query", query, "[B, H, Tq, d_k]", InputKernel::Decode);
+  if (!is_int8_cache(key_cache)) check_input(fn, "key_cache", key_cache, "[B, H_kv, capacity, d_k]", InputKernel::Decode);
+  if (!is_int8_cache(value_cache)) check_input(fn, "value_cache", value_cache, "[B, H_kv, capacity, d_v]", InputKernel::Decode);
   const SymCacheSizes s =
       check_cache_call_symbolic(fn, query, key_cache, value_cache, query_starts, key_lengths, decode_only);
   TORCH_CHECK(s.dv > 0, fn, ": d_v must be positive, got value_cache ", value_cache.sym_sizes());

@@ -18,9 +18,12 @@ namespace attn::ops {
 inline constexpr const char* kForwardOp = "attn::flash_attention";
 inline constexpr const char* kBackwardOp = "attn::flash_attention_backward";
 
+/// Which CPU kernel an argument is for, and so which dtypes it takes (common/dtypes.h).
+enum class InputKernel { Fused, Decode };
+
 /// One 4-D tensor argument of an op: defined, rank 4 (`layout` names its dimensions in the message), on the
-/// CPU or the meta device, in a dtype the CPU kernels compute.
-void check_input(const char* fn, const char* arg, const at::Tensor& t, const char* layout);
+/// CPU or the meta device, in a dtype that `kernel` computes.
+void check_input(const char* fn, const char* arg, const at::Tensor& t, const char* layout, InputKernel kernel);
 
 /// The sizes of a call: int64_t for the kernels, c10::SymInt where they may be symbolic (the Meta kernels under
 /// torch.compile(dynamic=True) and torch.export with a Dim). The checks are written once, over SymInt: a
@@ -38,7 +41,7 @@ using SymFlashSizes = FlashSizesOf<c10::SymInt>;
 FlashSizes concrete(const SymFlashSizes& s);
 
 /// Checks q [B, H, Tq, d_k], k [B, H_kv, Tk, d_k], v [B, H_kv, Tk, d_v] (H_kv divides H; CPU or meta,
-/// float32/float64/bfloat16), and the arguments: the masks (in the query's heads), the scale and the variants
+/// float32/float64/bfloat16/float16), and the arguments: the masks (in the query's heads), the scale and the variants
 /// (check_variant_args).
 SymFlashSizes check_forward_args_symbolic(const char* fn, const at::Tensor& query, const at::Tensor& key,
                                           const at::Tensor& value, const FlashArguments& arguments);
@@ -58,7 +61,7 @@ FlashSizes check_backward_args(const at::Tensor& grad_output, const at::Tensor& 
 void check_variant_args(const char* fn, SymFlashSizes& s, const at::Tensor& query, const FlashArguments& arguments);
 void check_variant_args(const char* fn, FlashSizes& s, const at::Tensor& query, const FlashArguments& arguments);
 
-/// The dtype the kernels compute in: float32 for bfloat16 inputs, else the inputs' own.
+/// The dtype the kernels compute in: float32 for bfloat16 and float16 inputs, else the inputs' own.
 at::ScalarType compute_type(const at::Tensor& query);
 
 /// scale, or 1 / sqrt(d_k).

@@ -15,7 +15,7 @@ namespace attn::ops {
 DecodeKernelSupport decode_attention_support(const torch::Tensor& query, const torch::Tensor& key_cache,
                                              const torch::Tensor& value_cache) {
   if (query.is_cpu()) {
-    if (common::is_fused_kernel_dtype(query.scalar_type())) return {true, ""};
+    if (common::is_decode_kernel_dtype(query.scalar_type())) return {true, ""};
     return {false, std::string("the CPU kernel computes float32, float64 and bfloat16, not ") +
                        common::dtype_name(query.scalar_type())};
   }

@@ -17,7 +17,7 @@ FlashKernelSupport flash_attention_support(const torch::Tensor& query, const tor
   FlashKernelSupport s;
   if (query.is_cpu()) {
     if (!common::is_fused_kernel_dtype(query.scalar_type())) {
-      s.reason = std::string("the CPU kernel computes float32, float64 and bfloat16, not ") +
+      s.reason = std::string("the CPU kernel computes float32, float64, bfloat16 and float16, not ") +
                  common::dtype_name(query.scalar_type());
       return s;
     }

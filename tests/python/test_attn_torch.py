@@ -333,8 +333,13 @@ def test_transformers_interface():
         enc, *qkv(9, 9), None, sliding_window=4), "sliding_window=4")
     expect_error("H_kv not dividing H: the op's own error", lambda: at.attention_forward(
         layer, q, torch.randn(B, 3, 5, d), torch.randn(B, 3, 5, d), None), "dividing")
-    expect_error("float16 on the CPU: the op's own error", lambda: at.attention_forward(
-        layer, q.half(), k.half(), v.half(), None), "Half")
+    # float16 on the CPU: the op computes it in float32 (as bfloat16 widened); the reference is transformers' SDPA
+    # in float64 on the same rounded inputs.
+    qh, kh, vh = q.half(), k.half(), v.half()
+    ref, _ = sdpa_attention_forward(layer, qh.double(), kh.double(), vh.double(), None, scaling=d ** -0.5)
+    out, _ = at.attention_forward(layer, qh, kh, vh, None, scaling=d ** -0.5)
+    expect("float16 on the CPU: the output is float16", out.dtype == torch.float16, str(out.dtype))
+    check("float16 on the CPU, GQA causal, against SDPA in float64", out, ref, 2e-3)
 
 
 def test_register():

@@ -19,10 +19,10 @@ namespace attn::ops {
 /// [Tq, Tk] scores never exist in memory. Differentiable with respect to q, k, v and the sinks (the backward
 /// pass recomputes the tiles from the log-sum-exp).
 ///
-///   query [B, H, Tq, d_k], key [B, H_kv, Tk, d_k], value [B, H_kv, Tk, d_v], H_kv dividing H: float32, float64
-///   or bfloat16 on the CPU; float16 or bfloat16 on CUDA, for the calls flash_attention_support takes.
+///   query [B, H, Tq, d_k], key [B, H_kv, Tk, d_k], value [B, H_kv, Tk, d_v], H_kv dividing H: float32, float64,
+///   bfloat16 or float16 on the CPU; float16 or bfloat16 on CUDA, for the calls flash_attention_support takes.
 ///
-/// bfloat16 inputs are computed in float32 and the output rounded back.
+/// bfloat16 and float16 inputs are computed in float32 and the output rounded back.
 /// Returns (output [B, H, Tq, d_v], logsumexp [B, H, Tq]) where logsumexp is float32 (float64 for float64
 /// inputs), the sink included. A query with no allowed key gets a zero output row and logsumexp = -inf (the
 /// sink's logit, with sinks).
@@ -38,7 +38,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor> flash_att
     const FlashArguments& arguments = {});
 
 /// Whether flash_attention has a kernel for a call on these tensors' device, forward and backward, and which.
-/// On the CPU: float32, float64 and bfloat16, everything, both ways. On CUDA, where attn was built with its CUDA
+/// On the CPU: float32, float64, bfloat16 and float16, everything, both ways. On CUDA, where attn was built with its CUDA
 /// kernels and the GPU has compute capability 8.0 or newer, float16 and bfloat16 without masks, d_k = d_v a
 /// multiple of 8 up to 256: LibTorch's kernels for windows, sinks and packed sequences with the diagonal aligned
 /// bottom-right (FlashAttention-2; for sinks alone, the SDPA kernel that returns the log-sum-exp), forward and

@@ -16,7 +16,7 @@ namespace {
 std::tuple<at::Tensor, at::Tensor> flash_attention_meta(const at::Tensor& query, const at::Tensor& key,
                                                         const at::Tensor& value, const FlashArguments& arguments) {
   const SymFlashSizes s = check_forward_args_symbolic(kForwardOp, query, key, value, arguments);
-  // As the CPU kernel: the output in the query's dtype, the log-sum-exp in float32 for bfloat16 inputs.
+  // As the CPU kernel: the output in the query's dtype, the log-sum-exp in float32 for bfloat16 and float16 inputs.
   return empty_forward_results(s, query.options(), compute_type(query));
 }
 
