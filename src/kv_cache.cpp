@@ -131,7 +131,7 @@ void KVCache::append(int64_t layer, const torch::Tensor& key, const torch::Tenso
                        std::all_of(len, len + B, [&](int64_t l) { return l == len[0]; });
   for (auto& [buffer, rows] : writes) {
     if (uniform) {
-      if (n[0] > 0) buffer.narrow(2, len[0], n[0]).copy_(rows.narrow(2, 0, n[0]));
+      if (n[0] > 0) buffer.narrow(2, len[0], n[0]).copy_(n[0] == T ? rows : rows.narrow(2, 0, n[0]));
       continue;
     }
     for (int64_t b = 0; b < B; ++b) {

@@ -169,7 +169,7 @@ namespace {
 /// what the call checks x against, and how it appends and attends.
 struct CacheStep {
   int64_t batch = 0, kv_heads = 0, head_dim = 0, value_dim = 0;
-  std::string layout;  // the cache's shape, for messages
+  std::function<std::string()> layout;  // the cache's shape, for messages: built only for one
   bool quantized = false;
   torch::Dtype dtype = torch::kFloat32;
   torch::Device device = torch::kCPU;
@@ -192,7 +192,7 @@ torch::Tensor attend_cache_step(const ModuleLayout& layout, const torch::Tensor&
   const CallShape shape = check_inputs(layout, x, x, x, projections.q.weight);
   TORCH_CHECK(step.batch == shape.batch && step.kv_heads == w.kv_heads() && step.head_dim == w.head_dim_qk &&
                   step.value_dim == w.head_dim_v,
-              layout.module, ": the cache holds ", step.layout, ", but this call needs [", shape.batch, ", ",
+              layout.module, ": the cache holds ", step.layout(), ", but this call needs [", shape.batch, ", ",
               w.kv_heads(), ", ..., ", w.head_dim_qk, "] (value_dim ", w.head_dim_v, ")");
   if (step.quantized) {
     TORCH_CHECK((x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16) && x.is_cpu(),
@@ -209,8 +209,11 @@ torch::Tensor attend_cache_step(const ModuleLayout& layout, const torch::Tensor&
 
   Heads heads = project(layout, shape, x, x, x, projections);
   if (rotary != nullptr) {
-    const torch::Tensor offsets = step.offsets.defined() ? step.offsets : torch::arange(T);
-    const torch::Tensor positions = step.starts.unsqueeze(1) + offsets.unsqueeze(0);  // [B, T]
+    // [B, T]; a decoding step's one new position per row is the row's start, without a tensor operation.
+    const torch::Tensor positions =
+        !step.offsets.defined() && T == 1
+            ? step.starts.unsqueeze(1)
+            : step.starts.unsqueeze(1) + (step.offsets.defined() ? step.offsets : torch::arange(T)).unsqueeze(0);
     rotate(rotary, heads, positions, positions);
   }
   if (step.decode_only.any()) {  // what only the decode kernel can read, refused before the cache changes
@@ -251,9 +254,11 @@ CacheStep kv_cache_step(const char* module, KVCache& cache, int64_t layer, const
   CacheStep step;
   step.batch = c.batch(), step.kv_heads = c.num_kv_heads(), step.head_dim = c.head_dim();
   step.value_dim = c.value_dim().value_or(c.head_dim());
-  step.layout = "[B, H_kv, capacity, head_dim] = [" + std::to_string(c.batch()) + ", " + std::to_string(c.num_kv_heads()) +
-                ", " + std::to_string(c.capacity()) + ", " + std::to_string(c.head_dim()) + "] (value_dim " +
-                std::to_string(step.value_dim) + ")";
+  step.layout = [o = &c] {  // the cache's options outlive the step
+    return "[B, H_kv, capacity, head_dim] = [" + std::to_string(o->batch()) + ", " + std::to_string(o->num_kv_heads()) +
+           ", " + std::to_string(o->capacity()) + ", " + std::to_string(o->head_dim()) + "] (value_dim " +
+           std::to_string(o->value_dim().value_or(o->head_dim())) + ")";
+  };
   step.quantized = cache.quantized(), step.dtype = c.dtype(), step.device = c.device();
   // The lengths before the append advances them in place.
   step.starts = cache.lengths(layer).clone();
@@ -304,9 +309,11 @@ torch::Tensor attend_with_paged_cache(const ModuleLayout& layout, const torch::T
   CacheStep step;
   step.batch = static_cast<int64_t>(sequences.size());
   step.kv_heads = c.num_kv_heads(), step.head_dim = c.head_dim(), step.value_dim = c.value_dim().value_or(c.head_dim());
-  step.layout = "blocks of [H_kv, block_size, head_dim] = [" + std::to_string(c.num_kv_heads()) + ", " +
-                std::to_string(c.block_size()) + ", " + std::to_string(c.head_dim()) + "] (value_dim " +
-                std::to_string(step.value_dim) + ") for " + std::to_string(sequences.size()) + " sequences";
+  step.layout = [o = &c, count = sequences.size()] {
+    return "blocks of [H_kv, block_size, head_dim] = [" + std::to_string(o->num_kv_heads()) + ", " +
+           std::to_string(o->block_size()) + ", " + std::to_string(o->head_dim()) + "] (value_dim " +
+           std::to_string(o->value_dim().value_or(o->head_dim())) + ") for " + std::to_string(count) + " sequences";
+  };
   step.quantized = cache.quantized(), step.dtype = c.dtype(), step.device = torch::kCPU;
   step.starts = cache.batch(layer, sequences).lengths;
   step.decode_only.key_scales = cache.key_scales(layer), step.decode_only.value_scales = cache.value_scales(layer);
