@@ -337,6 +337,16 @@ TEST(KVCacheErgonomics, OptionsFromTheModuleAndOneModulePerLayer) {
   EXPECT_EQ(o.dtype(), torch::kBFloat16);
   EXPECT_EQ(o.device(), torch::Device(torch::kCPU));
   EXPECT_EQ(mha->paged_cache_options(4, 64, 16).dtype(), torch::kBFloat16);
+  {  // a paged cache of another module's heads is refused, its blocks described
+    MultiHeadAttention two_kv_heads(MultiHeadAttentionOptions(48, 6).num_kv_heads(2).head_dim(8));
+    two_kv_heads->to(torch::kBFloat16);
+    PagedKVCache paged(mha->paged_cache_options(1, 8, 16));
+    const int64_t sequence = paged.add_sequence();
+    EXPECT_ERROR_CONTAINS(two_kv_heads->forward_with_cache(torch::randn({1, 1, 48}).to(torch::kBFloat16), paged, 0,
+                                                           {sequence}),
+                          "the cache holds blocks of [H_kv, block_size, head_dim] = [3, 16, 8] (value_dim 8) for 1 "
+                          "sequences, but this call needs [1, 2, ..., 8]");
+  }
 
   MultiHeadAttention other(MultiHeadAttentionOptions(48, 6).num_kv_heads(3).head_dim(8));
   other->to(torch::kBFloat16);
