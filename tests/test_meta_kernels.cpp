@@ -116,6 +116,11 @@ TEST(MetaKernels, DecodeRefusesWhatTheCpuKernelRefuses) {
                         "attn::decode_attention: an int8 cache needs key_scales [B, H_kv, capacity] = [2, 2, 6]");
   EXPECT_ERROR_CONTAINS(ops::decode_attention(q, k2, k2, positions, positions, true, c10::nullopt, -2),
                         "attn::decode_attention: window_left and window_right must be >= 0, or -1");
+  // float16 runs on the fused kernel (flash_attention), not on the decode kernel.
+  EXPECT_ERROR_CONTAINS(ops::decode_attention(q.to(torch::kHalf), k2.to(torch::kHalf), k2.to(torch::kHalf), positions,
+                                              positions),
+                        "attn::decode_attention: query must be float32, float64 or bfloat16 (the decode kernel's "
+                        "dtypes), got Half");
 }
 
 TEST(MetaKernels, LinearRowsMatchesTheCpuKernelsLayoutAndRefusals) {

@@ -407,9 +407,10 @@ SymCacheSizes check_decode_op_args_symbolic(const char* fn, const at::Tensor& qu
                                             int64_t window_right, double softcap,
                                             const c10::optional<at::Tensor>& alibi_slopes,
                                             const c10::optional<at::Tensor>& sinks) {
-  check_input(fn, "query", query, "[B, H, Tq, d_k]", InputKernel::Decode);
-  if (!is_int8_cache(key_cache)) check_input(fn, "key_cache", key_cache, "[B, H_kv, capacity, d_k]", InputKernel::Decode);
-  if (!is_int8_cache(value_cache)) check_input(fn, "value_cache", value_cache, "[B, H_kv, capacity, d_v]", InputKernel::Decode);
+  const InputKernel kernel = InputKernel::Decode;
+  check_input(fn, "query", query, "[B, H, Tq, d_k]", kernel);
+  if (!is_int8_cache(key_cache)) check_input(fn, "key_cache", key_cache, "[B, H_kv, capacity, d_k]", kernel);
+  if (!is_int8_cache(value_cache)) check_input(fn, "value_cache", value_cache, "[B, H_kv, capacity, d_v]", kernel);
   const SymCacheSizes s =
       check_cache_call_symbolic(fn, query, key_cache, value_cache, query_starts, key_lengths, decode_only);
   TORCH_CHECK(s.dv > 0, fn, ": d_v must be positive, got value_cache ", value_cache.sym_sizes());

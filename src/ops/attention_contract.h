@@ -41,8 +41,8 @@ using SymFlashSizes = FlashSizesOf<c10::SymInt>;
 FlashSizes concrete(const SymFlashSizes& s);
 
 /// Checks q [B, H, Tq, d_k], k [B, H_kv, Tk, d_k], v [B, H_kv, Tk, d_v] (H_kv divides H; CPU or meta,
-/// float32/float64/bfloat16/float16), and the arguments: the masks (in the query's heads), the scale and the variants
-/// (check_variant_args).
+/// float32/float64/bfloat16/float16), and the arguments: the masks (in the query's heads), the scale and the
+/// variants (check_variant_args).
 SymFlashSizes check_forward_args_symbolic(const char* fn, const at::Tensor& query, const at::Tensor& key,
                                           const at::Tensor& value, const FlashArguments& arguments);
 FlashSizes check_forward_args(const char* fn, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,

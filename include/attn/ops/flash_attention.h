@@ -38,8 +38,8 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor> flash_att
     const FlashArguments& arguments = {});
 
 /// Whether flash_attention has a kernel for a call on these tensors' device, forward and backward, and which.
-/// On the CPU: float32, float64, bfloat16 and float16, everything, both ways. On CUDA, where attn was built with its CUDA
-/// kernels and the GPU has compute capability 8.0 or newer, float16 and bfloat16 without masks, d_k = d_v a
+/// On the CPU: float32, float64, bfloat16 and float16, everything, both ways. On CUDA, where attn was built with
+/// its CUDA kernels and the GPU has compute capability 8.0 or newer, float16 and bfloat16 without masks, d_k = d_v a
 /// multiple of 8 up to 256: LibTorch's kernels for windows, sinks and packed sequences with the diagonal aligned
 /// bottom-right (FlashAttention-2; for sinks alone, the SDPA kernel that returns the log-sum-exp), forward and
 /// backward; attn's own kernel for soft-capping, ALiBi or another alignment (d = 64 or 128, forward only).

@@ -24,7 +24,8 @@ const char* product_route_name(ProductRoute route);
 ///  - bfloat16 where `pairs_fit` (the pair dimensions are even: d_k forward; d_k and d_v, with a bfloat16 dO,
 ///    backward) takes AMX's tiles where amx_route_chosen(), else the pairs where bf16_route_chosen();
 ///    otherwise it is widened to float;
-///  - float32 (and bfloat16 or float16 widened) takes the tiles on the AVX-512 variant unless float_products() is Blas;
+///  - float32 (and bfloat16 or float16, widened) takes the tiles on the AVX-512 variant unless float_products()
+///    is Blas;
 ///  - float64, and the portable and AVX2 variants, take BLAS.
 ProductRoute flash_product_route(at::ScalarType input, bool pairs_fit);
 
