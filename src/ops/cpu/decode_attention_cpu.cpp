@@ -22,9 +22,12 @@ constexpr const char* kOp = "attn::decode_attention";
 /// Queries per kernel call: splits × K/V heads × (group × chunk) × d_v floats of partial outputs at most.
 constexpr int64_t kDecodeQueryChunk = 64;
 
-template <typename T>
-View4<T> view(const at::Tensor& t) {
-  return {t.data_ptr<std::remove_const_t<T>>(), t.stride(0), t.stride(1), t.stride(2), 1};
+/// Rows [t0, ..) of a [B, H, Tq, d] tensor with unit stride along d, in its own element type.
+template <typename Data>
+ElementRows<Data> element_rows(const at::Tensor& t, int64_t t0) {
+  using Byte = std::conditional_t<std::is_const_v<Data>, const char, char>;
+  Byte* first = static_cast<Byte*>(t.data_ptr()) + t0 * t.stride(2) * static_cast<int64_t>(t.element_size());
+  return {first, t.stride(0), t.stride(1), t.stride(2), t.scalar_type()};
 }
 
 /// A cache as the kernel reads it, in its own element type, with its row scales where it is int8 and its block
@@ -69,8 +72,9 @@ at::Tensor decode_attention_cpu(const at::Tensor& query, const at::Tensor& key_c
 
   const bool bf16 = query.scalar_type() == at::kBFloat16;
   const at::ScalarType compute = bf16 ? at::kFloat : query.scalar_type();
-  // The query is small and converted; the caches are read in place, in their own dtype.
-  const at::Tensor q = row_major_layout(query.to(compute));
+  // Everything is read in place in its own dtype: the kernel widens the query's rows as it packs them, and writes
+  // the output in the query's dtype.
+  const at::Tensor q = row_major_layout(query);
   const at::Tensor k = row_major_layout(key_cache), v = row_major_layout(value_cache);
   at::Tensor out = empty_decode_output(c, q.options());
   const double sc = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(dk));
@@ -107,17 +111,17 @@ at::Tensor decode_attention_cpu(const at::Tensor& query, const at::Tensor& key_c
       args.tq = n;
       for (int64_t b = 0; b < B; ++b) chunk_starts[b] = starts.data_ptr<int64_t>()[b] + t0;
       args.query_starts = chunk_starts.data();
-      args.q = view<const scalar_t>(q.narrow(2, t0, n));
+      args.q = element_rows<const void>(q, t0);
       args.k = cache_view(k, decode_only.key_scales, blocks);
       args.v = cache_view(v, decode_only.value_scales, blocks);
       if (tree.defined()) args.tree = tree.data_ptr<bool>(), args.tree_stride = tree.dim() == 3 ? tq * tq : 0;
       args.scale = static_cast<scalar_t>(sc);
       args.int8_dot = int8_dot;
-      args.out = view<scalar_t>(out.narrow(2, t0, n));
+      args.out = element_rows<void>(out, t0);
       decode_forward(args);
     }
   });
-  return bf16 ? out.to(at::kBFloat16) : out;
+  return out;
 }
 
 }  // namespace

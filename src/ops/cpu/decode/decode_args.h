@@ -6,9 +6,12 @@
 #include <attn/ops/decode_attention.h>
 
 #include <c10/core/ScalarType.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Exception.h>
 
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <utility>
 
 namespace attn::ops::cpu {
@@ -46,6 +49,49 @@ struct CacheView {
   }
 };
 
+/// The query's or the output's rows [B, H, Tq, d] in the op's own element type (float, double or bfloat16), row
+/// (b, h, t) at data + b·sb + h·sh + t·si elements: the kernel widens a query row to the compute type as it packs
+/// it, and rounds an output row once as it writes it, so a bfloat16 step needs no converted copy of either.
+template <typename Data>
+struct ElementRows {
+  Data* data = nullptr;
+  int64_t sb = 0, sh = 0, si = 0;
+  at::ScalarType type = at::kFloat;
+
+  /// Calls f with a typed pointer to row (b, h, t).
+  template <typename F>
+  void with_row(int64_t b, int64_t h, int64_t t, F&& f) const {
+    const int64_t offset = b * sb + h * sh + t * si;
+    switch (type) {
+      case at::kFloat: return f(static_cast<Typed<float>*>(data) + offset);
+      case at::kDouble: return f(static_cast<Typed<double>*>(data) + offset);
+      case at::kBFloat16: return f(static_cast<Typed<c10::BFloat16>*>(data) + offset);
+      default: TORCH_INTERNAL_ASSERT(false, "attn: the decode kernel takes no ", c10::toString(type), " query");
+    }
+  }
+
+ private:
+  template <typename E>
+  using Typed = std::conditional_t<std::is_const_v<Data>, const E, E>;
+};
+
+/// Widens row (b, h, t) of `rows` into dst[0, n).
+template <typename T>
+void read_row(const ElementRows<const void>& rows, int64_t b, int64_t h, int64_t t, int64_t n, T* dst) {
+  rows.with_row(b, h, t, [&](const auto* src) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(src[i]);
+  });
+}
+
+/// Writes src[0, n) · scale to row (b, h, t) of `rows`, rounded once to its element type.
+template <typename T>
+void write_row(const ElementRows<void>& rows, int64_t b, int64_t h, int64_t t, int64_t n, const T* src, T scale) {
+  rows.with_row(b, h, t, [&](auto* dst) {
+    using E = std::remove_pointer_t<decltype(dst)>;
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<E>(src[i] * scale);
+  });
+}
+
 /// The decode kernel: few queries (Tq <= 16 or so) per batch row against a KV cache. Query t of row b sits at
 /// position p = query_starts[b] + t; it may attend key j iff j < key_lengths[b] and j lies in the band around
 /// p: when causal j <= p, with a window p - window_left <= j <= p + window_right (backends/masks.h,
@@ -53,7 +99,7 @@ struct CacheView {
 template <typename T>
 struct DecodeArgs {
   int64_t batch = 0, heads = 0, kv_heads = 0, tq = 0, dk = 0, dv = 0;
-  View4<const T> q;          // [B, H, Tq, dk]
+  ElementRows<const void> q;  // [B, H, Tq, dk]
   CacheView k, v;            // [B, H_kv, capacity, dk|dv]
   const int64_t* query_starts = nullptr;  // [B]
   const int64_t* key_lengths = nullptr;   // [B], each <= capacity
@@ -69,7 +115,7 @@ struct DecodeArgs {
   // (u < Tq) only where tree[b · tree_stride + t · Tq + u]; the positions before query_starts[b] as usual.
   const bool* tree = nullptr;
   int64_t tree_stride = 0;
-  View4<T> out;              // [B, H, Tq, dv]
+  ElementRows<void> out;      // [B, H, Tq, dv], in the query's element type
   // An int8 cache's products as integer dot products (products/int8_dot.h), chosen once per call by the op
   // (int8_dot_route_chosen and int8_dot_fits); otherwise its elements are widened to float.
   bool int8_dot = false;

@@ -29,6 +29,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <type_traits>
 #include <utility>
@@ -183,6 +184,7 @@ struct DecodeState {
   std::vector<int64_t> begin, end;  // each packed row's allowed keys in the split, [begin, end)
   std::vector<const KV*> key_rows, value_rows;   // a paged cache's split, gathered through its block table
   std::vector<float> key_scales, value_scales;   // and its int8 rows' scales
+  std::vector<T> merged;                          // a merged output row
 };
 
 /// Whether positions [j0, j0 + cols) of row b lie evenly spaced in a paged cache, as in a contiguous one: their
@@ -271,10 +273,8 @@ void decode(const DecodeArgs<T>& a) {
   const int64_t slots = total_splits * a.kv_heads;
   std::vector<T> part_max(slots * rows), part_sum(slots * rows), part_out(slots * rows * a.dv);
 
-  run_tasks<DecodeState<T, KV>>(slots, [&](int64_t task, DecodeState<T, KV>& st) {
-    const int64_t split = task / a.kv_heads, hk = task % a.kv_heads;
-    const int64_t b = std::upper_bound(first_split.begin(), first_split.end(), split) - first_split.begin() - 1;
-    const int64_t j0 = (split - first_split[b]) * split_length;
+  // One split's partial max, sum and output for every packed row.
+  const auto score_split = [&](int64_t task, int64_t b, int64_t hk, int64_t j0, DecodeState<T, KV>& st) {
     const int64_t cols = std::clamp<int64_t>(a.key_lengths[b] - j0, 0, split_length);
     T* m = part_max.data() + task * rows;
     T* l = part_sum.data() + task * rows;
@@ -301,7 +301,7 @@ void decode(const DecodeArgs<T>& a) {
     st.q.resize(rows * a.dk);
     for (int64_t i = 0; i < group; ++i) {
       for (int64_t t = 0; t < a.tq; ++t) {
-        std::copy_n(a.q.row(b, hk * group + i, t), a.dk, st.q.data() + (i * a.tq + t) * a.dk);
+        read_row(a.q, b, hk * group + i, t, a.dk, st.q.data() + (i * a.tq + t) * a.dk);
       }
     }
     // An int8 cache's dot products take the query rows rounded to int16; a query they cannot take, or a variant
@@ -396,42 +396,54 @@ void decode(const DecodeArgs<T>& a) {
         }
       }
     });
-  });
+  };
 
-  // Merge each (row, K/V head)'s splits in order: out = Σ e^(m_s - M) acc_s / Σ e^(m_s - M) l_s.
-  at::parallel_for(0, a.batch * a.kv_heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<T> out(a.dv);
-    for (int64_t bh = begin; bh < end; ++bh) {
-      const int64_t b = bh / a.kv_heads, hk = bh % a.kv_heads;
-      for (int64_t r = 0; r < rows; ++r) {
-        // A sink joins the merge as one more split: its logit, exp(0) = 1 of mass, and no output.
-        const T sink = a.sinks ? a.sinks[hk * group + r / a.tq] : kNegInf<T>;
-        T max = sink;
-        for (int64_t sp = first_split[b]; sp < first_split[b + 1]; ++sp) {
-          const T ms = part_max[(sp * a.kv_heads + hk) * rows + r];
-          if (std::isnan(ms) || ms > max) max = ms;
-          if (std::isnan(max)) break;
-        }
-        T* dst = a.out.row(b, hk * group + r / a.tq, r % a.tq);
-        if (max == kNegInf<T>) {  // every key blocked: a zero row, as the other backends give
-          std::fill(dst, dst + a.dv, T(0));
-          continue;
-        }
-        T denom = sink == kNegInf<T> ? T(0) : std::exp(sink - max);
-        std::fill(out.begin(), out.end(), T(0));
-        for (int64_t sp = first_split[b]; sp < first_split[b + 1]; ++sp) {
-          const int64_t slot = sp * a.kv_heads + hk;
-          const T ms = part_max[slot * rows + r];
-          if (ms == kNegInf<T>) continue;
-          const T w = std::exp(ms - max);
-          denom += w * part_sum[slot * rows + r];
-          const T* src = part_out.data() + (slot * rows + r) * a.dv;
-          for (int64_t e = 0; e < a.dv; ++e) out[e] += w * src[e];
-        }
-        const T inv = T(1) / denom;
-        for (int64_t e = 0; e < a.dv; ++e) dst[e] = out[e] * inv;
+  // Merges (row b, K/V head hk)'s splits in order: out = Σ e^(m_s - M) acc_s / Σ e^(m_s - M) l_s.
+  const auto merge = [&](int64_t b, int64_t hk, std::vector<T>& out) {
+    out.resize(a.dv);
+    for (int64_t r = 0; r < rows; ++r) {
+      // A sink joins the merge as one more split: its logit, exp(0) = 1 of mass, and no output.
+      const T sink = a.sinks ? a.sinks[hk * group + r / a.tq] : kNegInf<T>;
+      T max = sink;
+      for (int64_t sp = first_split[b]; sp < first_split[b + 1]; ++sp) {
+        const T ms = part_max[(sp * a.kv_heads + hk) * rows + r];
+        if (std::isnan(ms) || ms > max) max = ms;
+        if (std::isnan(max)) break;
       }
+      const int64_t h = hk * group + r / a.tq, t = r % a.tq;
+      if (max == kNegInf<T>) {  // every key blocked: a zero row, as the other backends give
+        std::fill(out.begin(), out.end(), T(0));
+        write_row(a.out, b, h, t, a.dv, out.data(), T(1));
+        continue;
+      }
+      T denom = sink == kNegInf<T> ? T(0) : std::exp(sink - max);
+      std::fill(out.begin(), out.end(), T(0));
+      for (int64_t sp = first_split[b]; sp < first_split[b + 1]; ++sp) {
+        const int64_t slot = sp * a.kv_heads + hk;
+        const T ms = part_max[slot * rows + r];
+        if (ms == kNegInf<T>) continue;
+        const T w = std::exp(ms - max);
+        denom += w * part_sum[slot * rows + r];
+        const T* src = part_out.data() + (slot * rows + r) * a.dv;
+        for (int64_t e = 0; e < a.dv; ++e) out[e] += w * src[e];
+      }
+      write_row(a.out, b, h, t, a.dv, out.data(), T(1) / denom);
     }
+  };
+
+  // The last split of a (row, K/V head) to finish merges it, in the same task: one parallel region in all (a
+  // second one for the merges costs more than a short cache's whole step). The merge reads the splits in
+  // order whoever runs it, so the bits do not depend on the threads.
+  std::vector<std::atomic<int64_t>> unmerged(a.batch * a.kv_heads);
+  for (int64_t b = 0; b < a.batch; ++b) {
+    for (int64_t hk = 0; hk < a.kv_heads; ++hk) unmerged[b * a.kv_heads + hk] = first_split[b + 1] - first_split[b];
+  }
+  run_tasks<DecodeState<T, KV>>(slots, [&](int64_t task, DecodeState<T, KV>& st) {
+    const int64_t split = task / a.kv_heads, hk = task % a.kv_heads;
+    const int64_t b = std::upper_bound(first_split.begin(), first_split.end(), split) - first_split.begin() - 1;
+    score_split(task, b, hk, (split - first_split[b]) * split_length, st);
+    // acq_rel: the merge sees every other split's partials of this (row, K/V head).
+    if (unmerged[b * a.kv_heads + hk].fetch_sub(1, std::memory_order_acq_rel) == 1) merge(b, hk, st.merged);
   });
 }
 
