@@ -80,7 +80,7 @@ PagedKVCache::PagedKVCache(const PagedKVCacheOptions& options) : options_(option
 }
 
 void PagedKVCache::check_layer(const char* fn, int64_t layer) const {
-  common::check_layer_index(std::string(kPaged) + "::" + fn, layer, num_layers());
+  common::check_layer_index(kPaged, fn, layer, num_layers());
 }
 
 const PagedKVCache::Sequence& PagedKVCache::find(const char* fn, int64_t sequence) const {

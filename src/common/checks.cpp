@@ -4,9 +4,13 @@
 
 namespace attn::common {
 
-void check_layer_index(const std::string& caller, int64_t layer, int64_t num_layers) {
-  TORCH_CHECK(layer >= 0 && layer < num_layers, caller, ": layer must be in [0, ", num_layers, ") for this cache of ",
-              num_layers, " layers, got ", layer);
+void check_layer_index(const char* caller, int64_t layer, int64_t num_layers) {
+  check_layer_index(caller, nullptr, layer, num_layers);
+}
+
+void check_layer_index(const char* cls, const char* method, int64_t layer, int64_t num_layers) {
+  TORCH_CHECK(layer >= 0 && layer < num_layers, cls, method ? "::" : "", method ? method : "",
+              ": layer must be in [0, ", num_layers, ") for this cache of ", num_layers, " layers, got ", layer);
 }
 
 void check_integer(const char* fn, const char* arg, const at::Tensor& t) {

@@ -18,7 +18,9 @@ inline const char* dtype_name(const at::Tensor& t) { return dtype_name(t.scalar_
 void check_positive(const char* fn, const char* option, int64_t value);
 
 /// A KV cache's layer index: in [0, num_layers), or an error naming `caller` (the call the user made).
-void check_layer_index(const std::string& caller, int64_t layer, int64_t num_layers);
+void check_layer_index(const char* caller, int64_t layer, int64_t num_layers);
+/// The same for a method of a cache class, named "cls::method" in the message (built only for one).
+void check_layer_index(const char* cls, const char* method, int64_t layer, int64_t num_layers);
 
 /// True when `mask` broadcasts to `target` without growing it (numpy rules, aligned on the right). Sizes may be
 /// symbolic (torch.compile's and torch.export's traces): each comparison then guards, none specialises a size.
