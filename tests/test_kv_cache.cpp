@@ -170,6 +170,38 @@ TEST(KVCache, AppendWritesInPlaceAndOverflowWritesNothing) {
   EXPECT_EQ(values_of(cache.lengths(1)), (std::vector<int64_t>{0, 0}));
 }
 
+
+// The rows a step appends come in any layout: contiguous, a head split of a projection's [B, T, H_kv * d] (unit
+// stride along d, rows apart), channels two apart, a position expanded along T, or the cache's own stored rows.
+// Each lands after its row's length, in float32 and bfloat16, ragged and uniform; positions past the counts
+// and other rows' positions stay as they were.
+TEST(KVCache, AppendTakesRowsOfAnyLayout) {
+  torch::manual_seed(3);
+  for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16}) {
+    const int64_t B = 2, H = 3, d = 8, T = 4;
+    const torch::Tensor contiguous = torch::randn({B, H, T, d}).to(dtype);
+    const torch::Tensor head_split = torch::randn({B, T, H * d}).to(dtype).view({B, T, H, d}).transpose(1, 2);
+    const torch::Tensor strided = torch::randn({B, H, T, 2 * d}).to(dtype).slice(3, 0, 2 * d, 2);
+    const torch::Tensor expanded = torch::randn({B, H, 1, d}).to(dtype).expand({B, H, T, d});
+    for (const torch::Tensor& rows : {contiguous, head_split, strided, expanded}) {
+      SCOPED_TRACE(::testing::Message() << c10::toString(dtype) << " strides " << rows.strides());
+      KVCache cache(KVCacheOptions(1, B, H, d, 12).dtype(dtype));
+      const torch::Tensor first = torch::randn({B, H, T, d}).to(dtype);
+      cache.append(0, first, first, {3, 1});  // ragged: rows at lengths 3 and 1
+      cache.append(0, rows, rows);
+      cache.append(0, cache.keys(0).narrow(2, 0, 2), cache.values(0).narrow(2, 0, 2), {2, 0});  // its own rows
+      EXPECT_EQ(values_of(cache.lengths(0)), (std::vector<int64_t>{9, 5}));
+      for (int64_t b = 0; b < B; ++b) {
+        const int64_t n = b == 0 ? 3 : 1;
+        torch::Tensor expected = torch::cat({first[b].narrow(1, 0, n), rows[b]}, 1);
+        if (b == 0) expected = torch::cat({expected, first[b].narrow(1, 0, 2)}, 1);
+        expected = torch::cat({expected, torch::zeros({H, 12 - expected.size(1), d}, expected.options())}, 1);
+        EXPECT_TRUE(torch::equal(cache.keys(0)[b], expected));
+        EXPECT_TRUE(torch::equal(cache.values(0)[b], expected));
+      }
+    }
+  }
+}
 TEST(KVCache, ReorderMovesRowsAndLengths) {
   KVCache cache(KVCacheOptions(1, 3, 1, 2, 5));
   const torch::Tensor k = torch::arange(3 * 4 * 2, torch::kFloat32).view({3, 1, 4, 2});
