@@ -4,9 +4,9 @@
 // Decoding reads the whole cache for a few FLOPs per element, so it is bound by memory bandwidth. Each task
 // takes one split of split_keys<KV>() keys of one (batch row, K/V head) and computes, for every query row of
 // the heads that share that K/V head (group × Tq rows, packed into one tile so each K/V element is read once
-// per group), the split's running max, sum and unnormalised output. A second pass merges the splits of each
-// (row, K/V head) with their log-sum-exp, in split order. Splits are fixed by the length, so every thread
-// count gives the same bits, and B × H_kv smaller than the thread count still keeps every core busy.
+// per group), the split's running max, sum and unnormalised output. The task that finishes a (row, K/V head)'s
+// last split merges its splits with their log-sum-exp, in split order. Splits are fixed by the length, so every
+// thread count gives the same bits, and B × H_kv smaller than the thread count still keeps every core busy.
 // Within a split, the products run in register tiles (products/row_tiles.h) and the rows ahead are prefetched,
 // so the arithmetic and the memory latency stay under the time the rows take to stream in.
 
