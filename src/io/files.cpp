@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -16,17 +17,31 @@
 
 namespace attn::io::detail {
 
-std::vector<uint8_t> read_file(const std::string& path) {
+std::ifstream open_regular_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   TORCH_CHECK(in, "attn::io: cannot open '", path, "' for reading: ", std::strerror(errno));
   // A directory opens as a stream on Linux and reports a nonsense size: check what the path is first.
   std::error_code error;
   TORCH_CHECK(std::filesystem::is_regular_file(path, error), "attn::io: '", path, "' is not a regular file");
+  TORCH_CHECK(in.tellg() >= 0, "attn::io: cannot read '", path, "'");
+  return in;
+}
+
+std::vector<uint8_t> read_file(const std::string& path) {
+  std::ifstream in = open_regular_file(path);
   const std::streamoff size = in.tellg();
-  TORCH_CHECK(size >= 0, "attn::io: cannot read '", path, "'");
   std::vector<uint8_t> bytes(static_cast<size_t>(size));
   in.seekg(0);
   TORCH_CHECK(in.read(reinterpret_cast<char*>(bytes.data()), size), "attn::io: reading '", path, "' failed");
+  return bytes;
+}
+
+std::vector<uint8_t> read_file_start(const std::string& path, size_t n) {
+  std::ifstream in = open_regular_file(path);
+  std::vector<uint8_t> bytes(std::min<size_t>(n, static_cast<size_t>(in.tellg())));
+  in.seekg(0);
+  TORCH_CHECK(in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size())),
+              "attn::io: reading '", path, "' failed");
   return bytes;
 }
 

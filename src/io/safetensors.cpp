@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <limits>
 
 namespace attn::io::detail {
@@ -45,23 +46,25 @@ struct Entry {
   uint64_t begin, end;
 };
 
-}  // namespace
-
-TensorMap read_safetensors(const std::vector<uint8_t>& bytes, const std::string& path) {
-  TORCH_CHECK(bytes.size() >= 8, "attn::io: ", path, ": too short for a safetensors file (", bytes.size(),
-              " bytes)");
+/// The header's length, from the file's first 8 bytes, checked against the file's size.
+uint64_t header_length(const uint8_t* first8, uint64_t file_size, const std::string& path) {
+  TORCH_CHECK(file_size >= 8, "attn::io: ", path, ": too short for a safetensors file (", file_size, " bytes)");
   uint64_t header_size = 0;
-  for (int i = 0; i < 8; ++i) header_size |= static_cast<uint64_t>(bytes[i]) << (8 * i);
+  for (int i = 0; i < 8; ++i) header_size |= static_cast<uint64_t>(first8[i]) << (8 * i);
   TORCH_CHECK(header_size <= kMaxHeader, "attn::io: ", path, ": safetensors header of ", header_size,
               " bytes exceeds the ", kMaxHeader, "-byte limit");
-  TORCH_CHECK(header_size <= bytes.size() - 8, "attn::io: ", path, ": safetensors header of ", header_size,
-              " bytes runs past the end of the ", bytes.size(), "-byte file");
-  const uint8_t* data = bytes.data() + 8 + header_size;
-  const uint64_t data_size = bytes.size() - 8 - header_size;
+  TORCH_CHECK(header_size <= file_size - 8, "attn::io: ", path, ": safetensors header of ", header_size,
+              " bytes runs past the end of the ", file_size, "-byte file");
+  return header_size;
+}
 
+/// The header's tensors in the order of their data, each checked against the data_size bytes that follow the
+/// header: dtype, shape, offsets inside the data and no two overlapping.
+std::vector<Entry> parse_header(const uint8_t* text, uint64_t header_size, uint64_t data_size,
+                                const std::string& path) {
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_size));
+    header = nlohmann::json::parse(text, text + header_size);
   } catch (const nlohmann::json::exception& e) {
     TORCH_CHECK(false, "attn::io: ", path, ": the safetensors header is not valid JSON: ", e.what());
   }
@@ -112,18 +115,48 @@ TensorMap read_safetensors(const std::vector<uint8_t>& bytes, const std::string&
     entries.push_back(std::move(e));
   }
   // Tensors may not share bytes: a well-formed file lays them out one after another.
-  std::vector<const Entry*> by_offset;
-  for (const auto& e : entries) by_offset.push_back(&e);
-  std::sort(by_offset.begin(), by_offset.end(), [](const Entry* a, const Entry* b) { return a->begin < b->begin; });
-  for (size_t i = 1; i < by_offset.size(); ++i) {
-    TORCH_CHECK(by_offset[i]->begin >= by_offset[i - 1]->end, "attn::io: ", path, ": tensors '",
-                by_offset[i - 1]->name, "' and '", by_offset[i]->name, "' overlap in the data");
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+  for (size_t i = 1; i < entries.size(); ++i) {
+    TORCH_CHECK(entries[i].begin >= entries[i - 1].end, "attn::io: ", path, ": tensors '", entries[i - 1].name,
+                "' and '", entries[i].name, "' overlap in the data");
   }
+  return entries;
+}
 
+}  // namespace
+
+TensorMap read_safetensors(const std::vector<uint8_t>& bytes, const std::string& path) {
+  const uint64_t header_size = header_length(bytes.data(), bytes.size(), path);
+  const uint8_t* data = bytes.data() + 8 + header_size;
   TensorMap out;
-  for (const auto& e : entries) {
+  for (const Entry& e : parse_header(bytes.data() + 8, header_size, bytes.size() - 8 - header_size, path)) {
     at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(e.dtype));
     if (e.end > e.begin) std::memcpy(t.data_ptr(), data + e.begin, e.end - e.begin);
+    out[e.name] = t;
+  }
+  return out;
+}
+
+TensorMap read_safetensors_file(const std::string& path) {
+  std::ifstream in = open_regular_file(path);
+  const uint64_t file_size = static_cast<uint64_t>(in.tellg());
+  uint8_t first8[8] = {};
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(first8), std::min<uint64_t>(8, file_size));
+  const uint64_t header_size = header_length(first8, file_size, path);
+  std::vector<uint8_t> header(header_size);
+  TORCH_CHECK(in.read(reinterpret_cast<char*>(header.data()), static_cast<std::streamsize>(header_size)),
+              "attn::io: reading '", path, "' failed");
+  const uint64_t data_start = 8 + header_size;
+  // In the file's order, each tensor's bytes read straight into its storage.
+  TensorMap out;
+  for (const Entry& e : parse_header(header.data(), header_size, file_size - data_start, path)) {
+    at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(e.dtype));
+    if (e.end > e.begin) {
+      in.seekg(static_cast<std::streamoff>(data_start + e.begin));
+      TORCH_CHECK(in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(e.end - e.begin)),
+                  "attn::io: reading '", path, "' failed at tensor '", e.name, "'");
+    }
     out[e.name] = t;
   }
   return out;

@@ -180,13 +180,20 @@ void check_save_names(const SaveOptions& options, const char* module) {
 }  // namespace
 
 TensorFile read_tensor_file(const std::string& path, const ReadOptions& options) {
-  const std::vector<uint8_t> bytes = detail::read_file(path);
-  const WeightFormat actual = options.format() == WeightFormat::Auto ? detail::detect_format(bytes, path) : options.format();
+  // The format from the file's first bytes; safetensors is then read tensor by tensor from the file (a model's
+  // weights without a copy of the whole file), the torch.save formats from the whole file.
+  const WeightFormat actual = options.format() == WeightFormat::Auto
+                                  ? detail::detect_format(detail::read_file_start(path, 9), path)
+                                  : options.format();
   TensorFile file;
   switch (actual) {
-    case WeightFormat::TorchZip: file.tensors = detail::read_torch_zip(bytes, path, &file.skipped); break;
-    case WeightFormat::TorchLegacy: file.tensors = detail::read_torch_legacy(bytes, path, &file.skipped); break;
-    case WeightFormat::Safetensors: file.tensors = detail::read_safetensors(bytes, path); break;
+    case WeightFormat::TorchZip:
+      file.tensors = detail::read_torch_zip(detail::read_file(path), path, &file.skipped);
+      break;
+    case WeightFormat::TorchLegacy:
+      file.tensors = detail::read_torch_legacy(detail::read_file(path), path, &file.skipped);
+      break;
+    case WeightFormat::Safetensors: file.tensors = detail::read_safetensors_file(path); break;
     case WeightFormat::Auto: TORCH_CHECK(false, "attn::io: unknown weight format for '", path, "'");
   }
   if (options.key().empty()) return file;
