@@ -374,28 +374,68 @@ TEST(Bf16Softmax, ExpRoundSumMatchesFloat64) {
   EXPECT_FLOAT_EQ(static_cast<float>(p[20]), static_cast<float>(c10::BFloat16(std::exp(-1.0f))));
 }
 
-TEST(Bf16Gemm, LeftOperandInPairsLayoutAndFloatSourcesRoundToNearestEven) {
+TEST(Bf16Gemm, LeftOperandInPairsLayout) {
   if (skip_without_bf16_route()) return;
-  // C = Aᵀ·B as the backward pass forms dVᵀ = dOᵀ·P: A [k, m] packed in pairs of its rows is the pairs
-  // layout of the left operand Aᵀ (si = 2, sp = 2·ld); B comes from float, rounded while packing.
+  // C = Aᵀ·B with A [k, m] packed in pairs of its rows: the pairs layout of the left operand Aᵀ (si = 2,
+  // sp = 2·ld), whose pairs are not adjacent (the tiles copy it).
   for (const PairsGemm& g : pairs_gemms()) {
     for (int64_t k : {1, 8, 33, 64}) {
       for (int64_t m : {3, 17, 40}) {
         const int64_t n = 20;
         SCOPED_TRACE(::testing::Message() << g.name << " k=" << k << " m=" << m);
-        const Matrix a = random_matrix(k, m, m, 40 + k + m);
-        torch::manual_seed(k * m);
-        const torch::Tensor bf = torch::randn({k, n});
-        const torch::Tensor expected = a.exact.t().matmul(bf.to(torch::kBFloat16).to(torch::kFloat64));
+        const Matrix a = random_matrix(k, m, m, 40 + k + m), b = random_matrix(k, n, n, 90 + k + m);
+        const torch::Tensor expected = a.exact.t().matmul(b.exact);
 
         const int64_t lda = ops::cpu::pairs_row_length(m), ldb = ops::cpu::pairs_row_length(n), pairs = (k + 1) / 2;
         std::vector<uint32_t> a_pairs(pairs * lda), b_pairs(pairs * ldb + ops::cpu::kPairLanes);
         ops::cpu::pack_rows_in_pairs(a.data.data(), a.ld, k, m, a_pairs.data(), lda);
-        ops::cpu::pack_rows_in_pairs(bf.data_ptr<float>(), n, k, n, b_pairs.data(), ldb);
+        ops::cpu::pack_rows_in_pairs(b.data.data(), b.ld, k, n, b_pairs.data(), ldb);
         std::vector<float> c(m * n);
         const auto* left = reinterpret_cast<const c10::BFloat16*>(a_pairs.data());
         g.gemm(m, n, pairs, 1.0f, {left, 2, 2 * lda}, {b_pairs.data(), ldb}, 0.0f, c.data(), n, nullptr);
         expect_product(as_tensor(c, m, n, n), expected, k);
+      }
+    }
+  }
+}
+
+// The backward pass's Pᵀ and dSᵀ: a float [k, m] block transposed and rounded into a row-major bfloat16 left
+// operand. Each element is LibTorch's rounding of the float (to nearest even), the pad element past an odd k is
+// 0, nothing past it is written, and the products of that operand match float64.
+TEST(Bf16Gemm, TransposedRoundingGivesTheRowMajorLeftOperand) {
+  if (skip_without_bf16_route()) return;
+  const std::vector<PairsGemm> gemms = pairs_gemms();
+  for (int64_t k : {1, 8, 16, 33, 64}) {
+    for (int64_t m : {3, 16, 17, 40, 128}) {
+      SCOPED_TRACE(::testing::Message() << "k=" << k << " m=" << m);
+      torch::manual_seed(k * 131 + m);
+      const int64_t ldx = m + 3;
+      const torch::Tensor x = torch::randn({k, ldx});
+      const torch::Tensor rounded_t = x.narrow(1, 0, m).t().to(torch::kBFloat16);  // [m, k]
+      const int64_t ldt = (k + 1) / 2 * 2 + 2;  // two more than needed: must stay untouched
+      const c10::BFloat16 sentinel(-3.0f);
+      std::vector<c10::BFloat16> t(m * ldt, sentinel);
+      ops::cpu::transpose_round_to_bfloat16(x.data_ptr<float>(), ldx, k, m, t.data(), ldt);
+      const torch::Tensor got =
+          torch::from_blob(t.data(), {m, ldt}, torch::kBFloat16).clone();
+      EXPECT_TRUE(torch::equal(got.narrow(1, 0, k), rounded_t)) << "not the nearest-even rounding of the transpose";
+      for (int64_t j = 0; j < m; ++j) {
+        if (k % 2) EXPECT_EQ(static_cast<float>(t[j * ldt + k]), 0.0f) << "pad of row " << j;
+        for (int64_t i = (k + 1) / 2 * 2; i < ldt; ++i) {
+          EXPECT_EQ(static_cast<float>(t[j * ldt + i]), -3.0f) << "row " << j << " element " << i;
+        }
+      }
+
+      const int64_t n = 20, ldb = ops::cpu::pairs_row_length(n), pairs = (k + 1) / 2;
+      const Matrix b = random_matrix(k, n, n, 7 + k + m);
+      std::vector<uint32_t> b_pairs(pairs * ldb + ops::cpu::kPairLanes);
+      ops::cpu::pack_rows_in_pairs(b.data.data(), b.ld, k, n, b_pairs.data(), ldb);
+      const torch::Tensor expected = rounded_t.to(torch::kFloat64).matmul(b.exact);
+      for (const PairsGemm& g : gemms) {
+        SCOPED_TRACE(g.name);
+        std::vector<float> c(m * n, 1.0f);
+        g.gemm(m, n, pairs, 1.0f, {t.data(), ldt, 2}, {b_pairs.data(), ldb}, 1.0f, c.data(), n, nullptr);
+        expect_product(as_tensor(c, m, n, n), expected + 1.0, k);
       }
     }
   }

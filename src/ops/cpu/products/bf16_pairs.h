@@ -37,9 +37,8 @@ struct LeftOperand {
 };
 
 /// dst[p * ld + j] = (src[2p, j], src[2p+1, j]) for p < ceil(k / 2), j < n; zero past row k and in the columns
-/// n .. ld. Row r of src is src + r * ld_src. The float source is rounded to bfloat16 (to nearest even).
+/// n .. ld. Row r of src is src + r * ld_src.
 void pack_rows_in_pairs(const c10::BFloat16* src, int64_t ld_src, int64_t k, int64_t n, uint32_t* dst, int64_t ld);
-void pack_rows_in_pairs(const float* src, int64_t ld_src, int64_t k, int64_t n, uint32_t* dst, int64_t ld);
 
 /// The pairs layout of Bᵀ for a row-major B[n, k] (keys as stored, for Q·Kᵀ): dst[p * ld + j] =
 /// (src[j, 2p], src[j, 2p+1]), zero high half past an odd k, zero in the columns n .. ld.

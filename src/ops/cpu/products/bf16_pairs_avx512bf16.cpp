@@ -74,25 +74,6 @@ void pack_rows_in_pairs(const c10::BFloat16* src, int64_t ld_src, int64_t k, int
   }
 }
 
-void pack_rows_in_pairs(const float* src, int64_t ld_src, int64_t k, int64_t n, uint32_t* dst, int64_t ld) {
-  for (int64_t p = 0; p < (k + 1) / 2; ++p) {
-    const float* r0 = src + 2 * p * ld_src;
-    const float* r1 = 2 * p + 1 < k ? r0 + ld_src : nullptr;
-    uint32_t* out = dst + p * ld;
-    int64_t j = 0;
-    for (; j < n; j += 16) {
-      const __mmask16 m = lanes(n - j, 0);
-      // vcvtneps2bf16 rounds to nearest even, as c10::BFloat16 does for normal numbers (it flushes subnormals
-      // to zero, as vdpbf16ps does with its inputs); the high row goes to the upper halves.
-      const __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, r0 + j)));
-      const __m512i hi = r1 ? _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, r1 + j)))
-                            : _mm512_setzero_si512();
-      _mm512_mask_storeu_epi32(out + j, m, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
-    }
-    std::fill(out + n, out + ld, 0u);
-  }
-}
-
 void pack_transposed_in_pairs(const c10::BFloat16* src, int64_t ld_src, int64_t n, int64_t k, uint32_t* dst,
                               int64_t ld) {
   const int64_t whole = k / 2;

@@ -2,7 +2,8 @@
 // The bfloat16 route's conversions of a float score row into the bfloat16 left operand of a tile product.
 // Forward: P = exp(s - max) rounded to bfloat16 for P·V, and the float sum of the unrounded P for the row's
 // normaliser, in one pass that reads the scores once and writes only the bfloat16 P (the float route's three
-// passes, exp, sum and rounding, each read the row again). Backward: dS rounded for dS·K. Only
+// passes, exp, sum and rounding, each read the row again). Backward: dS rounded for dS·K, and Pᵀ and dSᵀ rounded
+// for Pᵀ·dO and dSᵀ·Q, as row-major left operands that AMX's tiles read where they lie. Only
 // bf16_softmax_avx512bf16.cpp is compiled with AVX512-BF16 enabled: call these only where the CPU has it
 // (Capability::Avx512Bf16).
 
@@ -20,5 +21,11 @@ float exp_round_sum(const float* s, int64_t n, float shift, c10::BFloat16* p);
 
 /// p[j] = bfloat16(s[j]) for j < n, rounded to nearest even, and p[n] = 0 when n is odd.
 void round_to_bfloat16(const float* s, int64_t n, c10::BFloat16* p);
+
+/// t[j · ldt + i] = bfloat16(s[i · lds + j]) for i < rows, j < cols, rounded to nearest even, and
+/// t[j · ldt + rows] = 0 when rows is odd: the transpose of a float [rows, cols] block as a row-major bfloat16
+/// left operand (LeftOperand{t, ldt, 2}) of `rows` columns, ldt >= rows rounded up to even.
+void transpose_round_to_bfloat16(const float* s, int64_t lds, int64_t rows, int64_t cols, c10::BFloat16* t,
+                                 int64_t ldt);
 
 }  // namespace attn::ops::cpu

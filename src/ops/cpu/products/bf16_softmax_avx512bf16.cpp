@@ -4,8 +4,11 @@
 #include "ops/cpu/products/bf16_softmax.h"
 
 #include "ops/cpu/math/exp_avx512.h"
+#include "ops/cpu/products/transpose_16x16.h"
 
 #include <immintrin.h>
+
+#include <algorithm>
 
 namespace attn::ops::cpu {
 
@@ -41,6 +44,33 @@ void round_to_bfloat16(const float* s, int64_t n, c10::BFloat16* p) {
     _mm256_mask_storeu_epi16(p + j, m, (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, s + j)));
   }
   if (n % 2) p[n] = c10::BFloat16(0.0f);
+}
+
+void transpose_round_to_bfloat16(const float* s, int64_t lds, int64_t rows, int64_t cols, c10::BFloat16* t,
+                                 int64_t ldt) {
+  // Blocks of 16 × 16 floats through registers: masked loads past the last column, zeros past the last row,
+  // and only the real rows and columns of the transpose stored.
+  for (int64_t j0 = 0; j0 < cols; j0 += 16) {
+    const int64_t nj = std::min<int64_t>(16, cols - j0);
+    const __mmask16 column_lanes = static_cast<__mmask16>((1u << nj) - 1u);
+    for (int64_t i0 = 0; i0 < rows; i0 += 16) {
+      const int64_t ni = std::min<int64_t>(16, rows - i0);
+      const __mmask16 row_lanes = static_cast<__mmask16>((1u << ni) - 1u);
+      __m512i r[16];
+      for (int64_t i = 0; i < 16; ++i) {
+        r[i] = i < ni ? _mm512_castps_si512(_mm512_maskz_loadu_ps(column_lanes, s + (i0 + i) * lds + j0))
+                      : _mm512_setzero_si512();
+      }
+      transpose_16x16(r);
+      for (int64_t j = 0; j < nj; ++j) {
+        _mm256_mask_storeu_epi16(t + (j0 + j) * ldt + i0, row_lanes,
+                                 (__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(r[j])));
+      }
+    }
+    if (rows % 2) {
+      for (int64_t j = j0; j < j0 + nj; ++j) t[j * ldt + rows] = c10::BFloat16(0.0f);
+    }
+  }
 }
 
 }  // namespace attn::ops::cpu

@@ -52,7 +52,7 @@ class BfloatProducts {
     std::vector<BFloat16> probs;       // forward: P rounded, probs_ld a row
     int64_t probs_ld = 0;
     std::vector<uint32_t> value_pairs;  // forward: the tile's V in pairs of rows
-    std::vector<uint32_t> prob_pairs, grad_score_pairs;  // backward: Pᵀ and dSᵀ as left operands
+    std::vector<BFloat16> probs_t, grad_scores_t;       // backward: Pᵀ and dSᵀ rounded, row-major left operands
     std::vector<BFloat16> grad_scores;                  // backward: dS rounded, a row as long as dS's plus 2
     std::vector<uint32_t> query_pairs, grad_out_pairs, key_pairs;
     const uint32_t* key_block_pairs = nullptr;  // backward: the key block's K in pairs of rows (key_block)
@@ -105,25 +105,21 @@ class BfloatProducts {
         keys_finite ? pairs_of_rows(key_rows_, p_.k, t.b, t.hk, t.j, t.cols, p_.dk, st.key_pairs) : nullptr;
   }
   void add_grad_values(Scratch& st, const TileAt& t, const float* p, int64_t ldp, float* dv, int64_t lddv) const {
-    st.prob_pairs.resize((t.rows + 1) / 2 * ldp);
-    pack_rows_in_pairs(p, ldp, t.rows, t.cols, st.prob_pairs.data(), ldp);
+    const LeftOperand probs_t = transposed_left(p, ldp, t, st.probs_t);
     const uint32_t* dout_pairs =
         pairs_of_rows(grad_out_rows_, grad_out_, t.b, t.h, t.i, t.rows, p_.dv, st.grad_out_pairs);
-    Multiply::gemm(t.cols, p_.dv, (t.rows + 1) / 2, 1.0f,
-              LeftOperand{reinterpret_cast<const BFloat16*>(st.prob_pairs.data()), 2, 2 * ldp},
-              PairsOperand{dout_pairs, grad_out_rows_.ld}, 1.0f, dv, lddv);
+    Multiply::gemm(t.cols, p_.dv, (t.rows + 1) / 2, 1.0f, probs_t, PairsOperand{dout_pairs, grad_out_rows_.ld}, 1.0f,
+                   dv, lddv);
   }
   void grad_probs(Scratch&, const TileAt& t, float* dp, int64_t lddp) const {
     Multiply::gemm(t.rows, t.cols, values_t_.pairs, 1.0f, LeftOperand{dout(t), grad_out_.si, 2},
               PairsOperand{values_t_.of(t.b, t.hk) + t.j, values_t_.ld}, 0.0f, dp, lddp);
   }
   void add_grad_keys(Scratch& st, const TileAt& t, const float* ds, int64_t ldds, float* dk, int64_t lddk) const {
-    st.grad_score_pairs.resize((t.rows + 1) / 2 * ldds);
-    pack_rows_in_pairs(ds, ldds, t.rows, t.cols, st.grad_score_pairs.data(), ldds);
+    const LeftOperand grad_scores_t = transposed_left(ds, ldds, t, st.grad_scores_t);
     const uint32_t* q_pairs = pairs_of_rows(query_rows_, p_.q, t.b, t.h, t.i, t.rows, p_.dk, st.query_pairs);
-    Multiply::gemm(t.cols, p_.dk, (t.rows + 1) / 2, p_.scale,
-              LeftOperand{reinterpret_cast<const BFloat16*>(st.grad_score_pairs.data()), 2, 2 * ldds},
-              PairsOperand{q_pairs, query_rows_.ld}, 1.0f, dk, lddk);
+    Multiply::gemm(t.cols, p_.dk, (t.rows + 1) / 2, p_.scale, grad_scores_t, PairsOperand{q_pairs, query_rows_.ld},
+                   1.0f, dk, lddk);
   }
   /// dQ += scale · dS·K with dS rounded; only after key_block() found the block's keys finite.
   void add_grad_queries(Scratch& st, const TileAt& t, const float* ds, int64_t ldds, float* dq, int64_t lddq) const {
@@ -196,6 +192,16 @@ class BfloatProducts {
     scratch.resize((n + 1) / 2 * packed.ld);
     pack_rows_in_pairs(x.row(b, h, g0), x.si, n, width, scratch.data(), packed.ld);
     return scratch.data();
+  }
+
+  /// The tile's [rows, cols] float block x (P or dS) transposed and rounded into `scratch`: the row-major left
+  /// operand of Pᵀ·dO or dSᵀ·Q, a row per key, its rows' pairs adjacent, so that AMX's tiles read it where it
+  /// lies (a pairs layout of x, with a key's pairs a row of pairs apart, would be copied tile by tile).
+  static LeftOperand transposed_left(const float* x, int64_t ldx, const TileAt& t, std::vector<BFloat16>& scratch) {
+    const int64_t ld = (t.rows + 1) / 2 * 2;
+    scratch.resize(t.cols * ld);
+    transpose_round_to_bfloat16(x, ldx, t.rows, t.cols, scratch.data(), ld);
+    return LeftOperand{scratch.data(), ld, 2};
   }
 
   const BFloat16* q(const TileAt& t) const { return p_.q.row(t.b, t.h, t.i); }
