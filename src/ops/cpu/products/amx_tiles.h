@@ -13,8 +13,10 @@
 namespace attn::ops::cpu {
 
 /// C[m, n] = alpha · A · B + beta · C over `pairs` pairs of k, as bf16_gemm (same operands, beta 0 or 1, and
-/// the same lane_max), on AMX tiles. Loads the tile configuration on entry and releases the tiles on return,
-/// so it shares a thread with any other AMX user (oneDNN's kernels inside LibTorch).
+/// the same lane_max), on AMX tiles. With alpha 1 and no lane_max, whole 32 × 32 blocks of C are accumulated in
+/// the tiles where C lies (loaded for beta 1), the rest through a block in L1 that the epilogue scales and adds.
+/// Loads the tile configuration on entry and releases the tiles on return, so it shares a thread with any other
+/// AMX user (oneDNN's kernels inside LibTorch).
 void amx_gemm(int64_t m, int64_t n, int64_t pairs, float alpha, LeftOperand a, PairsOperand b, float beta, float* c,
               int64_t ldc, float* lane_max = nullptr);
 

@@ -154,6 +154,43 @@ void multiply_block(const AmxTileSources& t, int64_t g, int64_t j, float* acc) {
   if constexpr (kTwoRows && kTwoCols) _tile_stored(3, acc + kTileRows * kBlock + kTileCols, ld);
 }
 
+/// A whole block's four C tiles accumulated where C lies, for alpha 1 without lane maxima (P·V and the backward
+/// pass's dV and dP), where going through acc would only copy: loaded from C (beta 1) or zeroed (beta 0), summed
+/// over every pair block in place, stored back.
+void multiply_block_into_c(const AmxTileSources& t, int64_t g, int64_t j, bool accumulate, float* c, int64_t ldc) {
+  float* c0 = c + g * kTileRows * ldc + j;
+  float* c1 = c0 + kTileCols;
+  float* c2 = c0 + kTileRows * ldc;
+  float* c3 = c2 + kTileCols;
+  const int64_t ld = ldc * static_cast<int64_t>(sizeof(float));
+  if (accumulate) {
+    _tile_loadd(0, c0, ld);
+    _tile_loadd(1, c1, ld);
+    _tile_loadd(2, c2, ld);
+    _tile_loadd(3, c3, ld);
+  } else {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  for (int64_t kb = 0; kb < t.pair_blocks(); ++kb) {
+    const TileSource a0 = t.a(g, kb), a1 = t.a(g + 1, kb), b0 = t.b(kb, j), b1 = t.b(kb, j + kTileCols);
+    _tile_loadd(4, a0.data, a0.stride);
+    _tile_loadd(6, b0.data, b0.stride);
+    _tile_loadd(7, b1.data, b1.stride);
+    _tile_loadd(5, a1.data, a1.stride);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, c0, ld);
+  _tile_stored(1, c1, ld);
+  _tile_stored(2, c2, ld);
+  _tile_stored(3, c3, ld);
+}
+
 /// 16 floats: AVX-512 registers where this file is built (GCC's vector extensions, so that the same code also
 /// builds without them).
 typedef float Floats16 __attribute__((vector_size(64)));
@@ -195,11 +232,16 @@ void amx_gemm(int64_t m, int64_t n, int64_t pairs, float alpha, LeftOperand a, P
   alignas(64) float acc[kBlock * kBlock];
   _tile_loadconfig(&eight_full_tiles());
   const int64_t row_groups = (m + kTileRows - 1) / kTileRows;
+  const bool plain = alpha == 1.0f && lane_max == nullptr;
   for (int64_t g = 0; g < row_groups; g += 2) {
     const bool two_rows = g + 1 < row_groups;
     const int64_t rows = std::min(kBlock, m - g * kTileRows);
     for (int64_t j = 0; j < n; j += kBlock) {
       const bool two_cols = j + kTileCols < n;
+      if (plain && rows == kBlock && j + kBlock <= n) {
+        multiply_block_into_c(tiles, g, j, beta != 0.0f, c, ldc);
+        continue;
+      }
       if (two_rows && two_cols) multiply_block<true, true>(tiles, g, j, acc);
       else if (two_rows) multiply_block<true, false>(tiles, g, j, acc);
       else if (two_cols) multiply_block<false, true>(tiles, g, j, acc);
