@@ -7,7 +7,8 @@
 #
 #   scripts/gpu-check.sh fetch-debs     # here, once: the Debian packages the build needs, into .gpu-debs/
 #   scripts/gpu-check.sh [STAGE ...]    # there: stages env deps configure build test bench cpu (default: all),
-#                                       # and amx (the host CPU's AMX route; not in the default run)
+#                                       # amx (the host CPU's AMX route) and profile (where the host CPU's time
+#                                       # goes in the bfloat16 rows), not in the default run
 #
 # Environment:
 #   OUT             where logs and results go (default: gpu-check-out/ in the repository)
@@ -20,6 +21,8 @@
 #   GPU_CHECK_CPU_FILTER     the cpu stage's --filter (e.g. T=2048), to fit a tight budget
 #   GPU_CHECK_TARGETS        build only these targets (e.g. "attn attn_tests attn-bench"), for a second try
 #   GPU_CHECK_CTEST_REGEX    run only the CTest tests it matches (e.g. cuda), for a second try
+#   GPU_CHECK_AMX_MODES      the amx stage's bench runs (default "on off": with the tiles and without them)
+#   GPU_CHECK_PROFILE        the profile stage's "CONFIG@THREADS" items (default: three bfloat16 rows)
 #   GPU_CHECK_CMAKE_ARGS     more arguments for the configure stage (e.g. -DATTN_CUDA_KERNELS=OFF for a CPU-only
 #                            check such as the amx stage's)
 #
@@ -36,10 +39,11 @@ quick=${GPU_CHECK_QUICK:-0}
 
 # The Debian 12 packages that a bare CUDA machine lacks: GoogleTest, fmt, CLI11, nlohmann-json, SLEEF (the CPU
 # kernels' AVX variants), Gloo's headers (ring attention), PCRE2 and utf8proc (configure only: the text apps
-# are not built there).
+# are not built there), and gperftools' CPU profiler for the profile stage (a timer signal in the process: it
+# needs no perf events, which that machine has not).
 deb_packages=(libgtest-dev libgmock-dev libfmt-dev libfmt9 libcli11-dev nlohmann-json3-dev libsleef-dev libsleef3
               libgloo-dev libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libutf8proc-dev
-              libutf8proc2)
+              libutf8proc2 libgoogle-perftools4 libtcmalloc-minimal4 libunwind8 google-perftools)
 
 if [ "${1:-}" = fetch-debs ]; then
   mkdir -p "$debs"
@@ -199,13 +203,44 @@ stage_amx() {
   OMP_NUM_THREADS=$jobs timeout 200 "$build/tests/attn_tests" --gtest_filter="${GPU_CHECK_AMX_TESTS:-$filter}" \
     > "$out/amx-tests.log" 2>&1 || rc=1
   grep -E '^\[  (PASSED|FAILED|SKIPPED) |tests? from .* ran|AMX|bfloat16 route on' "$out/amx-tests.log" | head -60
+  # The tiles' own rate on this CPU, without attn or LibTorch: the ceiling beside oneDNN's GEMM.
+  g++ -O2 -std=c++17 -mamx-tile -mamx-bf16 -pthread "$root/scripts/bench-amx-peak.cpp" -o "$out/amx-peak" &&
+    (taskset -c 0 "$out/amx-peak" 1 && taskset -c 0,1 "$out/amx-peak" 2 && "$out/amx-peak" "$jobs") |
+    tee "$out/amx-peak.txt" || rc=1
   local reps=3
   [ "$quick" = 1 ] && reps=2
-  for amx in on off; do
+  for amx in ${GPU_CHECK_AMX_MODES:-on off}; do
     ATTN_AMX=$amx OMP_NUM_THREADS=$jobs timeout 150 "$build/apps/bench/attn-bench" --suite peer --filter bfloat16 \
       --threads "$jobs" --reps "$reps" --json "$out/amx-bench-$amx.json" > "$out/amx-bench-$amx.txt" 2>&1 || rc=1
     echo "== ATTN_AMX=$amx"
     cat "$out/amx-bench-$amx.txt"
+  done
+  return $rc
+}
+
+# Where the host CPU's time goes in the bfloat16 rows that trail PyTorch most (issue 32): each configuration in
+# one process (attn-bench --run-one) under gperftools' sampling profiler, then the functions with the most
+# samples. GPU_CHECK_PROFILE lists "CONFIG@THREADS" items instead of the default ones.
+stage_profile() {
+  torch_env || return 1
+  local profiler=$prefix/usr/lib/x86_64-linux-gnu/libprofiler.so.0 pprof=$prefix/usr/bin/google-pprof
+  [ -f "$profiler" ] || { echo "no $profiler: run scripts/gpu-check.sh fetch-debs here, then the deps stage"; return 1; }
+  local items=${GPU_CHECK_PROFILE:-"core/fused/T=1024/noncausal/bfloat16@$jobs train/fused/T=1024/noncausal/bfloat16@$jobs core/fused/T=2048/noncausal/bfloat16@2"}
+  local rc=0 item config threads reps name cpus
+  for item in $items; do
+    config=${item%@*} threads=${item#*@}
+    name=$(echo "$config-t$threads" | tr '/=' '__')
+    # About 2 s of work per profile, so that the timer (100 Hz of CPU time) takes a few thousand samples.
+    case $config in train/*) reps=150 ;; *) reps=600 ;; esac
+    cpus=$(seq -s, 0 $((threads - 1)))
+    echo "== $config on $threads threads (cpus $cpus), $reps reps"
+    # The profiler is preloaded into attn-bench alone: its timer outlives an exec, and would kill the program
+    # that a preloaded taskset ran.
+    taskset -c "$cpus" env OMP_NUM_THREADS="$threads" CPUPROFILE="$out/$name.prof" \
+      LD_PRELOAD="$profiler" "$build/apps/bench/attn-bench" --run-one "$config" --warmup 2 --reps $reps \
+      --threads "$threads" || rc=1
+    perl "$pprof" --text "$build/apps/bench/attn-bench" "$out/$name.prof" > "$out/$name.txt" 2> /dev/null || rc=1
+    head -32 "$out/$name.txt"
   done
   return $rc
 }
@@ -222,10 +257,11 @@ stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(env deps configure build test bench cpu)
 # Seconds per stage: the build is the long one (~3 min on 16 cores, measured here on 2 cores as docs/testing.md
 # says); the rest is bounded so that one stage that hangs leaves time for the others.
-declare -A limits=([env]=60 [deps]=60 [configure]=180 [build]=600 [test]=420 [bench]=300 [cpu]=240 [amx]=520)
+declare -A limits=([env]=60 [deps]=60 [configure]=180 [build]=600 [test]=420 [bench]=300 [cpu]=240 [amx]=520
+                   [profile]=120)
 for stage in "${stages[@]}"; do
   if [ -z "${limits[$stage]:-}" ]; then
-    echo "gpu-check: unknown stage '$stage' (env deps configure build test bench cpu amx)"
+    echo "gpu-check: unknown stage '$stage' (env deps configure build test bench cpu amx profile)"
     exit 2
   fi
   override=GPU_CHECK_LIMIT_$stage  # e.g. GPU_CHECK_LIMIT_build=300
