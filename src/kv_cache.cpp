@@ -2,14 +2,14 @@
 
 #include <attn/device.h>
 
+#include "cache_positions.h"
 #include "common/checks.h"
-#include "int8_rows.h"
 #include "common/dtypes.h"
+#include "int8_rows.h"
 
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -18,36 +18,17 @@ namespace {
 constexpr const char* kCache = "attn::KVCache";
 
 /// Writes positions [0, n[b]) of rows[b] (the new positions along dimension 2) after position len[b] of
-/// buffer[b]. On the CPU, where both have unit stride along the last dimension (a projection's heads do), that is
-/// one memmove per (row, head), as the rows may alias the buffer: a decoding step's position takes a tenth of the
-/// time of the general form's tensor operations.
+/// buffer[b]: on a GPU one tensor copy where every row takes as many at the same length, else row by row.
 void write_positions(const torch::Tensor& buffer, const torch::Tensor& rows, const int64_t* len,
                      const std::vector<int64_t>& n) {
   const int64_t B = buffer.size(0);
-  if (buffer.is_cpu() && buffer.dim() == 4 && buffer.scalar_type() == rows.scalar_type() && buffer.stride(3) == 1 &&
-      rows.stride(3) == 1) {
-    const int64_t H = buffer.size(1), width = buffer.size(3), element = static_cast<int64_t>(buffer.element_size());
-    char* out = static_cast<char*>(buffer.data_ptr());
-    const char* in = static_cast<const char*>(rows.data_ptr());
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t h = 0; h < H; ++h) {
-        for (int64_t t = 0; t < n[b]; ++t) {
-          std::memmove(out + (b * buffer.stride(0) + h * buffer.stride(1) + (len[b] + t) * buffer.stride(2)) * element,
-                      in + (b * rows.stride(0) + h * rows.stride(1) + t * rows.stride(2)) * element, width * element);
-        }
-      }
-    }
-    return;
-  }
   const bool uniform = std::all_of(n.begin(), n.end(), [&](int64_t c) { return c == n[0]; }) &&
                        std::all_of(len, len + B, [&](int64_t l) { return l == len[0]; });
-  if (uniform) {
+  if (!buffer.is_cpu() && uniform) {
     if (n[0] > 0) buffer.narrow(2, len[0], n[0]).copy_(n[0] == rows.size(2) ? rows : rows.narrow(2, 0, n[0]));
     return;
   }
-  for (int64_t b = 0; b < B; ++b) {
-    if (n[b] > 0) buffer[b].narrow(1, len[b], n[b]).copy_(rows[b].narrow(1, 0, n[b]));
-  }
+  for (int64_t b = 0; b < B; ++b) copy_positions(buffer, b, len[b], rows, b, 0, n[b]);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include <attn/paged_kv_cache.h>
 
+#include "cache_positions.h"
 #include "common/checks.h"
 #include "common/dtypes.h"
 #include "int8_rows.h"
@@ -272,11 +273,11 @@ void PagedKVCache::append(int64_t layer, const std::vector<int64_t>& sequences, 
       // Positions [first, last) of this block, from the new rows' [first - begin, last - begin).
       const int64_t first = std::max(begin, i * S), last = std::min(end, (i + 1) * S);
       const int64_t block = s.blocks[i], slot = first - i * S, m = last - first, from = first - begin;
-      keys_[layer][block].narrow(1, slot, m).copy_(k.rows[b].narrow(1, from, m));
-      values_[layer][block].narrow(1, slot, m).copy_(v.rows[b].narrow(1, from, m));
+      copy_positions(keys_[layer], block, slot, k.rows, b, from, m);
+      copy_positions(values_[layer], block, slot, v.rows, b, from, m);
       if (quantized()) {
-        key_scales_[layer][block].narrow(1, slot, m).copy_(k.scales[b].narrow(1, from, m));
-        value_scales_[layer][block].narrow(1, slot, m).copy_(v.scales[b].narrow(1, from, m));
+        copy_positions(key_scales_[layer], block, slot, k.scales, b, from, m);
+        copy_positions(value_scales_[layer], block, slot, v.scales, b, from, m);
       }
     }
     s.lengths[layer] = end;

@@ -150,6 +150,58 @@ TEST(PagedKVCache, ARandomPermutationOfTheBlocksGivesTheSameBits) {
 
 // A fork shares every block of its parent: no new block until one of them writes into a shared block, then
 // exactly one copy; the parent's keys are untouched. A release gives back only the blocks nobody shares.
+// A sequence's rows read back through its block table: key_blocks[table[j / S]] at position j % S.
+torch::Tensor gathered(const PagedKVCache& cache, const torch::Tensor& pool, int64_t id) {
+  const PagedBatch batch = cache.batch(0, {id});
+  const int64_t length = batch.lengths[0].item<int64_t>(), S = pool.size(2);
+  std::vector<torch::Tensor> positions;
+  for (int64_t j = 0; j < length; ++j) {
+    positions.push_back(pool[batch.block_table[0][j / S].item<int64_t>()].narrow(1, j % S, 1));
+  }
+  return torch::cat(positions, 1);
+}
+
+// Appended rows of every layout land in the blocks as they are: contiguous, a projection's head split (a
+// position H·d apart), strided channels, an expanded position; ragged counts across blocks of 3 positions.
+// float32 and bfloat16 hold the rows exactly; int8 holds each rotated row (hadamard_rows) to within one step of
+// its scale.
+TEST(PagedKVCache, AppendTakesRowsOfAnyLayout) {
+  torch::manual_seed(5);
+  for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16, torch::kInt8}) {
+    const torch::Dtype model = dtype == torch::kInt8 ? torch::kFloat32 : dtype;
+    const int64_t B = 2, H = 3, d = 8, T = 4;
+    const torch::Tensor contiguous = torch::randn({B, H, T, d}).to(model);
+    const torch::Tensor head_split = torch::randn({B, T, H * d}).to(model).view({B, T, H, d}).transpose(1, 2);
+    const torch::Tensor strided = torch::randn({B, H, T, 2 * d}).to(model).slice(3, 0, 2 * d, 2);
+    const torch::Tensor expanded = torch::randn({B, H, 1, d}).to(model).expand({B, H, T, d});
+    for (const torch::Tensor& rows : {contiguous, head_split, strided, expanded}) {
+      SCOPED_TRACE(::testing::Message() << c10::toString(dtype) << " strides " << rows.strides());
+      PagedKVCache paged(PagedKVCacheOptions(1, H, d, 16, 3).dtype(dtype).run_positions(1));
+      const std::vector<int64_t> ids{paged.add_sequence(), paged.add_sequence()};
+      const torch::Tensor first = torch::randn({B, H, T, d}).to(model);
+      const std::vector<int64_t> first_counts{3, 1}, counts{4, 2};
+      paged.append(0, ids, first, first, first_counts);
+      paged.append(0, ids, rows, rows, counts);
+      for (int64_t b = 0; b < B; ++b) {
+        const torch::Tensor expected =
+            torch::cat({first[b].narrow(1, 0, first_counts[b]), rows[b].narrow(1, 0, counts[b])}, 1);
+        const torch::Tensor keys = gathered(paged, paged.key_blocks(0), ids[b]);
+        const torch::Tensor values = gathered(paged, paged.value_blocks(0), ids[b]);
+        if (dtype != torch::kInt8) {
+          EXPECT_TRUE(torch::equal(keys, expected));
+          EXPECT_TRUE(torch::equal(values, expected));
+          continue;
+        }
+        const torch::Tensor scales = gathered(paged, paged.key_scales(0).unsqueeze(-1), ids[b]);
+        const torch::Tensor rotated = hadamard_rows(expected);
+        const torch::Tensor step = rotated.abs().amax(-1, true) / 127.0;
+        EXPECT_TRUE(((keys.to(torch::kFloat32) * scales - rotated).abs() <= step).all().item<bool>());
+        EXPECT_TRUE(torch::allclose(scales, step, 1e-6, 0.0));
+      }
+    }
+  }
+}
+
 TEST(PagedKVCache, ForkSharesThePrefixUntilTheFirstDivergentBlock) {
   torch::NoGradGuard no_grad;
   PagedKVCache cache(PagedKVCacheOptions(2, 1, 4, 20, 8));
