@@ -8,13 +8,31 @@
 
 namespace attn {
 
-/// Writes positions [src_start, src_start + count) of src[sb] into positions [dst_start, dst_start + count) of
-/// dst[db], where dst and src are [N, H, positions, ...] (positions along dimension 2: a cache's [B, H, T, d]
-/// rows, a pool's [blocks, H, S, d] blocks, an int8 cache's [.., H, T] scales). On the CPU, where both are 4-D
-/// of one dtype with unit stride along the last dimension (a projection's heads are), that is a memmove per
-/// head, or per (head, position) where the positions are not adjacent: src may alias dst (a cache's own rows
-/// appended again). Anything else takes the tensor copy. The caller has checked the shapes and the ranges.
-void copy_positions(const torch::Tensor& dst, int64_t db, int64_t dst_start, const torch::Tensor& src, int64_t sb,
-                    int64_t src_start, int64_t count);
+/// Positions [src_start, src_start + count) of src[src_row], written at [dst_start, dst_start + count) of
+/// dst[dst_row].
+struct PositionRun {
+  int64_t dst_row, dst_start, src_row, src_start, count;
+};
+
+/// Writes runs of positions from src into dst, both [N, H, positions, ...] (positions along dimension 2: a
+/// cache's [B, H, T, d] rows, a pool's [blocks, H, S, d] blocks, an int8 cache's [.., H, T] scales). On the
+/// CPU, where both are 4-D of one dtype with unit stride along the last dimension (a projection's heads are),
+/// a run is a memmove per head, or per (head, position) where the positions are not adjacent: src may alias dst
+/// (a cache's own rows appended again). Anything else takes a tensor copy per run. The way is chosen once, for
+/// every run written; the caller has checked the shapes and the ranges.
+class PositionWriter {
+ public:
+  PositionWriter(const torch::Tensor& dst, const torch::Tensor& src);
+  void write(const PositionRun& run) const;
+
+ private:
+  const torch::Tensor& dst_;
+  const torch::Tensor& src_;
+  bool by_memmove_ = false, adjacent_ = false;
+  char* out_ = nullptr;
+  const char* in_ = nullptr;
+  int64_t heads_ = 0, row_bytes_ = 0;
+  int64_t dst_row_ = 0, dst_head_ = 0, dst_position_ = 0, src_row_ = 0, src_head_ = 0, src_position_ = 0;
+};
 
 }  // namespace attn

@@ -28,7 +28,8 @@ void write_positions(const torch::Tensor& buffer, const torch::Tensor& rows, con
     if (n[0] > 0) buffer.narrow(2, len[0], n[0]).copy_(n[0] == rows.size(2) ? rows : rows.narrow(2, 0, n[0]));
     return;
   }
-  for (int64_t b = 0; b < B; ++b) copy_positions(buffer, b, len[b], rows, b, 0, n[b]);
+  const PositionWriter writer(buffer, rows);
+  for (int64_t b = 0; b < B; ++b) writer.write({b, len[b], b, 0, n[b]});
 }
 
 }  // namespace

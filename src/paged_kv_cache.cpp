@@ -253,6 +253,9 @@ void PagedKVCache::append(int64_t layer, const std::vector<int64_t>& sequences, 
   StoredRows k{key, {}}, v{value, {}};
   if (quantized()) k = quantize_rows(fn, "key", key), v = quantize_rows(fn, "value", value);  // before any write
 
+  // The blocks first (new ones, and copies of the shared ones written into), then every block's share of the
+  // new positions.
+  std::vector<PositionRun> runs;
   for (int64_t b = 0; b < B; ++b) {
     if (n[b] == 0) continue;
     Sequence& s = sequences_.at(sequences[b]);
@@ -272,15 +275,19 @@ void PagedKVCache::append(int64_t layer, const std::vector<int64_t>& sequences, 
       }
       // Positions [first, last) of this block, from the new rows' [first - begin, last - begin).
       const int64_t first = std::max(begin, i * S), last = std::min(end, (i + 1) * S);
-      const int64_t block = s.blocks[i], slot = first - i * S, m = last - first, from = first - begin;
-      copy_positions(keys_[layer], block, slot, k.rows, b, from, m);
-      copy_positions(values_[layer], block, slot, v.rows, b, from, m);
-      if (quantized()) {
-        copy_positions(key_scales_[layer], block, slot, k.scales, b, from, m);
-        copy_positions(value_scales_[layer], block, slot, v.scales, b, from, m);
-      }
+      runs.push_back({s.blocks[i], first - i * S, b, first - begin, last - first});
     }
     s.lengths[layer] = end;
+  }
+  const auto write = [&](const torch::Tensor& pool, const torch::Tensor& rows) {
+    const PositionWriter writer(pool, rows);
+    for (const PositionRun& run : runs) writer.write(run);
+  };
+  write(keys_[layer], k.rows);
+  write(values_[layer], v.rows);
+  if (quantized()) {
+    write(key_scales_[layer], k.scales);
+    write(value_scales_[layer], v.scales);
   }
   ++version_;
 }
