@@ -202,6 +202,13 @@ torch::Tensor float64_hadamard(int64_t d) {
   return h;
 }
 
+std::vector<torch::Tensor> rows_of_every_layout(int64_t B, int64_t H, int64_t T, int64_t d, torch::Dtype dtype) {
+  return {torch::randn({B, H, T, d}).to(dtype),
+          torch::randn({B, T, H * d}).to(dtype).view({B, T, H, d}).transpose(1, 2),
+          torch::randn({B, H, T, 2 * d}).to(dtype).slice(3, 0, 2 * d, 2),
+          torch::randn({B, H, 1, d}).to(dtype).expand({B, H, T, d})};
+}
+
 torch::Tensor dequantized(const torch::Tensor& rows, const torch::Tensor& scales) {
   return rows.to(torch::kFloat64) * scales.to(torch::kFloat64).unsqueeze(-1);
 }

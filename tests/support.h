@@ -91,6 +91,10 @@ torch::Tensor dequantized(const torch::Tensor& rows, const torch::Tensor& scales
 /// float64_hadamard.
 torch::Tensor int8_rows_in_model_basis(const torch::Tensor& rows, const torch::Tensor& scales);
 
+/// [B, H, T, d] rows of `dtype` (random normal) in each layout a cache's append may be given: contiguous, a
+/// projection's head split (a position H·d apart), strided channels, and one position expanded over T.
+std::vector<torch::Tensor> rows_of_every_layout(int64_t B, int64_t H, int64_t T, int64_t d, torch::Dtype dtype);
+
 /// [B, 1, Tq, Tk] bool: query t of row b may attend key j of a KV cache (j < lengths[b] and, when causal,
 /// j <= starts[b] + t), written out element by element: the tests' own statement of the cache rule.
 torch::Tensor cache_allowed_pairs(const std::vector<int64_t>& starts, const std::vector<int64_t>& lengths, int64_t tq,

@@ -179,11 +179,7 @@ TEST(KVCache, AppendTakesRowsOfAnyLayout) {
   torch::manual_seed(3);
   for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16}) {
     const int64_t B = 2, H = 3, d = 8, T = 4;
-    const torch::Tensor contiguous = torch::randn({B, H, T, d}).to(dtype);
-    const torch::Tensor head_split = torch::randn({B, T, H * d}).to(dtype).view({B, T, H, d}).transpose(1, 2);
-    const torch::Tensor strided = torch::randn({B, H, T, 2 * d}).to(dtype).slice(3, 0, 2 * d, 2);
-    const torch::Tensor expanded = torch::randn({B, H, 1, d}).to(dtype).expand({B, H, T, d});
-    for (const torch::Tensor& rows : {contiguous, head_split, strided, expanded}) {
+    for (const torch::Tensor& rows : rows_of_every_layout(B, H, T, d, dtype)) {
       SCOPED_TRACE(::testing::Message() << c10::toString(dtype) << " strides " << rows.strides());
       KVCache cache(KVCacheOptions(1, B, H, d, 12).dtype(dtype));
       const torch::Tensor first = torch::randn({B, H, T, d}).to(dtype);

@@ -163,18 +163,14 @@ torch::Tensor gathered(const PagedKVCache& cache, const torch::Tensor& pool, int
 
 // Appended rows of every layout land in the blocks as they are: contiguous, a projection's head split (a
 // position H·d apart), strided channels, an expanded position; ragged counts across blocks of 3 positions.
-// float32 and bfloat16 hold the rows exactly; int8 holds each rotated row (hadamard_rows) to within one step of
-// its scale.
+// float32 and bfloat16 hold the rows exactly; int8 holds each row rotated (by the float64 Hadamard matrix) to
+// within one step of its scale.
 TEST(PagedKVCache, AppendTakesRowsOfAnyLayout) {
   torch::manual_seed(5);
   for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16, torch::kInt8}) {
     const torch::Dtype model = dtype == torch::kInt8 ? torch::kFloat32 : dtype;
     const int64_t B = 2, H = 3, d = 8, T = 4;
-    const torch::Tensor contiguous = torch::randn({B, H, T, d}).to(model);
-    const torch::Tensor head_split = torch::randn({B, T, H * d}).to(model).view({B, T, H, d}).transpose(1, 2);
-    const torch::Tensor strided = torch::randn({B, H, T, 2 * d}).to(model).slice(3, 0, 2 * d, 2);
-    const torch::Tensor expanded = torch::randn({B, H, 1, d}).to(model).expand({B, H, T, d});
-    for (const torch::Tensor& rows : {contiguous, head_split, strided, expanded}) {
+    for (const torch::Tensor& rows : rows_of_every_layout(B, H, T, d, model)) {
       SCOPED_TRACE(::testing::Message() << c10::toString(dtype) << " strides " << rows.strides());
       PagedKVCache paged(PagedKVCacheOptions(1, H, d, 16, 3).dtype(dtype).run_positions(1));
       const std::vector<int64_t> ids{paged.add_sequence(), paged.add_sequence()};
@@ -192,11 +188,11 @@ TEST(PagedKVCache, AppendTakesRowsOfAnyLayout) {
           EXPECT_TRUE(torch::equal(values, expected));
           continue;
         }
-        const torch::Tensor scales = gathered(paged, paged.key_scales(0).unsqueeze(-1), ids[b]);
-        const torch::Tensor rotated = hadamard_rows(expected);
-        const torch::Tensor step = rotated.abs().amax(-1, true) / 127.0;
-        EXPECT_TRUE(((keys.to(torch::kFloat32) * scales - rotated).abs() <= step).all().item<bool>());
-        EXPECT_TRUE(torch::allclose(scales, step, 1e-6, 0.0));
+        const torch::Tensor scales = gathered(paged, paged.key_scales(0).unsqueeze(-1), ids[b]).squeeze(-1);
+        const torch::Tensor rotated = torch::matmul(expected.to(torch::kFloat64), float64_hadamard(d));
+        const torch::Tensor step = rotated.abs().amax(-1) / 127.0;
+        EXPECT_TRUE(((dequantized(keys, scales) - rotated).abs() <= step.unsqueeze(-1)).all().item<bool>());
+        EXPECT_TRUE(torch::allclose(scales.to(torch::kFloat64), step, 1e-5, 0.0));
       }
     }
   }
