@@ -19,11 +19,14 @@ struct PositionRun {
 /// CPU, where both are 4-D of one dtype with unit stride along the last dimension (a projection's heads are),
 /// a run is a memmove per head, or per (head, position) where the positions are not adjacent: src may alias dst
 /// (a cache's own rows appended again). Anything else takes a tensor copy per run. The way is chosen once, for
-/// every run written; the caller has checked the shapes and the ranges.
+/// every run written; the caller has checked the shapes and the ranges, and keeps both tensors alive while it
+/// writes.
 class PositionWriter {
  public:
   PositionWriter(const torch::Tensor& dst, const torch::Tensor& src);
   void write(const PositionRun& run) const;
+  /// Whether the runs are written by memmove (otherwise by a tensor copy each).
+  bool by_memmove() const { return by_memmove_; }
 
  private:
   const torch::Tensor& dst_;

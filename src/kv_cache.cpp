@@ -18,17 +18,18 @@ namespace {
 constexpr const char* kCache = "attn::KVCache";
 
 /// Writes positions [0, n[b]) of rows[b] (the new positions along dimension 2) after position len[b] of
-/// buffer[b]: on a GPU one tensor copy where every row takes as many at the same length, else row by row.
+/// buffer[b]: row by row, except that where the rows are not written by memmove and every row takes as many at
+/// the same length, one tensor copy takes them all.
 void write_positions(const torch::Tensor& buffer, const torch::Tensor& rows, const int64_t* len,
                      const std::vector<int64_t>& n) {
   const int64_t B = buffer.size(0);
+  const PositionWriter writer(buffer, rows);
   const bool uniform = std::all_of(n.begin(), n.end(), [&](int64_t c) { return c == n[0]; }) &&
                        std::all_of(len, len + B, [&](int64_t l) { return l == len[0]; });
-  if (!buffer.is_cpu() && uniform) {
+  if (!writer.by_memmove() && uniform) {
     if (n[0] > 0) buffer.narrow(2, len[0], n[0]).copy_(n[0] == rows.size(2) ? rows : rows.narrow(2, 0, n[0]));
     return;
   }
-  const PositionWriter writer(buffer, rows);
   for (int64_t b = 0; b < B; ++b) writer.write({b, len[b], b, 0, n[b]});
 }
 
