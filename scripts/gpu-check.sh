@@ -230,9 +230,13 @@ stage_profile() {
   for item in $items; do
     config=${item%@*} threads=${item#*@}
     name=$(echo "$config-t$threads" | tr '/=' '__')
-    # About 2 s of work per profile, so that the timer (100 Hz of CPU time) takes a few thousand samples.
-    case $config in train/*) reps=150 ;; *) reps=600 ;; esac
     cpus=$(seq -s, 0 $((threads - 1)))
+    # About 2 s of work per profile, so that the timer (100 Hz of CPU time) takes a few thousand samples: the
+    # reps from a short run without the profiler.
+    local ms
+    ms=$(taskset -c "$cpus" env OMP_NUM_THREADS="$threads" "$build/apps/bench/attn-bench" --run-one "$config" \
+           --warmup 1 --reps 3 --threads "$threads" | sed -n 's/.*ms_median=\([0-9.]*\).*/\1/p')
+    reps=$(awk -v ms="${ms:-0}" 'BEGIN { r = ms > 0 ? int(2000 / ms) : 20; print (r < 5 ? 5 : r > 2000 ? 2000 : r) }')
     echo "== $config on $threads threads (cpus $cpus), $reps reps"
     # The profiler is preloaded into attn-bench alone: its timer outlives an exec, and would kill the program
     # that a preloaded taskset ran.
