@@ -148,8 +148,6 @@ TEST(PagedKVCache, ARandomPermutationOfTheBlocksGivesTheSameBits) {
   ASSERT_FALSE(torch::equal(order, torch::arange(blocks, torch::kLong)));
 }
 
-// A fork shares every block of its parent: no new block until one of them writes into a shared block, then
-// exactly one copy; the parent's keys are untouched. A release gives back only the blocks nobody shares.
 // A sequence's rows read back through its block table: key_blocks[table[j / S]] at position j % S.
 torch::Tensor gathered(const PagedKVCache& cache, const torch::Tensor& pool, int64_t id) {
   const PagedBatch batch = cache.batch(0, {id});
@@ -198,6 +196,8 @@ TEST(PagedKVCache, AppendTakesRowsOfAnyLayout) {
   }
 }
 
+// A fork shares every block of its parent: no new block until one of them writes into a shared block, then
+// exactly one copy; the parent's keys are untouched. A release gives back only the blocks nobody shares.
 TEST(PagedKVCache, ForkSharesThePrefixUntilTheFirstDivergentBlock) {
   torch::NoGradGuard no_grad;
   PagedKVCache cache(PagedKVCacheOptions(2, 1, 4, 20, 8));
