@@ -17,7 +17,6 @@
 namespace attn::ops::cpu {
 namespace {
 
-using register_tile::lanes;
 static_assert(register_tile::kLanes == kPairLanes, "a pairs vector is one register tile vector");
 
 inline __m512i broadcast_pair(const c10::BFloat16* p) {
