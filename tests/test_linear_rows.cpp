@@ -41,8 +41,9 @@ class LinearRowsKernel : public KernelVariantTest {
 
 TEST_P(LinearRowsKernel, MatchesFloat64AcrossRowsWidthsAndBias) {
   torch::manual_seed(11);
-  // Widths below, at and across the vector lengths (8 and 16 floats, 32 bfloat16s), plus a model's.
-  for (int64_t in : {1, 7, 16, 33, 64, 100, 576}) {
+  // Widths below, at and across the vector lengths (8 and 16 floats, 32 bfloat16s), with and without a remainder
+  // of whole vectors (56), plus a model's.
+  for (int64_t in : {1, 7, 16, 33, 56, 64, 100, 576}) {
     for (int64_t out : {1, 5, 300}) {
       for (int64_t rows = 1; rows <= ops::kLinearRowsMax; ++rows) {
         const torch::Tensor x = torch::randn({rows, in}).to(dtype());

@@ -1,9 +1,9 @@
 #pragma once
 // linear_rows' products: the dot products of R rows of x with one weight row, on its two routes. Widened to
-// float in register tiles (products/row_tiles.h), or, for bfloat16 weights where products/route.h chose the
-// pairs (LinearRowsArgs::pairs), as bfloat16 pairs summed in float (bf16_dot_rows: one load and one vdpbf16ps
-// per 32 weights and row, where widening takes four instructions). The only place that knows whether this
-// instruction-set variant compiled the pairs.
+// float as they are loaded (widened_dot_rows, on products/row_tiles.h's loads), or, for bfloat16 weights where
+// products/route.h chose the pairs (LinearRowsArgs::pairs), as bfloat16 pairs summed in float (bf16_dot_rows:
+// one load and one vdpbf16ps per 32 weights and row, where widening takes four instructions). The only place
+// that knows whether this instruction-set variant compiled the pairs.
 
 #include "ops/cpu/products/row_tiles.h"
 
@@ -16,9 +16,49 @@
 #include <c10/util/Exception.h>
 
 #include <cstdint>
+#include <functional>
 #include <type_traits>
 
 namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE {
+
+/// Bytes ahead of the weight stream that widened_dot_rows prefetches (bench/RESULTS.md, "Prefetching widened
+/// weights").
+inline constexpr int64_t kWidenedPrefetchAhead = 2048;
+
+/// s[r] = Σ_i x[r, i] · w[i] for r < R, with w widened to float as it is loaded. The weights stream once, in
+/// order: the lines kWidenedPrefetchAhead bytes ahead are asked for now, so that the stream does not wait for
+/// the hardware prefetcher to find it again at each 4 KB page (a prefetch past the end never faults). Two
+/// accumulators per row, so that one row's sum is not a single chain of dependent FMAs.
+template <int R, typename W>
+void widened_dot_rows(const float* x, int64_t in, const W* w, float* s) {
+  using Vec = Vectorized<float>;
+  constexpr int64_t kStep = 2 * Vec::size();  // weights per iteration
+  constexpr int64_t kLine = 64;  // bytes per cache line
+  Vec acc0[R], acc1[R];
+  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = Vec(0.0f);
+  int64_t i = 0;
+  for (; i + kStep <= in; i += kStep) {
+    const char* ahead = reinterpret_cast<const char*>(w + i) + kWidenedPrefetchAhead;
+    for (int64_t b = 0; b < kStep * static_cast<int64_t>(sizeof(W)); b += kLine) __builtin_prefetch(ahead + b);
+    Vec w0, w1;
+    load_two<float>(w + i, w0, w1);
+    for (int r = 0; r < R; ++r) {
+      acc0[r] = at::vec::fmadd(Vec::loadu(x + r * in + i), w0, acc0[r]);
+      acc1[r] = at::vec::fmadd(Vec::loadu(x + r * in + i + Vec::size()), w1, acc1[r]);
+    }
+  }
+  for (; i + Vec::size() <= in; i += Vec::size()) {
+    const Vec w0 = load_one<float>(w + i);
+    for (int r = 0; r < R; ++r) acc0[r] = at::vec::fmadd(Vec::loadu(x + r * in + i), w0, acc0[r]);
+  }
+  for (int r = 0; r < R; ++r) acc0[r] = acc0[r] + acc1[r];
+  int r = 0;
+  for (; r + 4 <= R; r += 4) sum_lanes4(acc0 + r, s + r);
+  for (; r < R; ++r) s[r] = at::vec::vec_reduce_all<float>(std::plus<Vec>(), acc0[r]);
+  for (; i < in; ++i) {
+    for (int q = 0; q < R; ++q) s[q] += x[q * in + i] * static_cast<float>(w[i]);
+  }
+}
 
 /// s[r] = Σ_i x[r, i] · w[i] for r < R, over `in` elements: x's rows contiguous, as float (x) and in W
 /// (x_native, which the pairs read); with `pairs`, as bfloat16 pairs.
@@ -34,7 +74,7 @@ void weight_row_dots(const float* x, const W* x_native, int64_t in, const W* w, 
     }
   }
   (void)x_native, (void)pairs;
-  score_tile<R, 1>(x, StridedRows<W>{w, in}, in, 1.0f, s, 1);
+  widened_dot_rows<R>(x, in, w, s);
 }
 
 }  // namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE
