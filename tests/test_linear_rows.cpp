@@ -229,18 +229,23 @@ TEST(Linear, GradientsFlowWhenRecorded) {
   EXPECT_FALSE(attn::linear(x, w, b).requires_grad());
 }
 
-/// Whether /proc/cpuinfo lists AVX-512's core set (F, BW, VL, DQ), read here apart from attn's own detection;
-/// nullopt where there is no /proc/cpuinfo.
-c10::optional<bool> cpuinfo_lists_avx512_core() {
+/// The flags /proc/cpuinfo lists, read here apart from attn's own detection; nullopt where there is none.
+c10::optional<std::set<std::string>> cpuinfo_flags() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
   while (std::getline(in, line)) {
     if (line.rfind("flags", 0) != 0) continue;
     std::istringstream words(line.substr(line.find(':') + 1));
-    std::set<std::string> flags{std::istream_iterator<std::string>(words), std::istream_iterator<std::string>()};
-    return flags.count("avx512f") && flags.count("avx512bw") && flags.count("avx512vl") && flags.count("avx512dq");
+    return std::set<std::string>{std::istream_iterator<std::string>(words), std::istream_iterator<std::string>()};
   }
   return c10::nullopt;
+}
+
+/// Whether /proc/cpuinfo lists AVX-512's core set (F, BW, VL, DQ); nullopt where there is no /proc/cpuinfo.
+c10::optional<bool> cpuinfo_lists_avx512_core() {
+  const c10::optional<std::set<std::string>> flags = cpuinfo_flags();
+  if (!flags) return c10::nullopt;
+  return flags->count("avx512f") && flags->count("avx512bw") && flags->count("avx512vl") && flags->count("avx512dq");
 }
 
 // bfloat16 at every row count and width, on whichever route this CPU takes: the kernel, LibTorch's bfloat16
@@ -292,6 +297,29 @@ TEST(Linear, Bfloat16RouteFollowsTheCpusAvx512) {
   const CpuKernelInfo info = cpu_kernel_info();
   EXPECT_EQ(info.bfloat16_linear, *avx512 ? "libtorch" : "widened") << info.summary;
   EXPECT_EQ(info.summary.find("widened to float GEMM") != std::string::npos, !*avx512) << info.summary;
+}
+
+// Where the CPU has AVX-512's core set but not AVX512-BF16 (/proc/cpuinfo read here), LibTorch's bfloat16 GEMM
+// emulates bfloat16, so attn::linear multiplies up to kLinearRowsMax rows of any width on the kernel: bit for
+// bit what ops::linear_rows gives (LibTorch's GEMM sums in another order: some of the 1024 outputs per row round
+// to other bits). Elsewhere 2 to 16 rows of 4096 take LibTorch's GEMM or the widened one. On every CPU the
+// result is at::linear's in float64, within Bfloat16MatchesFloat64AtEveryRowCount's bounds.
+TEST(Linear, Bfloat16TakesTheKernelAtAnyWidthWhereLibTorchEmulatesBfloat16) {
+  const c10::optional<std::set<std::string>> flags = cpuinfo_flags();
+  ASSERT_TRUE(flags.has_value()) << "no flags line in /proc/cpuinfo";
+  const bool emulated = *cpuinfo_lists_avx512_core() && !flags->count("avx512_bf16");
+  torch::manual_seed(19);
+  const torch::Tensor w = (torch::randn({1024, 4096}) / 64).to(torch::kBFloat16);
+  for (int64_t rows : {2, 4, 16}) {
+    const torch::Tensor x = torch::randn({rows, 4096}).to(torch::kBFloat16);
+    const torch::Tensor y = attn::linear(x, w);
+    const torch::Tensor ref = at::linear(x.to(torch::kFloat64), w.to(torch::kFloat64));
+    EXPECT_TRUE(torch::allclose(y.to(torch::kFloat64), ref, 1.0 / 128, 1e-2)) << rows << " rows";
+    if (emulated) {
+      const torch::Tensor kernel = ops::linear_rows(x, w);
+      EXPECT_TRUE(torch::equal(y, kernel)) << rows << " rows: " << (y != kernel).sum().item<int64_t>() << " differ";
+    }
+  }
 }
 
 // attn::linear_many: each result is at::linear's in float64 on every route, the kernel's one pass (a

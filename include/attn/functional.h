@@ -92,8 +92,10 @@ torch::Tensor varlen_attention(const torch::Tensor& query, const torch::Tensor& 
 /// which streams the weight once at close to the memory's rate; otherwise at::linear. On an x86 CPU without
 /// AVX-512, where LibTorch has no bfloat16 GEMM of its own (cpu_kernel_info().bfloat16_linear is "widened"),
 /// bfloat16 takes linear_rows for up to ops::kLinearRowsMax rows of any width, and more rows (or a recorded
-/// gradient) run at::linear in float and are rounded to bfloat16 once. The modules' projections take the same
-/// route. Use it for a model's other layers (MLP, LM head).
+/// gradient) run at::linear in float and are rounded to bfloat16 once. On an x86 CPU with AVX-512 but without
+/// AVX512-BF16, where LibTorch's bfloat16 GEMM converts every element itself, bfloat16 also takes linear_rows
+/// for up to ops::kLinearRowsMax rows of any width. The modules' projections take the same route. Use it for a
+/// model's other layers (MLP, LM head).
 torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias = {});
 
 /// linear(input, weights[k], biases[k]) for each weight (biases empty: none; an undefined entry: none for that

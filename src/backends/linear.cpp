@@ -25,15 +25,25 @@ constexpr int64_t kLinearRowsInputElements = 4096;
 /// one, on an AMD EPYC Zen 5, 2 threads), where this kernel reads it once.
 constexpr int64_t kLinearRowsManyElements = 16384;
 
-/// Whether x · Wᵀ + b is a bfloat16 product on the CPU that LibTorch would run in its reference loops
-/// (ops/torch_bfloat16_gemm.h).
-bool bfloat16_without_native_gemm(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+/// Whether x, the weight and the bias (if any) are all bfloat16 CPU tensors.
+bool bfloat16_operands_on_cpu(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
   if (!x.defined() || !weight.defined() || x.scalar_type() != torch::kBFloat16 ||
       weight.scalar_type() != torch::kBFloat16 || !x.device().is_cpu() || !weight.device().is_cpu()) {
     return false;
   }
-  if (bias.defined() && (bias.scalar_type() != torch::kBFloat16 || !bias.device().is_cpu())) return false;
-  return !ops::torch_multiplies_bfloat16_natively();
+  return !bias.defined() || (bias.scalar_type() == torch::kBFloat16 && bias.device().is_cpu());
+}
+
+/// Whether x · Wᵀ + b is a bfloat16 product on the CPU that LibTorch would run in its reference loops
+/// (ops/torch_bfloat16_gemm.h).
+bool bfloat16_without_native_gemm(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  return bfloat16_operands_on_cpu(x, weight, bias) && !ops::torch_multiplies_bfloat16_natively();
+}
+
+/// Whether x · Wᵀ + b is a bfloat16 product on the CPU that LibTorch would run on oneDNN without bfloat16
+/// instructions (ops/torch_bfloat16_gemm.h).
+bool bfloat16_on_emulated_gemm(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  return bfloat16_operands_on_cpu(x, weight, bias) && ops::torch_bfloat16_gemm_is_emulated();
 }
 
 }  // namespace
@@ -44,9 +54,10 @@ bool takes_linear_rows(const torch::Tensor& x, const torch::Tensor& weight, cons
   if (!x.device().is_cpu() || !weight.device().is_cpu() || x.size(-1) != in || in == 0) return false;
   const int64_t rows = x.numel() / in;
   if (rows > ops::kLinearRowsMax) return false;
-  // Where LibTorch has no bfloat16 GEMM, every row count the kernel takes runs faster on it than on the
-  // alternatives, with x in L2 or not (bench/RESULTS.md, 2026-11-27).
-  const bool any_width = bfloat16_without_native_gemm(x, weight, bias);
+  // Where LibTorch has no bfloat16 GEMM, or one that emulates bfloat16, every row count the kernel takes runs
+  // faster on it than on the alternatives, with x in L2 or not (bench/RESULTS.md, 2026-11-27 and 2026-11-28).
+  const bool any_width =
+      bfloat16_without_native_gemm(x, weight, bias) || bfloat16_on_emulated_gemm(x, weight, bias);
   if (!any_width && rows > 1 && rows * in > (rows <= 4 ? kLinearRowsInputElements : kLinearRowsManyElements)) {
     return false;
   }

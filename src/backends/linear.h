@@ -5,7 +5,8 @@
 // 1536 x 576 weight), while the PyTorch wheel's matrix-vector product streams the weight at a quarter of the
 // memory's rate on an AMD Zen 4 (bench/RESULTS.md, issue 13). Where LibTorch has no bfloat16 GEMM (x86 without
 // AVX-512, ops/torch_bfloat16_gemm.h), bfloat16 takes the kernel for up to kLinearRowsMax rows of any width and
-// is widened to float for more.
+// is widened to float for more; where its bfloat16 GEMM is emulated (AVX-512 without AVX512-BF16), bfloat16
+// takes the kernel for up to kLinearRowsMax rows of any width.
 
 #include <torch/types.h>
 
@@ -14,8 +15,8 @@
 namespace attn::backends {
 
 /// Whether project_rows runs attn::linear_rows: x holds one row, or at most 4 rows of 4096 elements in all, or
-/// at most kLinearRowsMax rows of 16384 (of any width, in bfloat16 where LibTorch has no bfloat16 GEMM); x and
-/// weight are float32 or bfloat16 on the CPU; and no gradient is recorded.
+/// at most kLinearRowsMax rows of 16384 (of any width, in bfloat16 where LibTorch has no bfloat16 GEMM or
+/// emulates it); x and weight are float32 or bfloat16 on the CPU; and no gradient is recorded.
 bool takes_linear_rows(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
 
 /// at::linear(x, weight, bias): through attn::linear_rows where takes_linear_rows; else, in bfloat16 where

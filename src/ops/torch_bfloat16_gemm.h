@@ -11,4 +11,10 @@ namespace attn::ops {
 /// widening to float for the float GEMM (bench/RESULTS.md). True off x86, where attn has not measured it.
 bool torch_multiplies_bfloat16_natively();
 
+/// Whether that oneDNN product runs without bfloat16 instructions under it: AVX-512's core set without
+/// AVX512-BF16 (Skylake, Cascade Lake and Ice Lake Xeons), where oneDNN converts every element itself. On an
+/// Intel Xeon Cascade Lake it multiplied 2 to 16 rows by 4096 x 4096, 11008 x 4096 and 4096 x 11008 weights
+/// 1.3x to 4x slower than attn::ops::linear_rows (bench/RESULTS.md).
+bool torch_bfloat16_gemm_is_emulated();
+
 }  // namespace attn::ops

@@ -14,4 +14,9 @@ bool torch_multiplies_bfloat16_natively() {
 #endif
 }
 
+bool torch_bfloat16_gemm_is_emulated() {
+  return torch_multiplies_bfloat16_natively() && cpu::hardware_has_avx512_core() &&
+         !cpu::hardware_has_avx512_bf16();
+}
+
 }  // namespace attn::ops

@@ -109,6 +109,15 @@ bool hardware_has_avx512_core() {
 #endif
 }
 
+bool hardware_has_avx512_bf16() {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  static const bool has = __builtin_cpu_supports("avx512bf16");
+  return has;
+#else
+  return false;
+#endif
+}
+
 const char* capability_name(Capability capability) {
   switch (capability) {
     case Capability::Avx512Bf16: return "avx512_bf16";

@@ -31,5 +31,7 @@ bool hardware_has_amx();
 /// ATTN_CPU_CAPABILITY say: what the AVX-512 variant needs, as ATen's own AVX-512 kernels do, and what LibTorch
 /// asks for before it multiplies bfloat16 matrices on oneDNN (ops/torch_bfloat16_gemm.h).
 bool hardware_has_avx512_core();
+/// Whether this CPU has AVX512-BF16's instructions, whatever this build compiled and ATTN_CPU_CAPABILITY say.
+bool hardware_has_avx512_bf16();
 
 }  // namespace attn::ops::cpu
