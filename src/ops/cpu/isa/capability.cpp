@@ -29,7 +29,7 @@ Capability detect_hardware() {
   if (hardware_has_avx512_core()) {
     best = Capability::Avx512;
 #ifdef ATTN_HAVE_BF16_DOT
-    if (__builtin_cpu_supports("avx512bf16")) best = Capability::Avx512Bf16;
+    if (hardware_has_avx512_bf16()) best = Capability::Avx512Bf16;
 #endif
   }
 #endif
