@@ -15,8 +15,8 @@ bool torch_multiplies_bfloat16_natively() {
 }
 
 bool torch_bfloat16_gemm_is_emulated() {
-  return torch_multiplies_bfloat16_natively() && cpu::hardware_has_avx512_core() &&
-         !cpu::hardware_has_avx512_bf16();
+  // On x86 LibTorch's oneDNN product is the one it runs on AVX-512's core set; off x86 both are false.
+  return cpu::hardware_has_avx512_core() && !cpu::hardware_has_avx512_bf16();
 }
 
 }  // namespace attn::ops
