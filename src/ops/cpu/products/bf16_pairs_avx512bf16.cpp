@@ -4,6 +4,7 @@
 #include "ops/cpu/products/bf16_pairs.h"
 #include "ops/cpu/products/register_tile_avx512.h"
 #include "ops/cpu/products/transpose_16x16.h"
+#include "ops/cpu/products/weight_prefetch.h"
 
 #include <c10/util/Exception.h>
 
@@ -110,9 +111,6 @@ void pack_transposed_in_pairs(const c10::BFloat16* src, int64_t ld_src, int64_t 
 
 namespace {
 
-/// Bytes ahead of the weight stream that dot_rows prefetches (bench/RESULTS.md, "Prefetching bfloat16 weights").
-constexpr int64_t kPrefetchAhead = 2048;
-
 /// The dot products of R rows of x with w; two accumulators per row cover vdpbf16ps's latency.
 template <int R>
 void dot_rows(const c10::BFloat16* x, int64_t in, const c10::BFloat16* w, float* s) {
@@ -122,11 +120,7 @@ void dot_rows(const c10::BFloat16* x, int64_t in, const c10::BFloat16* w, float*
   for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 2 * kStep <= in; i += 2 * kStep) {
-    // The weights stream once, in order, at 128 bytes per step: the lines 2 KB ahead are asked for now, so that
-    // the stream does not wait for the hardware prefetcher to find it again at each 4 KB page (a prefetch past
-    // the weights' end is harmless: it never faults).
-    _mm_prefetch(reinterpret_cast<const char*>(w + i) + kPrefetchAhead, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(w + i) + kPrefetchAhead + 64, _MM_HINT_T0);
+    prefetch_weights_ahead(w + i, 2 * kStep * static_cast<int64_t>(sizeof(c10::BFloat16)));  // 128 bytes a step
     const __m512bh w0 = (__m512bh)_mm512_loadu_si512(w + i), w1 = (__m512bh)_mm512_loadu_si512(w + i + kStep);
     ATTN_UNROLL
     for (int r = 0; r < R; ++r) {

@@ -6,6 +6,7 @@
 // that knows whether this instruction-set variant compiled the pairs.
 
 #include "ops/cpu/products/row_tiles.h"
+#include "ops/cpu/products/weight_prefetch.h"
 
 #if defined(CPU_CAPABILITY_AVX512) && defined(ATTN_HAVE_BF16_DOT)
 #define ATTN_LINEAR_PAIR_PRODUCTS 1
@@ -21,25 +22,18 @@
 
 namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE {
 
-/// Bytes ahead of the weight stream that widened_dot_rows prefetches (bench/RESULTS.md, "Prefetching widened
-/// weights").
-inline constexpr int64_t kWidenedPrefetchAhead = 2048;
-
 /// s[r] = Σ_i x[r, i] · w[i] for r < R, with w widened to float as it is loaded. The weights stream once, in
-/// order: the lines kWidenedPrefetchAhead bytes ahead are asked for now, so that the stream does not wait for
-/// the hardware prefetcher to find it again at each 4 KB page (a prefetch past the end never faults). Two
-/// accumulators per row, so that one row's sum is not a single chain of dependent FMAs.
+/// order, prefetched ahead (products/weight_prefetch.h). Two accumulators per row, so that one row's sum is not a
+/// single chain of dependent FMAs.
 template <int R, typename W>
 void widened_dot_rows(const float* x, int64_t in, const W* w, float* s) {
   using Vec = Vectorized<float>;
   constexpr int64_t kStep = 2 * Vec::size();  // weights per iteration
-  constexpr int64_t kLine = 64;  // bytes per cache line
   Vec acc0[R], acc1[R];
   for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = Vec(0.0f);
   int64_t i = 0;
   for (; i + kStep <= in; i += kStep) {
-    const char* ahead = reinterpret_cast<const char*>(w + i) + kWidenedPrefetchAhead;
-    for (int64_t b = 0; b < kStep * static_cast<int64_t>(sizeof(W)); b += kLine) __builtin_prefetch(ahead + b);
+    prefetch_weights_ahead(w + i, kStep * static_cast<int64_t>(sizeof(W)));
     Vec w0, w1;
     load_two<float>(w + i, w0, w1);
     for (int r = 0; r < R; ++r) {
