@@ -115,6 +115,10 @@ torch::Tensor RmsNormImpl::forward(const torch::Tensor& x) {
   return weight * normed.to(x.scalar_type());
 }
 
+WeightImpl::WeightImpl(int64_t rows, int64_t cols) { weight = register_parameter("weight", torch::zeros({rows, cols})); }
+
+torch::Tensor WeightImpl::embed(const torch::Tensor& ids) const { return torch::embedding(weight, ids); }
+
 LlamaBlockImpl::LlamaBlockImpl(const LlamaConfig& c) {
   input_norm = register_module("input_layernorm", RmsNorm(c.hidden_size, c.rms_norm_eps));
   self_attn = register_module(
@@ -125,9 +129,9 @@ LlamaBlockImpl::LlamaBlockImpl(const LlamaConfig& c) {
                                           .causal(true)
                                           .rotary(RotaryEmbeddingOptions(c.head_dim).base(c.rope_theta))));
   post_attention_norm = register_module("post_attention_layernorm", RmsNorm(c.hidden_size, c.rms_norm_eps));
-  gate_proj = register_module("gate_proj", torch::nn::Linear(torch::nn::LinearOptions(c.hidden_size, c.intermediate_size).bias(false)));
-  up_proj = register_module("up_proj", torch::nn::Linear(torch::nn::LinearOptions(c.hidden_size, c.intermediate_size).bias(false)));
-  down_proj = register_module("down_proj", torch::nn::Linear(torch::nn::LinearOptions(c.intermediate_size, c.hidden_size).bias(false)));
+  gate_proj = register_module("gate_proj", Weight(c.intermediate_size, c.hidden_size));
+  up_proj = register_module("up_proj", Weight(c.intermediate_size, c.hidden_size));
+  down_proj = register_module("down_proj", Weight(c.hidden_size, c.intermediate_size));
 }
 
 torch::Tensor LlamaBlockImpl::forward(const torch::Tensor& x, KVCache& cache, int64_t layer,
@@ -149,12 +153,12 @@ torch::Tensor LlamaBlockImpl::mlp(const torch::Tensor& n) {
 }
 
 LlamaImpl::LlamaImpl(const LlamaConfig& c) : config(c) {
-  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.hidden_size));
+  embed_tokens = register_module("embed_tokens", Weight(c.vocab_size, c.hidden_size));
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.num_layers; ++i) layers->push_back(LlamaBlock(c));
   norm = register_module("norm", RmsNorm(c.hidden_size, c.rms_norm_eps));
   if (!c.tie_word_embeddings) {
-    lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(c.hidden_size, c.vocab_size).bias(false)));
+    lm_head = register_module("lm_head", Weight(c.vocab_size, c.hidden_size));
   }
 }
 
@@ -163,7 +167,7 @@ torch::Tensor LlamaImpl::forward(const torch::Tensor& ids, KVCache& cache, const
 }
 
 torch::Tensor LlamaImpl::hidden_states(const torch::Tensor& ids, KVCache& cache, const std::vector<int64_t>& new_lengths) {
-  torch::Tensor x = embed_tokens(ids);
+  torch::Tensor x = embed_tokens->embed(ids);
   for (size_t i = 0; i < layers->size(); ++i) {
     x = layers[i]->as<LlamaBlock>()->forward(x, cache, static_cast<int64_t>(i), new_lengths);
   }
@@ -171,7 +175,7 @@ torch::Tensor LlamaImpl::hidden_states(const torch::Tensor& ids, KVCache& cache,
 }
 
 torch::Tensor LlamaImpl::tree_hidden_states(const torch::Tensor& ids, KVCache& cache, const TokenTree& tree) {
-  torch::Tensor x = embed_tokens(ids);
+  torch::Tensor x = embed_tokens->embed(ids);
   for (size_t i = 0; i < layers->size(); ++i) {
     x = layers[i]->as<LlamaBlock>()->forward_tree(x, cache, static_cast<int64_t>(i), tree);
   }

@@ -1,7 +1,7 @@
 #pragma once
 // A Llama-architecture decoder (Llama 2/3, SmolLM, Mistral without sliding windows) built from
-// attn::MultiHeadAttention (grouped-query heads, rotary embeddings, a caller-owned KVCache) and stock LibTorch
-// layers, read from the folder scripts/convert-gguf.py writes: config.json and model.safetensors in
+// attn::MultiHeadAttention (grouped-query heads, rotary embeddings, a caller-owned KVCache), an RMSNorm and
+// weight tables, read from the folder scripts/convert-gguf.py writes: config.json and model.safetensors in
 // transformers' names. For inference.
 
 #include <attn/attn.h>
@@ -37,6 +37,19 @@ class RmsNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(RmsNorm);
 
+/// A weight that load() fills: a [rows, cols] parameter named "weight", zero until then. The MLP's and the LM
+/// head's matrices (multiplied by attn::linear) and the token embedding table (rows looked up by embed()).
+/// torch::nn::Linear and Embedding would draw random values first, for load() to overwrite: SmolLM2-135M's
+/// load took 1.7x as long that way (bench/RESULTS.md).
+class WeightImpl : public torch::nn::Module {
+ public:
+  WeightImpl(int64_t rows, int64_t cols);
+  /// Rows `ids` of the weight: [..., cols] for ids [...] (an embedding lookup).
+  torch::Tensor embed(const torch::Tensor& ids) const;
+  torch::Tensor weight;
+};
+TORCH_MODULE(Weight);
+
 /// One decoder layer: x + attention(norm(x)), then + mlp(norm(·)) with SwiGLU.
 class LlamaBlockImpl : public torch::nn::Module {
  public:
@@ -48,7 +61,7 @@ class LlamaBlockImpl : public torch::nn::Module {
   torch::Tensor mlp(const torch::Tensor& n);
   RmsNorm input_norm{nullptr}, post_attention_norm{nullptr};
   MultiHeadAttention self_attn{nullptr};
-  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  Weight gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};  // [out, in]
 };
 TORCH_MODULE(LlamaBlock);
 
@@ -74,10 +87,10 @@ class LlamaImpl : public torch::nn::Module {
   void load(const std::string& safetensors_path);
 
   LlamaConfig config;
-  torch::nn::Embedding embed_tokens{nullptr};
+  Weight embed_tokens{nullptr};  // [vocab, hidden]
   torch::nn::ModuleList layers;
   RmsNorm norm{nullptr};
-  torch::nn::Linear lm_head{nullptr};  // unset when the embedding is tied
+  Weight lm_head{nullptr};  // [vocab, hidden]; unset when the embedding is tied
 };
 TORCH_MODULE(Llama);
 
