@@ -3,10 +3,12 @@
 // and the polynomial, shared by the AVX-512 code (math/exp_avx512.h) and the AVX2 code (math/vec_exp.h).
 //
 // Accuracy, evaluated in float against float64: within 3e-7 relative for d in [-1, 0], where a row's largest
-// weights lie, growing with |d| to 2e-6 at d = -30 and 4e-6 at the flush limit, as the rounding of t does.
-// Against the float64 result, a float32 attention output's mean error grows by about 1 % over that of the
-// 2-ulp exp this replaced (T = 4096, d = 64: 1.019e-8 to 1.029e-8), for 11 vector instructions on AVX-512
-// instead of 16 (what that gained: bench/RESULTS.md, "Kᵀ in panels, and a shorter exp").
+// weights lie. AVX-512 takes t's fraction from one FMA of d (math/exp_avx512.h): within 3.4e-7 on [-20, 0],
+// growing with |d| only through kLog2e's own rounding. AVX2 rounds t first: 2e-6 at d = -30 and 4e-6 at the
+// flush limit. Against the float64 result, a float32 attention output's mean error grew by about 1 % over that of
+// the 2-ulp exp this replaced (T = 4096, d = 64: 1.019e-8 to 1.029e-8), for 11 vector instructions on AVX-512
+// instead of 16 (what that gained: bench/RESULTS.md, "Kᵀ in panels, and a shorter exp"; the FMA's fraction took
+// the count to 10).
 
 namespace attn::ops::cpu::exp_polynomial {
 
@@ -34,10 +36,11 @@ inline Vec two_to_fraction(Vec f, Fma fma, Splat splat) {
 // there by the thousand: +35% time before the flush, +4% after).
 inline constexpr float kFlushBelow = -60.0f;
 
-// Above 88.73, e^d overflows float. vscalefps (AVX-512) takes any exponent: d is clamped here only so that t
-// stays small, and 2^144 is +inf as it should be. AVX2 builds 2^n's exponent bits itself, so it clamps at
-// kMaxAvx2, where n = 128 makes them all ones: +inf.
-inline constexpr float kOverflowClamp = 100.0f;
+// Above 88.73, e^d overflows float. AVX2 builds 2^n's exponent bits itself, so it clamps at kMaxAvx2, where
+// n = 128 makes them all ones: +inf. AVX-512's vscalefps takes any exponent, and needs no clamp.
 inline constexpr float kMaxAvx2 = 88.3762626647949f;
+
+// 1.5 · 2^23: t + kRoundShift - kRoundShift is t rounded to the nearest integer, for |t| < 2^22.
+inline constexpr float kRoundShift = 12582912.0f;
 
 }  // namespace attn::ops::cpu::exp_polynomial
