@@ -10,7 +10,7 @@
 #include "ops/cpu/products/bf16_softmax.h"
 #endif
 #ifdef ATTN_HAVE_AMX
-#include "ops/cpu/products/amx_tiles.h"
+#include "ops/cpu/products/amx_panels.h"
 #endif
 
 #include <attn/attn.h>
@@ -217,31 +217,10 @@ void expect_product(const torch::Tensor& actual, const torch::Tensor& expected, 
   EXPECT_LE((actual - expected).abs().max().item<double>(), tol);
 }
 
-/// The multiplies that take the pairs operands (bf16_gemm's contract): AVX512-BF16's pairs, and AMX's tiles
-/// where the CPU has them (saying so where it has not).
-struct PairsGemm {
-  const char* name;
-  void (*gemm)(int64_t, int64_t, int64_t, float, ops::cpu::LeftOperand, ops::cpu::PairsOperand, float, float*,
-               int64_t, float*);
-};
-std::vector<PairsGemm> pairs_gemms() {
-  std::vector<PairsGemm> gemms{{"AVX512-BF16 pairs", &ops::cpu::bf16_gemm}};
-#ifdef ATTN_HAVE_AMX
-  if (ops::cpu::hardware_has_amx()) {
-    gemms.push_back({"AMX tiles", &ops::cpu::amx_gemm});
-    return gemms;
-  }
-#endif
-  std::printf("[ NOTE     ] this CPU (or build) offers no AMX tiles: their multiply is skipped here\n");
-  return gemms;
-}
-
 TEST(Bf16Gemm, MatchesFloat64ProductOfTheRoundedInputs) {
   if (skip_without_bf16_route()) return;
-  const std::vector<PairsGemm> gemms = pairs_gemms();
   uint64_t seed = 1;
-  // Sizes either side of the register tiles (6 rows, 16-column vectors) and of AMX's (16 rows, 16 pairs,
-  // blocks of 32 by 32).
+  // Sizes either side of the register tiles (6 rows, 16-column vectors).
   for (int64_t m : {1, 5, 6, 7, 13, 16, 17, 33, 40}) {
     for (int64_t n : {1, 15, 16, 17, 40, 64, 65, 130}) {
       for (int64_t k : {1, 2, 3, 33, 64, 129}) {
@@ -267,25 +246,22 @@ TEST(Bf16Gemm, MatchesFloat64ProductOfTheRoundedInputs) {
         // Past the pack, NaN: the products read only their `pairs` pairs.
         std::fill(rows_packed.begin() + pairs * ld, rows_packed.end(), 0x7FC07FC0u);
 
-        for (const PairsGemm& g : gemms) {
-          SCOPED_TRACE(g.name);
-          // beta = 0 writes C without reading it: NaN there must not leak in.
-          const int64_t ldc = n + 5;
-          std::vector<float> c(m * ldc, std::numeric_limits<float>::quiet_NaN());
-          g.gemm(m, n, pairs, 0.5f, {a.data.data(), a.ld, 2}, {rows_packed.data(), ld}, 0.0f, c.data(), ldc,
-                 nullptr);
-          expect_product(as_tensor(c, m, n, ldc), expected, k);
-          // The columns between n and ldc are not C's: untouched.
-          for (int64_t i = 0; i < m; ++i) EXPECT_TRUE(std::isnan(c[i * ldc + n])) << "row " << i;
+        // beta = 0 writes C without reading it: NaN there must not leak in.
+        const int64_t ldc = n + 5;
+        std::vector<float> c(m * ldc, std::numeric_limits<float>::quiet_NaN());
+        ops::cpu::bf16_gemm(m, n, pairs, 0.5f, {a.data.data(), a.ld, 2}, {rows_packed.data(), ld}, 0.0f, c.data(),
+                            ldc, nullptr);
+        expect_product(as_tensor(c, m, n, ldc), expected, k);
+        // The columns between n and ldc are not C's: untouched.
+        for (int64_t i = 0; i < m; ++i) EXPECT_TRUE(std::isnan(c[i * ldc + n])) << "row " << i;
 
-          // beta = 1 accumulates.
-          std::vector<float> acc(m * ldc, 1.0f);
-          for (int64_t i = 0; i < m; ++i) acc[i * ldc + n] = -7.0f;
-          g.gemm(m, n, pairs, 0.5f, {a.data.data(), a.ld, 2}, {rows_packed.data(), ld}, 1.0f, acc.data(), ldc,
-                 nullptr);
-          expect_product(as_tensor(acc, m, n, ldc), expected + 1.0, k);
-          for (int64_t i = 0; i < m; ++i) EXPECT_EQ(acc[i * ldc + n], -7.0f) << "row " << i;
-        }
+        // beta = 1 accumulates.
+        std::vector<float> acc(m * ldc, 1.0f);
+        for (int64_t i = 0; i < m; ++i) acc[i * ldc + n] = -7.0f;
+        ops::cpu::bf16_gemm(m, n, pairs, 0.5f, {a.data.data(), a.ld, 2}, {rows_packed.data(), ld}, 1.0f, acc.data(),
+                            ldc, nullptr);
+        expect_product(as_tensor(acc, m, n, ldc), expected + 1.0, k);
+        for (int64_t i = 0; i < m; ++i) EXPECT_EQ(acc[i * ldc + n], -7.0f) << "row " << i;
       }
     }
   }
@@ -297,10 +273,10 @@ TEST(Bf16Gemm, LaneMaximaAreTheRowMaximaOfTheWrittenResults) {
   if (skip_without_bf16_route()) return;
   constexpr int64_t kLanes = ops::cpu::kPairLanes;
   uint64_t seed = 70;
-  for (const PairsGemm& g : pairs_gemms()) {
+  {
     for (int64_t m : {1, 6, 7, 13, 17, 40}) {
       for (int64_t n : {1, 17, 33, 64, 130}) {
-        SCOPED_TRACE(::testing::Message() << g.name << " m=" << m << " n=" << n);
+        SCOPED_TRACE(::testing::Message() << "m=" << m << " n=" << n);
         const int64_t k = 64, ld = ops::cpu::pairs_row_length(n);
         const Matrix a = random_matrix(m, k, k, ++seed), b = random_matrix(k, n, n, ++seed);
         std::vector<uint32_t> packed(k / 2 * ld + kLanes);
@@ -308,7 +284,8 @@ TEST(Bf16Gemm, LaneMaximaAreTheRowMaximaOfTheWrittenResults) {
         // Garbage in lane_max beforehand: the call replaces it.
         std::vector<float> c(m * n), lanes(m * kLanes, 1e30f);
         lanes[1] = std::numeric_limits<float>::quiet_NaN();
-        g.gemm(m, n, k / 2, 0.25f, {a.data.data(), a.ld, 2}, {packed.data(), ld}, 0.0f, c.data(), n, lanes.data());
+        ops::cpu::bf16_gemm(m, n, k / 2, 0.25f, {a.data.data(), a.ld, 2}, {packed.data(), ld}, 0.0f, c.data(), n,
+                            lanes.data());
         const torch::Tensor expected = 0.25 * a.exact.matmul(b.exact);
         expect_product(as_tensor(c, m, n, n), expected, k);
         const torch::Tensor lane_rows = torch::from_blob(lanes.data(), {m, kLanes}).to(torch::kFloat64);
@@ -325,8 +302,8 @@ TEST(Bf16Gemm, LaneMaximaAreTheRowMaximaOfTheWrittenResults) {
         }
         // beta = 1: the maxima of C + A·B as written.
         std::vector<float> shifted(m * n, 100.0f), lanes1(m * kLanes, 1e30f);
-        g.gemm(m, n, k / 2, 0.25f, {a.data.data(), a.ld, 2}, {packed.data(), ld}, 1.0f, shifted.data(), n,
-               lanes1.data());
+        ops::cpu::bf16_gemm(m, n, k / 2, 0.25f, {a.data.data(), a.ld, 2}, {packed.data(), ld}, 1.0f, shifted.data(),
+                            n, lanes1.data());
         for (int64_t i = 0; i < m; ++i) {
           const double want = 100.0 + expected[i].max().item<double>();
           const double got = *std::max_element(lanes1.begin() + i * kLanes, lanes1.begin() + (i + 1) * kLanes);
@@ -337,39 +314,48 @@ TEST(Bf16Gemm, LaneMaximaAreTheRowMaximaOfTheWrittenResults) {
   }
 }
 
-// The route's softmax step against exp in float64: P within bfloat16's rounding of the exact value, the sum
-// of the unrounded P within float's, the flush limit and the edge values as the float route's exp gives them.
+// The routes' softmax step against exp in float64: P within bfloat16's rounding of the exact value, the sum
+// of the unrounded P within float's, the flush limit and the edge values as the float route's exp gives them;
+// with the softmax scale folded in (the AMX route's unscaled scores) or not, and the pad after the row zeroed
+// up to where it is asked to be, for pair reads (the pairs) or whole tiles (AMX).
 TEST(Bf16Softmax, ExpRoundSumMatchesFloat64) {
   if (skip_without_bf16_route()) return;
-  for (int64_t n : {1, 2, 15, 16, 17, 31, 32, 33, 64, 100, 513}) {
-    SCOPED_TRACE(::testing::Message() << "n=" << n);
-    torch::manual_seed(n);
-    // Scores from 70 below the shift up to it, the row's maximum among them.
-    torch::Tensor scores = torch::rand({n}) * -70.0f + 3.0f;
-    const float shift = scores.max().item<float>();
-    std::vector<float> s(scores.data_ptr<float>(), scores.data_ptr<float>() + n);
-    if (n > 3) s[1] = -std::numeric_limits<float>::infinity();  // a blocked key
-    std::vector<c10::BFloat16> p(n + 2, c10::BFloat16(7.0f));
-    const float sum = ops::cpu::exp_round_sum(s.data(), n, shift, p.data());
+  for (const float scale : {1.0f, 0.125f}) {
+    for (int64_t n : {1, 2, 15, 16, 17, 31, 32, 33, 64, 100, 513}) {
+      for (const int64_t padded : {n + n % 2, (n + 31) / 32 * 32}) {
+        SCOPED_TRACE(::testing::Message() << "n=" << n << " scale=" << scale << " padded=" << padded);
+        torch::manual_seed(n);
+        // Scaled scores from 70 below the shift up to it, the row's maximum among them.
+        torch::Tensor scores = (torch::rand({n}) * -70.0f + 3.0f) / scale;
+        const float shift = scale * scores.max().item<float>();
+        std::vector<float> s(scores.data_ptr<float>(), scores.data_ptr<float>() + n);
+        if (n > 3) s[1] = -std::numeric_limits<float>::infinity();  // a blocked key
+        std::vector<c10::BFloat16> p(padded + 2, c10::BFloat16(7.0f));
+        const float sum = ops::cpu::exp_round_sum(s.data(), n, scale, shift, p.data(), padded);
 
-    const torch::Tensor d = torch::from_blob(s.data(), {n}).to(torch::kFloat64) - static_cast<double>(shift);
-    const torch::Tensor exact = torch::where(d < ops::cpu::exp_polynomial::kFlushBelow, torch::zeros_like(d), d.exp());
-    const torch::Tensor got = torch::from_blob(p.data(), {n}, torch::kBFloat16).to(torch::kFloat64);
-    // One bfloat16 rounding of the exact value: half an ulp (up to 2^-8 relative, 7 fraction bits), and a hair
-    // for the exp's error.
-    EXPECT_TRUE(((got - exact).abs() <= exact * (std::ldexp(1.0, -8) + 1e-6)).all().item<bool>())
-        << "max relative error " << ((got - exact).abs() / exact.clamp_min(1e-300)).max().item<double>();
-    EXPECT_TRUE((got.masked_select(exact == 0) == 0).all().item<bool>()) << "flushed or blocked keys must be 0";
-    EXPECT_NEAR(sum, exact.sum().item<double>(), 2e-6 * exact.sum().item<double>());
-    // The pad past an odd row is 0 (pair reads take it); past an even one nothing is written.
-    EXPECT_EQ(static_cast<float>(p[n]), n % 2 ? 0.0f : 7.0f);
-    EXPECT_EQ(static_cast<float>(p[n + 1]), 7.0f);
+        const torch::Tensor d =
+            torch::from_blob(s.data(), {n}).to(torch::kFloat64) * static_cast<double>(scale) - static_cast<double>(shift);
+        const torch::Tensor exact =
+            torch::where(d < ops::cpu::exp_polynomial::kFlushBelow, torch::zeros_like(d), d.exp());
+        const torch::Tensor got = torch::from_blob(p.data(), {n}, torch::kBFloat16).to(torch::kFloat64);
+        // One bfloat16 rounding of the exact value: half an ulp (up to 2^-8 relative, 7 fraction bits), and a
+        // hair for the exp's error.
+        EXPECT_TRUE(((got - exact).abs() <= exact * (std::ldexp(1.0, -8) + 1e-6)).all().item<bool>())
+            << "max relative error " << ((got - exact).abs() / exact.clamp_min(1e-300)).max().item<double>();
+        EXPECT_TRUE((got.masked_select(exact == 0) == 0).all().item<bool>()) << "flushed or blocked keys must be 0";
+        EXPECT_NEAR(sum, exact.sum().item<double>(), 2e-6 * exact.sum().item<double>());
+        // The pad up to `padded` is 0; past it nothing is written.
+        for (int64_t j = n; j < padded; ++j) EXPECT_EQ(static_cast<float>(p[j]), 0.0f) << "pad element " << j;
+        EXPECT_EQ(static_cast<float>(p[padded]), 7.0f);
+        EXPECT_EQ(static_cast<float>(p[padded + 1]), 7.0f);
+      }
+    }
   }
   // NaN stays in its element and the sum.
   std::vector<float> s(40, -1.0f);
   s[21] = std::numeric_limits<float>::quiet_NaN();
   std::vector<c10::BFloat16> p(40);
-  EXPECT_TRUE(std::isnan(ops::cpu::exp_round_sum(s.data(), 40, 0.0f, p.data())));
+  EXPECT_TRUE(std::isnan(ops::cpu::exp_round_sum(s.data(), 40, 1.0f, 0.0f, p.data(), 40)));
   EXPECT_TRUE(std::isnan(static_cast<float>(p[21])));
   EXPECT_FLOAT_EQ(static_cast<float>(p[20]), static_cast<float>(c10::BFloat16(std::exp(-1.0f))));
 }
@@ -377,12 +363,12 @@ TEST(Bf16Softmax, ExpRoundSumMatchesFloat64) {
 TEST(Bf16Gemm, LeftOperandInPairsLayout) {
   if (skip_without_bf16_route()) return;
   // C = Aᵀ·B with A [k, m] packed in pairs of its rows: the pairs layout of the left operand Aᵀ (si = 2,
-  // sp = 2·ld), whose pairs are not adjacent (the tiles copy it).
-  for (const PairsGemm& g : pairs_gemms()) {
+  // sp = 2·ld), whose pairs are not adjacent.
+  {
     for (int64_t k : {1, 8, 33, 64}) {
       for (int64_t m : {3, 17, 40}) {
         const int64_t n = 20;
-        SCOPED_TRACE(::testing::Message() << g.name << " k=" << k << " m=" << m);
+        SCOPED_TRACE(::testing::Message() << "k=" << k << " m=" << m);
         const Matrix a = random_matrix(k, m, m, 40 + k + m), b = random_matrix(k, n, n, 90 + k + m);
         const torch::Tensor expected = a.exact.t().matmul(b.exact);
 
@@ -392,54 +378,150 @@ TEST(Bf16Gemm, LeftOperandInPairsLayout) {
         ops::cpu::pack_rows_in_pairs(b.data.data(), b.ld, k, n, b_pairs.data(), ldb);
         std::vector<float> c(m * n);
         const auto* left = reinterpret_cast<const c10::BFloat16*>(a_pairs.data());
-        g.gemm(m, n, pairs, 1.0f, {left, 2, 2 * lda}, {b_pairs.data(), ldb}, 0.0f, c.data(), n, nullptr);
+        ops::cpu::bf16_gemm(m, n, pairs, 1.0f, {left, 2, 2 * lda}, {b_pairs.data(), ldb}, 0.0f, c.data(), n, nullptr);
         expect_product(as_tensor(c, m, n, n), expected, k);
       }
     }
   }
 }
 
-// The backward pass's Pᵀ and dSᵀ: a float [k, m] block transposed and rounded into a row-major bfloat16 left
-// operand. Each element is LibTorch's rounding of the float (to nearest even), the pad element past an odd k is
-// 0, nothing past it is written, and the products of that operand match float64.
+// The backward pass's Pᵀ and dSᵀ: a float [k, m] block (times a scale: the AMX route folds the softmax scale in
+// here) transposed and rounded into a row-major bfloat16 left operand. Each element is LibTorch's rounding of the
+// scaled float (to nearest even), the pad element past an odd k is 0, nothing past it is written, and the products
+// of that operand match float64.
 TEST(Bf16Gemm, TransposedRoundingGivesTheRowMajorLeftOperand) {
   if (skip_without_bf16_route()) return;
-  const std::vector<PairsGemm> gemms = pairs_gemms();
-  for (int64_t k : {1, 8, 16, 33, 64}) {
-    for (int64_t m : {3, 16, 17, 40, 128}) {
-      SCOPED_TRACE(::testing::Message() << "k=" << k << " m=" << m);
-      torch::manual_seed(k * 131 + m);
-      const int64_t ldx = m + 3;
-      const torch::Tensor x = torch::randn({k, ldx});
-      const torch::Tensor rounded_t = x.narrow(1, 0, m).t().to(torch::kBFloat16);  // [m, k]
-      const int64_t ldt = (k + 1) / 2 * 2 + 2;  // two more than needed: must stay untouched
-      const c10::BFloat16 sentinel(-3.0f);
-      std::vector<c10::BFloat16> t(m * ldt, sentinel);
-      ops::cpu::transpose_round_to_bfloat16(x.data_ptr<float>(), ldx, k, m, t.data(), ldt);
-      const torch::Tensor got =
-          torch::from_blob(t.data(), {m, ldt}, torch::kBFloat16).clone();
-      EXPECT_TRUE(torch::equal(got.narrow(1, 0, k), rounded_t)) << "not the nearest-even rounding of the transpose";
-      for (int64_t j = 0; j < m; ++j) {
-        if (k % 2) EXPECT_EQ(static_cast<float>(t[j * ldt + k]), 0.0f) << "pad of row " << j;
-        for (int64_t i = (k + 1) / 2 * 2; i < ldt; ++i) {
-          EXPECT_EQ(static_cast<float>(t[j * ldt + i]), -3.0f) << "row " << j << " element " << i;
+  for (const float scale : {1.0f, 0.3f}) {
+    for (int64_t k : {1, 8, 16, 33, 64}) {
+      for (int64_t m : {3, 16, 17, 40, 128}) {
+        SCOPED_TRACE(::testing::Message() << "k=" << k << " m=" << m << " scale=" << scale);
+        torch::manual_seed(k * 131 + m);
+        const int64_t ldx = m + 3;
+        const torch::Tensor x = torch::randn({k, ldx});
+        const torch::Tensor rounded_t = (x.narrow(1, 0, m) * scale).t().to(torch::kBFloat16);  // [m, k]
+        const int64_t ldt = (k + 1) / 2 * 2 + 2;  // two more than needed: must stay untouched
+        const c10::BFloat16 sentinel(-3.0f);
+        std::vector<c10::BFloat16> t(m * ldt, sentinel);
+        ops::cpu::transpose_round_to_bfloat16(x.data_ptr<float>(), ldx, k, m, t.data(), ldt, scale);
+        const torch::Tensor got = torch::from_blob(t.data(), {m, ldt}, torch::kBFloat16).clone();
+        EXPECT_TRUE(torch::equal(got.narrow(1, 0, k), rounded_t)) << "not the nearest-even rounding of the transpose";
+        for (int64_t j = 0; j < m; ++j) {
+          if (k % 2) EXPECT_EQ(static_cast<float>(t[j * ldt + k]), 0.0f) << "pad of row " << j;
+          for (int64_t i = (k + 1) / 2 * 2; i < ldt; ++i) {
+            EXPECT_EQ(static_cast<float>(t[j * ldt + i]), -3.0f) << "row " << j << " element " << i;
+          }
         }
-      }
 
-      const int64_t n = 20, ldb = ops::cpu::pairs_row_length(n), pairs = (k + 1) / 2;
-      const Matrix b = random_matrix(k, n, n, 7 + k + m);
-      std::vector<uint32_t> b_pairs(pairs * ldb + ops::cpu::kPairLanes);
-      ops::cpu::pack_rows_in_pairs(b.data.data(), b.ld, k, n, b_pairs.data(), ldb);
-      const torch::Tensor expected = rounded_t.to(torch::kFloat64).matmul(b.exact);
-      for (const PairsGemm& g : gemms) {
-        SCOPED_TRACE(g.name);
+        const int64_t n = 20, ldb = ops::cpu::pairs_row_length(n), pairs = (k + 1) / 2;
+        const Matrix b = random_matrix(k, n, n, 7 + k + m);
+        std::vector<uint32_t> b_pairs(pairs * ldb + ops::cpu::kPairLanes);
+        ops::cpu::pack_rows_in_pairs(b.data.data(), b.ld, k, n, b_pairs.data(), ldb);
+        const torch::Tensor expected = rounded_t.to(torch::kFloat64).matmul(b.exact);
         std::vector<float> c(m * n, 1.0f);
-        g.gemm(m, n, pairs, 1.0f, {t.data(), ldt, 2}, {b_pairs.data(), ldb}, 1.0f, c.data(), n, nullptr);
+        ops::cpu::bf16_gemm(m, n, pairs, 1.0f, {t.data(), ldt, 2}, {b_pairs.data(), ldb}, 1.0f, c.data(), n, nullptr);
         expect_product(as_tensor(c, m, n, n), expected + 1.0, k);
       }
     }
   }
 }
+
+// dS rounded for dS·K, times a scale (the AMX route's dK and dQ): LibTorch's nearest-even rounding of the scaled
+// float, the pad element past an odd row 0.
+TEST(Bf16Softmax, RoundingTakesTheScale) {
+  if (skip_without_bf16_route()) return;
+  for (const float scale : {1.0f, 0.3f}) {
+    for (int64_t n : {1, 16, 33}) {
+      SCOPED_TRACE(::testing::Message() << "n=" << n << " scale=" << scale);
+      torch::manual_seed(n);
+      const torch::Tensor x = torch::randn({n});
+      std::vector<c10::BFloat16> p(n + 2, c10::BFloat16(-3.0f));
+      ops::cpu::round_to_bfloat16(x.data_ptr<float>(), n, p.data(), scale);
+      EXPECT_TRUE(torch::equal(torch::from_blob(p.data(), {n}, torch::kBFloat16).clone(), (x * scale).to(torch::kBFloat16)));
+      EXPECT_EQ(static_cast<float>(p[n]), n % 2 ? 0.0f : -3.0f);
+      EXPECT_EQ(static_cast<float>(p[n + 1]), -3.0f);
+    }
+  }
+}
+
+#ifdef ATTN_HAVE_AMX
+
+// AMX's two products (products/amx_panels.h) against float64 products of the same bfloat16 values: every edge of
+// their tiles (rows short of 16 and 32, k short of a pair block or a chunk, columns short of a panel or a column
+// group), operands that start inside a pack, and nothing written where the contract says nothing is.
+
+/// A [rows, cols] bfloat16 left operand as the products read it: row stride ld, zero past cols and in the rows
+/// up to the next multiple of 16.
+Matrix amx_left_operand(int64_t rows, int64_t cols, int64_t ld, uint64_t seed) {
+  Matrix a = random_matrix(rows, cols, ld, seed);
+  a.data.resize(std::max<size_t>(a.data.size(), (rows + 15) / 16 * 16 * ld), c10::BFloat16(0.0f));
+  return a;
+}
+
+TEST(Amx, PanelsProductMatchesFloat64) {
+  if (!ops::cpu::hardware_has_amx()) GTEST_SKIP() << "this CPU (or its kernel) offers no AMX tiles";
+  uint64_t seed = 300;
+  for (int64_t m : {1, 5, 16, 17, 32, 33, 70}) {
+    for (int64_t width : {8, 24, 64, 66, 130}) {
+      for (int64_t n : {1, 15, 16, 33, 100}) {
+        for (int64_t row0 : {0, 16, 48}) {
+          SCOPED_TRACE(::testing::Message() << "m=" << m << " k=" << width << " n=" << n << " from row " << row0);
+          const int64_t all_rows = row0 + n + 5;
+          const Matrix x = random_matrix(all_rows, width, width + 2, ++seed);
+          std::vector<uint32_t> packed(ops::cpu::amx_panel_words(all_rows, width), 7u);
+          ops::cpu::amx_pack_column_panels(x.data.data(), x.ld, all_rows, width, packed.data());
+          const int64_t blocks = ops::cpu::amx_pair_blocks(width), lda = blocks * 32;
+          const Matrix a = amx_left_operand(m, width, lda, ++seed);
+          const int64_t panels = (n + 15) / 16, ldc = panels * 16 + 3;
+          const int64_t tile_rows = (m + 15) / 16 * 16;  // C's tiles are stored whole
+          std::vector<float> c((tile_rows + 2) * ldc, std::numeric_limits<float>::quiet_NaN());
+          ops::cpu::amx_multiply_panels(a.data.data(), lda, m, blocks,
+                                        packed.data() + ops::cpu::amx_panel_offset(row0, width), panels, c.data(), ldc);
+          const torch::Tensor expected = a.exact.matmul(x.exact.narrow(0, row0, n).t());
+          expect_product(as_tensor(c, m, n, ldc), expected, width);
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t j = panels * 16; j < ldc; ++j) EXPECT_TRUE(std::isnan(c[i * ldc + j])) << i << ", " << j;
+          }
+          for (int64_t i = tile_rows; i < tile_rows + 2; ++i) {
+            EXPECT_TRUE(std::isnan(c[i * ldc])) << "row " << i << " is past C's tiles";
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Amx, RowPairsProductMatchesFloat64) {
+  if (!ops::cpu::hardware_has_amx()) GTEST_SKIP() << "this CPU (or its kernel) offers no AMX tiles";
+  uint64_t seed = 600;
+  for (int64_t m : {1, 15, 16, 17, 32, 40, 130}) {
+    for (int64_t k : {1, 31, 32, 33, 64, 100}) {
+      for (int64_t n : {1, 16, 17, 64, 80}) {
+        for (int64_t row0 : {0, 32}) {
+          SCOPED_TRACE(::testing::Message() << "m=" << m << " k=" << k << " n=" << n << " from row " << row0);
+          const int64_t all_rows = row0 + k + 7;
+          const Matrix b = random_matrix(all_rows, n, n + 1, ++seed);
+          std::vector<uint32_t> packed(ops::cpu::amx_row_pair_words(all_rows, n), 9u);
+          ops::cpu::amx_pack_row_pairs(b.data.data(), b.ld, all_rows, n, packed.data());
+          const int64_t chunks = (k + 31) / 32, lda = chunks * 32 + 8;
+          const Matrix a = amx_left_operand(m, k, lda, ++seed);
+          const int64_t ldc = n + 3;
+          std::vector<float> c(m * ldc, 1.0f);
+          for (int64_t i = 0; i < m; ++i) std::fill(c.begin() + i * ldc + n, c.begin() + (i + 1) * ldc, -7.0f);
+          ops::cpu::amx_multiply_add_row_pairs(a.data.data(), lda, m, chunks,
+                                               packed.data() + ops::cpu::amx_row_pair_offset(row0),
+                                               ops::cpu::amx_row_pair_group_stride(all_rows), n, c.data(), ldc);
+          const torch::Tensor expected = 1.0 + a.exact.matmul(b.exact.narrow(0, row0, k));
+          expect_product(as_tensor(c, m, n, ldc), expected, k);
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t j = n; j < ldc; ++j) EXPECT_EQ(c[i * ldc + j], -7.0f) << i << ", " << j;
+          }
+        }
+      }
+    }
+  }
+}
+
+#endif  // ATTN_HAVE_AMX
 
 #endif  // ATTN_HAVE_BF16_DOT
 

@@ -30,6 +30,7 @@ void backward(const FlashBackward<T, In>& args, const Products& products) {
   const bool masked = has_masks(p);
   const bool capped = p.softcap > T(0);
   const int64_t ld = kBackwardKeyBlock;
+  constexpr int64_t kRows = TileQueryRows<Products>::backward;
   const std::vector<Sequence> seqs = sequences_of(p);
   const std::vector<uint8_t> keys_finite_blocks = finite_blocks(p, p.k, p.dk, kBackwardKeyBlock);
   // One task per (sequence, kv head, split): it walks every query head of the group, so dK and dV of a shared
@@ -44,9 +45,9 @@ void backward(const FlashBackward<T, In>& args, const Products& products) {
     const int64_t split = task.split, hk = t % p.kv_heads, b = sq.b;
     const int64_t k_blocks = (sq.tk + kBackwardKeyBlock - 1) / kBackwardKeyBlock;
     const int64_t kb_begin = split * k_blocks / args.splits, kb_end = (split + 1) * k_blocks / args.splits;
-    st.probs.resize(kBackwardQueryBlock * ld);
-    st.grad_probs.resize(kBackwardQueryBlock * ld);
-    if (capped) st.tanh_values.resize(kBackwardQueryBlock * ld);
+    st.probs.resize(kRows * ld);
+    st.grad_probs.resize(kRows * ld);
+    if (capped) st.tanh_values.resize(kRows * ld);
     T* prob = st.probs.data();
     T* dprob = st.grad_probs.data();
     T* tanh_values = capped ? st.tanh_values.data() : nullptr;
@@ -62,8 +63,8 @@ void backward(const FlashBackward<T, In>& args, const Products& products) {
       for (int64_t h = hk * p.group(); h < (hk + 1) * p.group(); ++h) {
         const T* lse = args.lse + (b * p.heads + h) * p.tq + sq.q0;
         const T* delta = args.delta + (b * p.heads + h) * p.tq + sq.q0;
-        for (int64_t i0 = q_begin; i0 < q_end; i0 += kBackwardQueryBlock) {
-          const int64_t rows = std::min(kBackwardQueryBlock, q_end - i0);
+        for (int64_t i0 = q_begin; i0 < q_end; i0 += kRows) {
+          const int64_t rows = std::min(kRows, q_end - i0);
           const TileAt at{b, h, hk, sq.q0 + i0, rows, sq.k0 + j0, cols};
           products.scores(st.scratch, at, prob, ld, nullptr);
           score_terms(p, sq, h, i0, rows, j0, cols, prob, ld, tanh_values);

@@ -19,13 +19,13 @@ namespace {
 
 template <typename T, typename In>
 void run_forward(const FlashForward<T, In>& args) {
-  with_products(args.problem, static_cast<const View4<const In>*>(nullptr),
+  with_products<false>(args.problem, static_cast<const View4<const In>*>(nullptr),
                 [&](const auto& products) { forward(args, products); });
 }
 
 template <typename T, typename In>
 void run_backward(const FlashBackward<T, In>& args) {
-  with_products(args.problem, &args.grad_out, [&](const auto& products) { backward(args, products); });
+  with_products<true>(args.problem, &args.grad_out, [&](const auto& products) { backward(args, products); });
 }
 
 }  // namespace

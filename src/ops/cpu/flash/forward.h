@@ -35,14 +35,15 @@ void forward(const FlashForward<T, In>& args, const Products& products) {
   const bool masked = has_masks(p);
   const std::vector<Sequence> seqs = sequences_of(p);
   const std::vector<uint8_t> values_finite = finite_blocks(p, p.v, p.dv, kKeyBlock);
-  const std::vector<QueryBlock> blocks = query_blocks(p, seqs);
+  constexpr int64_t kRows = TileQueryRows<Products>::forward;
+  const std::vector<QueryBlock> blocks = query_blocks(p, seqs, kRows);
 
   using State = ForwardState<T, Products>;
   run_tasks<State>(static_cast<int64_t>(blocks.size()) * p.heads, [&](int64_t t, State& st) {
     const QueryBlock& blk = blocks[t / p.heads];
     const Sequence& sq = seqs[blk.sequence];
     const int64_t h = t % p.heads, b = sq.b, i0 = blk.i0, rows = blk.rows;
-    st.scores.resize(kQueryBlock * kKeyBlock);
+    st.scores.resize(kRows * kKeyBlock);
     st.acc.assign(rows * p.dv, T(0));
     // A sink starts every row's softmax: max = sink, sum = exp(sink - sink) = 1, no value behind it.
     const T sink = p.sinks ? p.sinks[h] : kNegInf<T>;
@@ -51,7 +52,7 @@ void forward(const FlashForward<T, In>& args, const Products& products) {
     st.row_sum.assign(rows, has_sink ? T(1) : T(0));
     T* s = st.scores.data();
     T* acc = st.acc.data();
-    if (Products::kRowMaxima) st.lane_max.resize(kQueryBlock * kRowMaxLanes);
+    if (Products::kRowMaxima) st.lane_max.resize(kRows * kRowMaxLanes);
 
     // Keys outside the band of every row of the block are skipped entirely.
     const auto [key_begin, key_end] = key_range(p, sq, i0, rows);
@@ -66,31 +67,38 @@ void forward(const FlashForward<T, In>& args, const Products& products) {
       const bool values_finite_here = rows_finite(p, values_finite, kKeyBlock, b, hk, at.j, cols);
       products.scores(st.scratch, at, s, kKeyBlock, lane_max);
 
-      for (int64_t r = 0; r < rows; ++r) {
-        T* row = s + r * kKeyBlock;
+      for (int64_t r0 = 0; r0 < rows; r0 += kRowChunk) {
+        const int64_t chunk = std::min(kRowChunk, rows - r0);
         // The score terms and masks a few rows at a time, so the softmax below reads them from L1.
-        if (r % kRowChunk == 0) {
-          const int64_t chunk = std::min(kRowChunk, rows - r);
-          score_terms(p, sq, h, i0 + r, chunk, j0, cols, row, kKeyBlock, static_cast<T*>(nullptr));
-          if (mask) mask_tile(p, sq, h, i0 + r, chunk, j0, cols, row, kKeyBlock);
+        score_terms(p, sq, h, i0 + r0, chunk, j0, cols, s + r0 * kKeyBlock, kKeyBlock, static_cast<T*>(nullptr));
+        if (mask) mask_tile(p, sq, h, i0 + r0, chunk, j0, cols, s + r0 * kKeyBlock, kKeyBlock);
+        // The chunk's new maxima first, then its exp passes, which then follow one another without each
+        // waiting on its row's reduction.
+        T rescales[kRowChunk];
+        for (int64_t r = r0; r < r0 + chunk; ++r) {
+          T* row = s + r * kKeyBlock;
+          // -inf from the lanes means no number there (all NaN or -inf): the pass decides.
+          T tile_max = lane_max ? static_cast<T>(lanes_max(lane_max + r * kRowMaxLanes)) : kNegInf<T>;
+          if (tile_max == kNegInf<T>) tile_max = row_max(row, cols);
+          const T old_max = st.row_max[r];
+          const T new_max = (std::isnan(tile_max) || tile_max > old_max) ? tile_max : old_max;
+          rescales[r - r0] = std::exp(old_max - new_max);  // 0 on the first allowed tile
+          st.row_max[r] = new_max;
         }
-        // -inf from the lanes means no number there (all NaN or -inf): the pass decides.
-        T tile_max = lane_max ? static_cast<T>(lanes_max(lane_max + r * kRowMaxLanes)) : kNegInf<T>;
-        if (tile_max == kNegInf<T>) tile_max = row_max(row, cols);
-        const T old_max = st.row_max[r];
-        const T new_max = (std::isnan(tile_max) || tile_max > old_max) ? tile_max : old_max;
-        if (new_max == kNegInf<T>) {  // no key allowed for this row yet
-          products.no_keys_yet(st.scratch, r, row, cols);
-          continue;
+        for (int64_t r = r0; r < r0 + chunk; ++r) {
+          T* row = s + r * kKeyBlock;
+          if (st.row_max[r] == kNegInf<T>) {  // no key allowed for this row yet
+            products.no_keys_yet(st.scratch, r, row, cols);
+            continue;
+          }
+          const T rescale = rescales[r - r0];
+          const T tile_sum = products.exp_sum(st.scratch, r, row, cols, st.row_max[r], values_finite_here);
+          st.row_sum[r] = st.row_sum[r] * rescale + tile_sum;
+          if (rescale != T(1)) {
+            T* out = acc + r * p.dv;
+            for (int64_t c = 0; c < p.dv; ++c) out[c] *= rescale;
+          }
         }
-        const T rescale = std::exp(old_max - new_max);  // 0 on the first allowed tile
-        const T tile_sum = products.exp_sum(st.scratch, r, row, cols, new_max, values_finite_here);
-        st.row_sum[r] = st.row_sum[r] * rescale + tile_sum;
-        if (rescale != T(1)) {
-          T* out = acc + r * p.dv;
-          for (int64_t c = 0; c < p.dv; ++c) out[c] *= rescale;
-        }
-        st.row_max[r] = new_max;
       }
 
       if (values_finite_here) {

@@ -10,10 +10,22 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE {
+
+/// Query rows of a pass's tile: kQueryBlock forward and kBackwardQueryBlock backward, unless the route has rows of
+/// its own (Products::kQueryRows: the AMX route, whose types serve one pass each).
+template <typename Products, typename = void>
+struct TileQueryRows {
+  static constexpr int64_t forward = kQueryBlock, backward = kBackwardQueryBlock;
+};
+template <typename Products>
+struct TileQueryRows<Products, std::void_t<decltype(Products::kQueryRows)>> {
+  static constexpr int64_t forward = Products::kQueryRows, backward = Products::kQueryRows;
+};
 
 template <typename T, typename In>
 bool has_masks(const FlashProblem<T, In>& p) {
@@ -75,14 +87,15 @@ struct QueryBlock {
   int64_t sequence, i0, rows, cost;
 };
 
-/// The forward pass's query blocks, the costliest first (under a causal mask, the last ones), so that the run
-/// ends on short tasks.
+/// The forward pass's query blocks of up to `block_rows` rows, the costliest first (under a causal mask, the last
+/// ones), so that the run ends on short tasks.
 template <typename T, typename In>
-std::vector<QueryBlock> query_blocks(const FlashProblem<T, In>& p, const std::vector<Sequence>& seqs) {
+std::vector<QueryBlock> query_blocks(const FlashProblem<T, In>& p, const std::vector<Sequence>& seqs,
+                                     int64_t block_rows) {
   std::vector<QueryBlock> blocks;
   for (int64_t s = 0; s < static_cast<int64_t>(seqs.size()); ++s) {
-    for (int64_t i0 = 0; i0 < seqs[s].tq; i0 += kQueryBlock) {
-      const int64_t rows = std::min(kQueryBlock, seqs[s].tq - i0);
+    for (int64_t i0 = 0; i0 < seqs[s].tq; i0 += block_rows) {
+      const int64_t rows = std::min(block_rows, seqs[s].tq - i0);
       const auto [begin, end] = key_range(p, seqs[s], i0, rows);
       blocks.push_back({s, i0, rows, end - begin});
     }

@@ -23,7 +23,7 @@ const char* capability_name(Capability capability);
 /// Whether this CPU and build have AVX512-VNNI's int16 dot products (products/int8_dot.h), whatever variant is
 /// active.
 bool hardware_has_int8_dot();
-/// Whether this CPU and build have AMX's bfloat16 tile products (products/amx_tiles.h) and Linux lets this
+/// Whether this CPU and build have AMX's bfloat16 tile products (products/amx_panels.h) and Linux lets this
 /// process use the tiles: the first call asks for the tile state (arch_prctl ARCH_REQ_XCOMP_PERM), once per
 /// process; a refusal (an older kernel, a hypervisor that hides the state) makes this false, never a crash.
 bool hardware_has_amx();

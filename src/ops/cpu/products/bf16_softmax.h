@@ -13,19 +13,21 @@
 
 namespace attn::ops::cpu {
 
-/// p[j] = bfloat16(exp(s[j] - shift)) for j < n, rounded to nearest even, and p[n] = 0 when n is odd (so pair
-/// reads never go past the row); returns Σ exp(s[j] - shift) in float. The exp is the float rows' own
-/// (math/exp_avx512.h): within 3e-7 relative near the row's maximum and 4e-6 at its flush limit, three orders
-/// of magnitude below bfloat16's rounding. exp(-inf) is 0; a NaN score gives a NaN P and sum.
-float exp_round_sum(const float* s, int64_t n, float shift, c10::BFloat16* p);
+/// p[j] = bfloat16(exp(scale · s[j] - shift)) for j < n, rounded to nearest even, and p[j] = 0 for n <= j <
+/// padded (so that pair and tile reads never go past the row); returns Σ exp(scale · s[j] - shift) in float. The
+/// exp is the float rows' own (math/exp_avx512.h): within 3.4e-7 relative near the row's maximum, three orders
+/// of magnitude below bfloat16's rounding. exp(-inf) is 0; a NaN score gives a NaN P and sum. scale folds the
+/// softmax scale in where the scores were left unscaled (the AMX route); 1 otherwise.
+float exp_round_sum(const float* s, int64_t n, float scale, float shift, c10::BFloat16* p, int64_t padded);
 
-/// p[j] = bfloat16(s[j]) for j < n, rounded to nearest even, and p[n] = 0 when n is odd.
-void round_to_bfloat16(const float* s, int64_t n, c10::BFloat16* p);
+/// p[j] = bfloat16(scale · s[j]) for j < n, rounded to nearest even, and p[n] = 0 when n is odd. (scale folds the
+/// softmax scale of dK and dQ into dS on the AMX route; 1 otherwise.)
+void round_to_bfloat16(const float* s, int64_t n, c10::BFloat16* p, float scale = 1.0f);
 
-/// t[j · ldt + i] = bfloat16(s[i · lds + j]) for i < rows, j < cols, rounded to nearest even, and
+/// t[j · ldt + i] = bfloat16(scale · s[i · lds + j]) for i < rows, j < cols, rounded to nearest even, and
 /// t[j · ldt + rows] = 0 when rows is odd: the transpose of a float [rows, cols] block as a row-major bfloat16
 /// left operand (LeftOperand{t, ldt, 2}) of `rows` columns, ldt >= rows rounded up to even.
 void transpose_round_to_bfloat16(const float* s, int64_t lds, int64_t rows, int64_t cols, c10::BFloat16* t,
-                                 int64_t ldt);
+                                 int64_t ldt, float scale = 1.0f);
 
 }  // namespace attn::ops::cpu

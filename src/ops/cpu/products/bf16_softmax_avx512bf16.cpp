@@ -12,42 +12,44 @@
 
 namespace attn::ops::cpu {
 
-float exp_round_sum(const float* s, int64_t n, float shift, c10::BFloat16* p) {
-  const __m512 vshift = _mm512_set1_ps(shift);
+float exp_round_sum(const float* s, int64_t n, float scale, float shift, c10::BFloat16* p, int64_t padded) {
+  const __m512 vscale = _mm512_set1_ps(scale), vshift = _mm512_set1_ps(shift);
   __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
   int64_t j = 0;
   for (; j + 32 <= n; j += 32) {  // two vectors at a time: two independent chains through the polynomial
-    const __m512 e0 = exp_avx512(_mm512_sub_ps(_mm512_loadu_ps(s + j), vshift));
-    const __m512 e1 = exp_avx512(_mm512_sub_ps(_mm512_loadu_ps(s + j + 16), vshift));
+    const __m512 e0 = exp_avx512(_mm512_fmsub_ps(_mm512_loadu_ps(s + j), vscale, vshift));
+    const __m512 e1 = exp_avx512(_mm512_fmsub_ps(_mm512_loadu_ps(s + j + 16), vscale, vshift));
     sum0 = _mm512_add_ps(sum0, e0);
     sum1 = _mm512_add_ps(sum1, e1);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + j), (__m256i)_mm512_cvtneps_pbh(e0));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + j + 16), (__m256i)_mm512_cvtneps_pbh(e1));
+    _mm512_storeu_si512(p + j, (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
   }
   for (; j < n; j += 16) {
     const int64_t left = n - j < 16 ? n - j : 16;
     const __mmask16 m = static_cast<__mmask16>((1u << left) - 1u);
     // Masked-off lanes load -inf, so they add exactly 0.
     const __m512 x = _mm512_mask_loadu_ps(_mm512_set1_ps(-__builtin_inff()), m, s + j);
-    const __m512 e = exp_avx512(_mm512_sub_ps(x, vshift));
+    const __m512 e = exp_avx512(_mm512_fmsub_ps(x, vscale, vshift));
     sum0 = _mm512_add_ps(sum0, e);
     _mm256_mask_storeu_epi16(p + j, m, (__m256i)_mm512_cvtneps_pbh(e));
   }
-  if (n % 2) p[n] = c10::BFloat16(0.0f);
+  std::fill(p + n, p + std::max(n, padded), c10::BFloat16(0.0f));
   return _mm512_reduce_add_ps(_mm512_add_ps(sum0, sum1));
 }
 
-void round_to_bfloat16(const float* s, int64_t n, c10::BFloat16* p) {
+void round_to_bfloat16(const float* s, int64_t n, c10::BFloat16* p, float scale) {
+  const __m512 vscale = _mm512_set1_ps(scale);
   for (int64_t j = 0; j < n; j += 16) {
     const int64_t left = n - j < 16 ? n - j : 16;
     const __mmask16 m = static_cast<__mmask16>((1u << left) - 1u);
-    _mm256_mask_storeu_epi16(p + j, m, (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, s + j)));
+    const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + j), vscale);
+    _mm256_mask_storeu_epi16(p + j, m, (__m256i)_mm512_cvtneps_pbh(x));
   }
   if (n % 2) p[n] = c10::BFloat16(0.0f);
 }
 
 void transpose_round_to_bfloat16(const float* s, int64_t lds, int64_t rows, int64_t cols, c10::BFloat16* t,
-                                 int64_t ldt) {
+                                 int64_t ldt, float scale) {
+  const __m512 vscale = _mm512_set1_ps(scale);
   // Blocks of 16 × 16 floats through registers: masked loads past the last column, zeros past the last row,
   // and only the real rows and columns of the transpose stored.
   for (int64_t j0 = 0; j0 < cols; j0 += 16) {
@@ -63,8 +65,8 @@ void transpose_round_to_bfloat16(const float* s, int64_t lds, int64_t rows, int6
       }
       transpose_16x16(r);
       for (int64_t j = 0; j < nj; ++j) {
-        _mm256_mask_storeu_epi16(t + (j0 + j) * ldt + i0, row_lanes,
-                                 (__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(r[j])));
+        const __m512 x = _mm512_mul_ps(_mm512_castsi512_ps(r[j]), vscale);
+        _mm256_mask_storeu_epi16(t + (j0 + j) * ldt + i0, row_lanes, (__m256i)_mm512_cvtneps_pbh(x));
       }
     }
     if (rows % 2) {

@@ -35,6 +35,7 @@
 #endif
 #if defined(ATTN_PAIR_PRODUCTS) && defined(ATTN_HAVE_AMX)
 #define ATTN_AMX_TILE_PRODUCTS 1
+#include "ops/cpu/products/amx_products.h"
 #endif
 
 #include <c10/util/BFloat16.h>
@@ -68,8 +69,8 @@ Route make_route(const TileOperands<T, In>& o, const View4<const In>* grad_out) 
 }
 
 /// Calls run(route) with the route o.route names, constructed from `o`, and from *grad_out for a backward pass
-/// (nullptr forward).
-template <typename T, typename In, typename Run>
+/// (kBackward; nullptr forward). AMX's tiles take a type of their own for each pass.
+template <bool kBackward, typename T, typename In, typename Run>
 void with_products(const TileOperands<T, In>& o, const View4<const In>* grad_out, const Run& run) {
   switch (o.route) {
     case ProductRoute::Blas:
@@ -92,7 +93,11 @@ void with_products(const TileOperands<T, In>& o, const View4<const In>* grad_out
     case ProductRoute::AmxTiles:
 #ifdef ATTN_AMX_TILE_PRODUCTS
       if constexpr (std::is_same_v<T, float> && std::is_same_v<In, c10::BFloat16>) {
-        return run(make_route<AmxTileProducts>(o, grad_out));
+        if constexpr (kBackward) {
+          return run(AmxBackwardProducts(o, *grad_out));
+        } else {
+          return run(AmxForwardProducts(o));
+        }
       }
 #endif
       break;

@@ -1,18 +1,14 @@
 #pragma once
-// The bfloat16 routes: every tile product on AVX512-BF16's pair product (products/bf16_pairs.h) or on AMX's
-// tiles (products/amx_tiles.h), which take the same operands, with float accumulation. P and dS are rounded to
-// bfloat16 for the products they feed, as FlashAttention's bfloat16 kernels do; the softmax, its backward and
-// every accumulator stay in float. The right operands (Kᵀ and V forward; Kᵀ, Vᵀ, and K, Q and dO in pairs of
-// rows backward) are packed once per call and read by every tile. AVX-512 variant, on a CPU with AVX512-BF16
-// only (and AMX, for AmxTileProducts).
+// The bfloat16 pairs route: every tile product on AVX512-BF16's pair product (products/bf16_pairs.h), with float
+// accumulation. P and dS are rounded to bfloat16 for the products they feed, as FlashAttention's bfloat16 kernels
+// do; the softmax, its backward and every accumulator stay in float. The right operands (Kᵀ and V forward; Kᵀ,
+// Vᵀ, and K, Q and dO in pairs of rows backward) are packed once per call and read by every tile. AVX-512
+// variant, on a CPU with AVX512-BF16 only. (AMX's tiles have a route of their own: products/amx_products.h.)
 
 #include "ops/cpu/math/kernel_layout.h"
 #include "ops/cpu/math/rows.h"
 #include "ops/cpu/products/bf16_pairs.h"
 #include "ops/cpu/products/bf16_softmax.h"
-#ifdef ATTN_HAVE_AMX
-#include "ops/cpu/products/amx_tiles.h"
-#endif
 #include "ops/cpu/products/operands.h"
 #include "ops/cpu/products/uninitialised.h"
 
@@ -25,24 +21,7 @@
 
 namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE {
 
-/// The products' multiply: C = alpha · A·B + beta · C over pairs of k (bf16_gemm's contract).
-struct PairsMultiply {
-  static void gemm(int64_t m, int64_t n, int64_t pairs, float alpha, LeftOperand a, PairsOperand b, float beta,
-                   float* c, int64_t ldc, float* lane_max = nullptr) {
-    bf16_gemm(m, n, pairs, alpha, a, b, beta, c, ldc, lane_max);
-  }
-};
-#ifdef ATTN_HAVE_AMX
-struct AmxTilesMultiply {
-  static void gemm(int64_t m, int64_t n, int64_t pairs, float alpha, LeftOperand a, PairsOperand b, float beta,
-                   float* c, int64_t ldc, float* lane_max = nullptr) {
-    amx_gemm(m, n, pairs, alpha, a, b, beta, c, ldc, lane_max);
-  }
-};
-#endif
-
-template <typename Multiply>
-class BfloatProducts {
+class PairProducts {
  public:
   using BFloat16 = c10::BFloat16;
 
@@ -59,11 +38,11 @@ class BfloatProducts {
   };
   static constexpr bool kRowMaxima = true;
 
-  explicit BfloatProducts(const TileOperands<float, BFloat16>& operands) : p_(operands) {
+  explicit PairProducts(const TileOperands<float, BFloat16>& operands) : p_(operands) {
     keys_t_ = transposed_in_pairs(p_.k, p_.batch, p_.kv_heads, p_.tk, p_.dk);
     value_rows_ = rows_in_pairs(p_.v, p_.batch, p_.kv_heads, p_.tk, p_.dv);
   }
-  BfloatProducts(const TileOperands<float, BFloat16>& operands, const View4<const BFloat16>& grad_out)
+  PairProducts(const TileOperands<float, BFloat16>& operands, const View4<const BFloat16>& grad_out)
       : p_(operands), grad_out_(grad_out) {
     keys_t_ = transposed_in_pairs(p_.k, p_.batch, p_.kv_heads, p_.tk, p_.dk);
     values_t_ = transposed_in_pairs(p_.v, p_.batch, p_.kv_heads, p_.tk, p_.dv);
@@ -77,14 +56,14 @@ class BfloatProducts {
   void scores(Scratch& st, const TileAt& t, float* s, int64_t lds, float* lane_max) const {
     st.probs_ld = lds + 2;
     if (static_cast<int64_t>(st.probs.size()) < t.rows * st.probs_ld) st.probs.resize(t.rows * st.probs_ld);
-    Multiply::gemm(t.rows, t.cols, keys_t_.pairs, p_.scale, LeftOperand{q(t), p_.q.si, 2},
+    bf16_gemm(t.rows, t.cols, keys_t_.pairs, p_.scale, LeftOperand{q(t), p_.q.si, 2},
               PairsOperand{keys_t_.of(t.b, t.hk) + t.j, keys_t_.ld}, 0.0f, s, lds, lane_max);
   }
   /// P goes straight to bfloat16 for P·V; the float P stays in the row only where the values' fallback (a
   /// non-finite value in the tile) needs it.
   float exp_sum(Scratch& st, int64_t r, float* row, int64_t cols, float max, bool values_finite) const {
     if (!values_finite) return exp_shifted_sum(row, cols, max);
-    return exp_round_sum(row, cols, max, st.probs.data() + r * st.probs_ld);
+    return exp_round_sum(row, cols, 1.0f, max, st.probs.data() + r * st.probs_ld, cols + cols % 2);
   }
   void no_keys_yet(Scratch& st, int64_t r, float* row, int64_t cols) const {
     std::fill(row, row + cols, 0.0f);
@@ -94,7 +73,7 @@ class BfloatProducts {
   void add_values(Scratch& st, const TileAt& t, const float* /*p*/, int64_t /*ldp*/, float* acc,
                   int64_t ldacc) const {
     const uint32_t* v_pairs = pairs_of_rows(value_rows_, p_.v, t.b, t.hk, t.j, t.cols, p_.dv, st.value_pairs);
-    Multiply::gemm(t.rows, p_.dv, (t.cols + 1) / 2, 1.0f, LeftOperand{st.probs.data(), st.probs_ld, 2},
+    bf16_gemm(t.rows, p_.dv, (t.cols + 1) / 2, 1.0f, LeftOperand{st.probs.data(), st.probs_ld, 2},
               PairsOperand{v_pairs, value_rows_.ld}, 1.0f, acc, ldacc);
   }
 
@@ -108,17 +87,17 @@ class BfloatProducts {
     const LeftOperand probs_t = transposed_left(p, ldp, t, st.probs_t);
     const uint32_t* dout_pairs =
         pairs_of_rows(grad_out_rows_, grad_out_, t.b, t.h, t.i, t.rows, p_.dv, st.grad_out_pairs);
-    Multiply::gemm(t.cols, p_.dv, (t.rows + 1) / 2, 1.0f, probs_t, PairsOperand{dout_pairs, grad_out_rows_.ld}, 1.0f,
+    bf16_gemm(t.cols, p_.dv, (t.rows + 1) / 2, 1.0f, probs_t, PairsOperand{dout_pairs, grad_out_rows_.ld}, 1.0f,
                    dv, lddv);
   }
   void grad_probs(Scratch&, const TileAt& t, float* dp, int64_t lddp) const {
-    Multiply::gemm(t.rows, t.cols, values_t_.pairs, 1.0f, LeftOperand{dout(t), grad_out_.si, 2},
+    bf16_gemm(t.rows, t.cols, values_t_.pairs, 1.0f, LeftOperand{dout(t), grad_out_.si, 2},
               PairsOperand{values_t_.of(t.b, t.hk) + t.j, values_t_.ld}, 0.0f, dp, lddp);
   }
   void add_grad_keys(Scratch& st, const TileAt& t, const float* ds, int64_t ldds, float* dk, int64_t lddk) const {
     const LeftOperand grad_scores_t = transposed_left(ds, ldds, t, st.grad_scores_t);
     const uint32_t* q_pairs = pairs_of_rows(query_rows_, p_.q, t.b, t.h, t.i, t.rows, p_.dk, st.query_pairs);
-    Multiply::gemm(t.cols, p_.dk, (t.rows + 1) / 2, p_.scale, grad_scores_t, PairsOperand{q_pairs, query_rows_.ld},
+    bf16_gemm(t.cols, p_.dk, (t.rows + 1) / 2, p_.scale, grad_scores_t, PairsOperand{q_pairs, query_rows_.ld},
                    1.0f, dk, lddk);
   }
   /// dQ += scale · dS·K with dS rounded; only after key_block() found the block's keys finite.
@@ -127,7 +106,7 @@ class BfloatProducts {
     st.grad_scores.resize(t.rows * ld);
     BFloat16* rounded = st.grad_scores.data();
     for (int64_t r = 0; r < t.rows; ++r) round_to_bfloat16(ds + r * ldds, t.cols, rounded + r * ld);
-    Multiply::gemm(t.rows, p_.dk, (t.cols + 1) / 2, p_.scale, LeftOperand{rounded, ld, 2},
+    bf16_gemm(t.rows, p_.dk, (t.cols + 1) / 2, p_.scale, LeftOperand{rounded, ld, 2},
               PairsOperand{st.key_block_pairs, key_rows_.ld}, 1.0f, dq, lddq);
   }
 
@@ -195,8 +174,7 @@ class BfloatProducts {
   }
 
   /// The tile's [rows, cols] float block x (P or dS) transposed and rounded into `scratch`: the row-major left
-  /// operand of Pᵀ·dO or dSᵀ·Q, a row per key, its rows' pairs adjacent, so that AMX's tiles read it where it
-  /// lies (a pairs layout of x, with a key's pairs a row of pairs apart, would be copied tile by tile).
+  /// operand of Pᵀ·dO or dSᵀ·Q, a row per key, its rows' pairs adjacent.
   static LeftOperand transposed_left(const float* x, int64_t ldx, const TileAt& t, std::vector<BFloat16>& scratch) {
     const int64_t ld = (t.rows + 1) / 2 * 2;
     scratch.resize(t.cols * ld);
@@ -211,10 +189,5 @@ class BfloatProducts {
   View4<const BFloat16> grad_out_;
   PackedPairs keys_t_, value_rows_, values_t_, key_rows_, query_rows_, grad_out_rows_;
 };
-
-using PairProducts = BfloatProducts<PairsMultiply>;
-#ifdef ATTN_HAVE_AMX
-using AmxTileProducts = BfloatProducts<AmxTilesMultiply>;
-#endif
 
 }  // namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE

@@ -11,8 +11,8 @@ enum class ProductRoute {
   Blas,         ///< LibTorch's BLAS once per tile (products/blas_products.h)
   FloatTiles,   ///< attn's float register tiles on AVX-512 (products/float_tile_products.h)
   BfloatPairs,  ///< bfloat16 operands multiplied in pairs on AVX512-BF16 (products/pair_products.h)
-  AmxTiles,     ///< bfloat16 operands multiplied on AMX tiles, the pairs route's packing and softmax
-                ///< (products/pair_products.h over products/amx_tiles.h)
+  AmxTiles,     ///< bfloat16 operands multiplied on AMX tiles, over operands packed as whole tiles
+                ///< (products/amx_products.h over products/amx_panels.h)
 };
 /// Whether a route multiplies the bfloat16 inputs as they are (the pairs or the tiles) rather than widened.
 inline bool multiplies_bfloat16(ProductRoute route) {
