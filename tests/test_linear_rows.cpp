@@ -4,6 +4,7 @@
 // final rounding separate the two.
 
 #include "kernel_variants.h"
+#include "ops/cpu/products/route.h"
 #include "support.h"
 
 #include <attn/cpu_kernel_info.h>
@@ -11,6 +12,7 @@
 #include <attn/ops/linear_rows.h>
 
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <set>
@@ -145,13 +147,15 @@ TEST_P(LinearRowsKernel, ManyWeightsReadStridedAndEmptyWeights) {
   EXPECT_TRUE(torch::equal(wide, wide_before));
 }
 
-/// Every variant × the op's two dtypes, and bfloat16 on AVX512-BF16's pair products.
+/// Every variant × the op's two dtypes, bfloat16 on AVX512-BF16's pair products, and bfloat16 on AMX's tiles
+/// (from ops::cpu::kAmxLinearMinRows rows; fewer stay on the pairs).
 std::vector<KernelParam> linear_grid() {
   std::vector<KernelParam> grid;
   for (auto c : {ops::cpu::Capability::Default, ops::cpu::Capability::Avx2, ops::cpu::Capability::Avx512}) {
     for (torch::Dtype d : {torch::kFloat32, torch::kBFloat16}) grid.push_back({c, d});
   }
   grid.push_back({ops::cpu::Capability::Avx512Bf16, torch::kBFloat16});  // bfloat16 pairs (AVX512-BF16)
+  grid.push_back({ops::cpu::Capability::Avx512Bf16, torch::kBFloat16, ops::cpu::FloatProducts::Tiles, true});
   return grid;
 }
 
@@ -297,6 +301,33 @@ TEST(Linear, Bfloat16RouteFollowsTheCpusAvx512) {
   const CpuKernelInfo info = cpu_kernel_info();
   EXPECT_EQ(info.bfloat16_linear, *avx512 ? "libtorch" : "widened") << info.summary;
   EXPECT_EQ(info.summary.find("widened to float GEMM") != std::string::npos, !*avx512) << info.summary;
+}
+
+// cpu_kernel_info() names linear_rows' bfloat16 products as the route chooses them: AMX's tiles where the CPU has
+// them and they are on, the pairs where it has AVX512-BF16 (and the tiles are off), widening elsewhere.
+TEST(Linear, KernelInfoNamesTheBfloat16RowsProducts) {
+  if (ops::cpu::hardware_capability_limit() != ops::cpu::Capability::Avx512Bf16) {
+    std::printf("[ NOTE     ] this CPU has no AVX512-BF16: only the widened rows can run here\n");
+    EXPECT_EQ(cpu_kernel_info().bfloat16_linear_rows, "widened");
+    return;
+  }
+  if (ops::cpu::hardware_has_amx()) {
+    Bf16RouteScope amx(/*amx=*/true);
+    EXPECT_EQ(cpu_kernel_info().bfloat16_linear_rows, "amx");
+    EXPECT_NE(cpu_kernel_info().summary.find("linear rows on AMX tiles from"), std::string::npos)
+        << cpu_kernel_info().summary;
+    EXPECT_FALSE(ops::cpu::linear_rows_take_amx(at::kBFloat16, ops::cpu::kAmxLinearMinRows - 1));
+    EXPECT_FALSE(ops::cpu::linear_rows_take_amx(at::kFloat, ops::cpu::kAmxLinearMinRows));
+  } else {
+    std::printf("[ NOTE     ] this CPU (or its kernel) offers no AMX tiles: the pairs and widening were checked\n");
+  }
+  {
+    Bf16RouteScope pairs(/*amx=*/false);
+    EXPECT_EQ(cpu_kernel_info().bfloat16_linear_rows, "pairs");
+    EXPECT_FALSE(ops::cpu::linear_rows_take_amx(at::kBFloat16, ops::kLinearRowsMax));
+  }
+  CapabilityScope widened(ops::cpu::Capability::Avx512);
+  EXPECT_EQ(cpu_kernel_info().bfloat16_linear_rows, "widened");
 }
 
 // Where the CPU has AVX-512's core set but not AVX512-BF16 (/proc/cpuinfo read here), LibTorch's bfloat16 GEMM

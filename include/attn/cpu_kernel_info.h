@@ -32,6 +32,10 @@ struct CpuKernelInfo {
   /// takes: "libtorch" (at::linear, on oneDNN's bfloat16 kernels: CPUs with AVX-512) or "widened" (widened to
   /// float for the float GEMM: x86 CPUs without AVX-512, where LibTorch's bfloat16 GEMM runs reference loops).
   std::string bfloat16_linear;
+  /// attn's own kernel for those few rows (attn::ops::linear_rows) with bfloat16 weights: "amx" (AMX's tiles
+  /// from a few rows on, each 16 weight rows against every row at once; pairs for fewer rows), "pairs"
+  /// (AVX512-BF16's pair products) or "widened" (the weights widened to float as they stream in).
+  std::string bfloat16_linear_rows;
   /// Whether the kernels spread their tiles over LibTorch's intra-op threads. True when attn was built with
   /// OpenMP (GCC); a build without it (clang) runs the tile loops on the calling thread, and only the tile
   /// GEMMs run threaded, inside the BLAS, whose rounding may then depend on the thread count.

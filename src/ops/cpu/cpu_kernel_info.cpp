@@ -40,6 +40,15 @@ CpuKernelInfo cpu_kernel_info() {
   info.int8_products = ops::cpu::int8_dot_route_chosen() ? "dot" : "widen";
   info.summary += info.int8_products == "dot" ? ", int8 cache on AVX512-VNNI dot products"
                                               : ", int8 cache widened to float";
+  info.bfloat16_linear_rows = ops::cpu::linear_rows_take_amx(at::kBFloat16, ops::cpu::kAmxLinearMinRows) ? "amx"
+                              : ops::cpu::linear_rows_take_pairs(at::kBFloat16)                       ? "pairs"
+                                                                                                      : "widened";
+  if (info.bfloat16_linear_rows == "amx") {
+    char rows[96];
+    std::snprintf(rows, sizeof(rows), ", bfloat16 linear rows on AMX tiles from %lld rows",
+                  static_cast<long long>(ops::cpu::kAmxLinearMinRows));
+    info.summary += rows;
+  }
   info.bfloat16_linear = ops::torch_multiplies_bfloat16_natively() ? "libtorch" : "widened";
   if (info.bfloat16_linear == "widened") info.summary += ", bfloat16 linear of many rows widened to float GEMM";
 #ifdef _OPENMP

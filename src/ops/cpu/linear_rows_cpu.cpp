@@ -80,6 +80,7 @@ std::vector<at::Tensor> multiply(const at::Tensor& input, at::TensorList weights
     args.x = x.data();
     args.x_native = native;
     args.pairs = linear_rows_take_pairs(input.scalar_type());
+    args.amx = linear_rows_take_amx(input.scalar_type(), count);
     linear_rows(args);
   } else {
     LinearRowsArgs<float> args;

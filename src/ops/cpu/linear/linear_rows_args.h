@@ -26,6 +26,7 @@ struct LinearRowsArgs {
   const W* x_native = nullptr;  // the same rows in W, contiguous (the bfloat16 pairs route reads these)
   std::vector<LinearRowsWeight<W>> weights;
   bool pairs = false;           // bfloat16 weights multiplied as pairs (products/route.h, linear_rows_take_pairs)
+  bool amx = false;             // bfloat16 weights multiplied on AMX's tiles (products/route.h, linear_rows_take_amx)
 };
 
 }  // namespace attn::ops::cpu

@@ -7,7 +7,8 @@
 // stream per thread, which the hardware prefetcher follows best (bench/RESULTS.md, "Where the kernels'
 // constants come from"). Several weights that multiply the same x (a layer's q, k and v) form one range of
 // rows, so their short streams cost one pass and one wait at its end. bfloat16 weights are widened to float
-// as they are loaded, or multiplied as bfloat16 pairs (products/linear_products.h).
+// as they are loaded, or multiplied as bfloat16 pairs (products/linear_products.h), or, for several rows on a
+// CPU with AMX, 16 weight rows at a time against every row of x on AMX's tiles (products/amx_linear.h).
 
 #ifndef ATTN_KERNEL_NAMESPACE
 #error "define ATTN_KERNEL_NAMESPACE and ATTN_KERNEL_VARIANT before including linear/linear_rows_kernel.h"
@@ -17,12 +18,20 @@
 #include "ops/cpu/linear/linear_rows_args.h"
 #include "ops/cpu/products/linear_products.h"
 
+#if defined(CPU_CAPABILITY_AVX512) && defined(ATTN_HAVE_AMX)
+#define ATTN_LINEAR_AMX 1
+#include "ops/cpu/products/amx_linear.h"
+#include "ops/cpu/products/amx_panels.h"
+#endif
+
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 
 #include <attn/ops/linear_rows.h>
 
 #include <algorithm>
+#include <type_traits>
+#include <vector>
 
 namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE {
 namespace {
@@ -59,9 +68,46 @@ void weight_rows_range(const LinearRowsArgs<W>& a, const LinearRowsWeight<W>& w,
   }
 }
 
+#ifdef ATTN_LINEAR_AMX
+/// The AMX tiles' pass: x packed once as a column panel, and the weights' rows in groups of kAmxLinearGroup,
+/// one range that the threads split; a task's consecutive groups of one weight are one call, so that each group
+/// prefetches the next.
+void linear_rows_on_amx(const LinearRowsArgs<c10::BFloat16>& a) {
+  std::vector<uint32_t> panel(amx_panel_words(a.rows, a.in));
+  amx_pack_column_panels(a.x_native, a.in, a.rows, a.in, panel.data());
+  std::vector<int64_t> first_group;  // of each weight, in the range of every weight's groups
+  int64_t groups = 0;
+  for (const LinearRowsWeight<c10::BFloat16>& w : a.weights) {
+    first_group.push_back(groups);
+    groups += (w.out + kAmxLinearGroup - 1) / kAmxLinearGroup;
+  }
+  const int64_t grain = std::max<int64_t>(1, kLinearRowsTaskElements / (kAmxLinearGroup * std::max<int64_t>(a.in, 1)));
+  at::parallel_for(0, groups, grain, [&](int64_t begin, int64_t end) {
+    for (size_t k = 0; k < a.weights.size(); ++k) {
+      const LinearRowsWeight<c10::BFloat16>& w = a.weights[k];
+      const int64_t lo = std::max(begin, first_group[k]) - first_group[k];
+      const int64_t hi = std::min(end, first_group[k] + (w.out + kAmxLinearGroup - 1) / kAmxLinearGroup) - first_group[k];
+      if (lo >= hi) continue;
+      const int64_t o = lo * kAmxLinearGroup, outs = std::min(hi * kAmxLinearGroup, w.out) - o;
+      amx_linear_rows(panel.data(), a.rows, a.in, w.weight + o * w.weight_stride, w.weight_stride, outs,
+                      w.bias ? w.bias + o : nullptr, w.y + o, w.out);
+    }
+  });
+}
+#endif
+
 template <typename W>
 void linear_rows_impl(const LinearRowsArgs<W>& a) {
   TORCH_INTERNAL_ASSERT(a.rows >= 1 && a.rows <= kLinearRowsMax, "linear_rows: ", a.rows, " rows");
+  if constexpr (std::is_same_v<W, c10::BFloat16>) {
+    if (a.amx) {
+#ifdef ATTN_LINEAR_AMX
+      return linear_rows_on_amx(a);
+#else
+      TORCH_INTERNAL_ASSERT(false, "attn: linear_rows' AMX tiles were not compiled in this variant");
+#endif
+    }
+  }
   int64_t total = 0;
   for (const LinearRowsWeight<W>& w : a.weights) total += w.out;
   const int64_t grain = std::max<int64_t>(1, kLinearRowsTaskElements / std::max<int64_t>(a.in, 1));

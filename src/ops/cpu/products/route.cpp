@@ -134,4 +134,8 @@ bool linear_rows_take_pairs(at::ScalarType weight) {
   return weight == at::kBFloat16 && active_capability() == Capability::Avx512Bf16;
 }
 
+bool linear_rows_take_amx(at::ScalarType weight, int64_t rows) {
+  return weight == at::kBFloat16 && rows >= kAmxLinearMinRows && amx_route_chosen();
+}
+
 }  // namespace attn::ops::cpu

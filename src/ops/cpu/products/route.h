@@ -32,6 +32,11 @@ ProductRoute flash_product_route(at::ScalarType input, bool pairs_fit);
 /// Whether linear_rows multiplies bfloat16 weights as bfloat16 pairs: wherever AVX512-BF16 is active, without
 /// the fused kernels' speed measurement, because streaming the weights bounds it either way.
 bool linear_rows_take_pairs(at::ScalarType weight);
+/// Rows of x from which linear_rows multiplies bfloat16 weights on AMX's tiles, where amx_route_chosen(): below
+/// it, the pairs stream the weights at the memory's rate; from it on, they are bound by vdpbf16ps (bench/RESULTS.md).
+inline constexpr int64_t kAmxLinearMinRows = 4;
+/// Whether linear_rows multiplies `rows` rows by bfloat16 weights on AMX's tiles.
+bool linear_rows_take_amx(at::ScalarType weight, int64_t rows);
 
 /// How much faster vdpbf16ps must measure than the float FMA (bf16_pair_speed) for bfloat16 to take the pairs
 /// (bench/RESULTS.md, "Where the kernels' constants come from").
