@@ -577,6 +577,32 @@ TEST(Bf16Route, ForwardAgreesWithFloat64AndWithTheWidenedRoute) {
   }
 }
 
+// A prefill over a KV cache as the cache's call makes it (backends/cache.cpp): grouped heads, the keys and values
+// the used prefix of [B, H_kv, capacity, d] buffers (rows a head apart by the capacity, not by the length), and
+// bottom-right causality, on each of bfloat16's own routes, against float64 on the same rounded values.
+TEST(Bf16Route, PrefillOverACacheOnEachRoute) {
+  if (skip_without_bf16_route()) return;
+  torch::manual_seed(8);
+  const int64_t capacity = 1024, used = 700;
+  const auto bf = [](const torch::Tensor& t) { return t.to(torch::kBFloat16); };
+  const torch::Tensor q = bf(torch::randn({2, 6, 300, 64}));
+  const torch::Tensor k_cache = bf(torch::randn({2, 2, capacity, 64})), v_cache = bf(torch::randn({2, 2, capacity, 64}));
+  const torch::Tensor k = k_cache.narrow(2, 0, used), v = v_cache.narrow(2, 0, used);
+  ASSERT_FALSE(k.is_contiguous());
+  const auto opts = SdpaOptions().causal(true).causal_alignment(CausalAlignment::BottomRight);
+  const torch::Tensor expected = scaled_dot_product_attention(
+      q.to(torch::kFloat64), k.to(torch::kFloat64), v.to(torch::kFloat64), SdpaOptions(opts).backend(Backend::Math));
+  const double size = expected.abs().mean().item<double>();
+  for (const bool amx : own_routes()) {
+    SCOPED_TRACE(amx ? "AMX tiles" : "pairs");
+    Bf16RouteScope route(amx);
+    const torch::Tensor got =
+        scaled_dot_product_attention(q, k, v, SdpaOptions(opts).backend(Backend::Fused)).to(torch::kFloat64);
+    EXPECT_LE((got - expected).abs().max().item<double>(), 0.1 * size);
+    EXPECT_LE((got - expected).abs().mean().item<double>(), 4e-3 * size);
+  }
+}
+
 // The route's backward pass, forced on, against float64 autograd on the same rounded inputs, and against the
 // widened route. Relative to each gradient's mean size.
 TEST(Bf16Route, BackwardAgreesWithFloat64AndWithTheWidenedRoute) {
