@@ -1,5 +1,5 @@
 // How fast this CPU's AMX tiles multiply bfloat16, without attn or LibTorch: the ceiling that attn's AMX route
-// (src/ops/cpu/products/amx_tiles_amx.cpp) and oneDNN's GEMM are measured against in bench/RESULTS.md.
+// (src/ops/cpu/products/amx_panels_amx.cpp) and oneDNN's GEMM are measured against in bench/RESULTS.md.
 // scripts/gpu-check.sh's amx stage builds and runs it on the GPU machine's host:
 //
 //   g++ -O2 -std=c++17 -mamx-tile -mamx-bf16 -pthread scripts/bench-amx-peak.cpp -o amx-peak && ./amx-peak [THREADS...]
@@ -9,8 +9,9 @@
 //   L1 loads   A and B loaded from L1 before each four products (two A tiles, two B tiles), as attn's blocks do;
 //   QK d=64    the same, and every two steps the four C tiles stored to L1 and zeroed: a Q·Kᵀ block over d = 64,
 //              whose products are only two steps deep.
-// Then the tile work of attn's fused forward pass on one 128-query by 512-key tile at d = 64, its blocks as
-// amx_gemm walks them (src/ops/cpu/products/amx_tiles_amx.cpp), the C tiles stored straight to C (no epilogue):
+// Then the tile work of a fused forward pass on one 128-query by 512-key tile at d = 64, its blocks as attn's first
+// AMX kernel walked them (amx_gemm, since replaced: bench/RESULTS.md, issue 32, third part), the C tiles stored
+// straight to C (no epilogue):
 //   QK rows    S = Q·Kᵀ, row groups outer, columns inner, Kᵀ in pairs with its rows 4 KB apart (Tk = 1024);
 //   QK cols    the same with Kᵀ's rows 4 KB + 64 B apart and columns outer, so that a column block's B tiles
 //              are reused from L1 by every row group;

@@ -204,7 +204,7 @@ stage_amx() {
     > "$out/amx-tests.log" 2>&1 || rc=1
   grep -E '^\[  (PASSED|FAILED|SKIPPED) |tests? from .* ran|AMX|bfloat16 route on' "$out/amx-tests.log" | head -60
   # The tiles' own rate on this CPU, without attn or LibTorch (the ceiling beside oneDNN's GEMM), and on the
-  # blocks of attn's forward products as amx_gemm walks them.
+  # blocks of a forward pass's products as attn's first AMX kernel walked them.
   g++ -O2 -std=c++17 -mamx-tile -mamx-bf16 -pthread "$root/scripts/bench-amx-peak.cpp" -o "$out/amx-peak" &&
     (taskset -c 0 "$out/amx-peak" 1 && taskset -c 0,1 "$out/amx-peak" 2 && "$out/amx-peak" "$jobs") |
     tee "$out/amx-peak.txt" || rc=1
