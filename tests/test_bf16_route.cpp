@@ -686,6 +686,53 @@ TEST(Bf16Route, NonFiniteValuesAtMaskedKeysStayOut) {
   }
 }
 
+// Rows just past a tile's band: a value past a causal query block's last key, and a gradient row of a query that
+// a key block's window never reaches. The products' k runs in whole chunks of 32 on AMX, so those rows sit in
+// the chunk after the band's last key or query; their Inf and NaN must not meet P's and dS's zeros there.
+TEST(Bf16Route, NonFiniteRowsPastATilesBandStayOut) {
+  if (skip_without_bf16_route()) return;
+  torch::manual_seed(5);
+  const auto bf = [](const torch::Tensor& t) { return t.to(torch::kBFloat16); };
+  {
+    // Bottom-right causal, Tq 40 and Tk 50: query i sees keys up to i + 10, so value 45 is masked for queries 0-34,
+    // and the first block of 32 queries ends its keys at 42, inside the chunk of keys 32-63.
+    const torch::Tensor q = bf(torch::randn({1, 1, 40, 64})), k = bf(torch::randn({1, 1, 50, 64}));
+    torch::Tensor v = bf(torch::randn({1, 1, 50, 64}));
+    v.index_put_({0, 0, 45}, INFINITY);
+    const auto opts = SdpaOptions().causal(true).causal_alignment(CausalAlignment::BottomRight);
+    const torch::Tensor expected =
+        scaled_dot_product_attention(q.to(torch::kFloat64), k.to(torch::kFloat64), v.to(torch::kFloat64),
+                                     SdpaOptions(opts).backend(Backend::Math)).narrow(2, 0, 35);
+    ASSERT_TRUE(torch::isfinite(expected).all().item<bool>());
+    for (const bool amx : own_routes()) {
+      SCOPED_TRACE(amx ? "AMX tiles, value past the band" : "pairs, value past the band");
+      Bf16RouteScope route(amx);
+      const torch::Tensor out =
+          scaled_dot_product_attention(q, k, v, SdpaOptions(opts).backend(Backend::Fused)).narrow(2, 0, 35);
+      ASSERT_TRUE(torch::isfinite(out).all().item<bool>());
+      EXPECT_LE((out.to(torch::kFloat64) - expected).abs().max().item<double>(), 0.1 * expected.abs().mean().item<double>());
+    }
+  }
+  {
+    // A causal window of 20: keys 0-127 (the first backward key block) are seen by queries 0-147 only, and the
+    // gradient row of query 155, NaN, lies in the chunk of queries 128-159.
+    const torch::Tensor q = bf(torch::randn({1, 1, 300, 64})), k = bf(torch::randn({1, 1, 300, 64}));
+    const torch::Tensor v = bf(torch::randn({1, 1, 300, 64}));
+    torch::Tensor cotangent = bf(torch::randn({1, 1, 300, 64}));
+    cotangent.index_put_({0, 0, 155}, NAN);
+    const auto opts = SdpaOptions().causal(true).window(20, 0).backend(Backend::Fused);
+    for (const bool amx : own_routes()) {
+      SCOPED_TRACE(amx ? "AMX tiles, gradient row past the window" : "pairs, gradient row past the window");
+      Bf16RouteScope route(amx);
+      const torch::Tensor ql = q.clone().requires_grad_(), kl = k.clone().requires_grad_(), vl = v.clone().requires_grad_();
+      scaled_dot_product_attention(ql, kl, vl, opts).backward(cotangent);
+      EXPECT_TRUE(torch::isfinite(kl.grad().narrow(2, 0, 128)).all().item<bool>()) << "d key of keys 0-127";
+      EXPECT_TRUE(torch::isfinite(vl.grad().narrow(2, 0, 128)).all().item<bool>()) << "d value of keys 0-127";
+      EXPECT_TRUE(torch::isfinite(ql.grad().narrow(2, 0, 155)).all().item<bool>()) << "d query of queries 0-154";
+    }
+  }
+}
+
 // The backward op called directly with a float32 dO for bfloat16 inputs: dO cannot be read as pairs, so it
 // widens, and the gradients agree with those of the same dO rounded to bfloat16 on the route.
 TEST(Bf16Route, BackwardOpWithAFloatGradOutputWidens) {

@@ -77,27 +77,66 @@ struct AmxRows {
   }
 };
 
-/// The packed rows [row, row + n) of head (b, h): in the call's pack where `row` starts a panel (or a chunk of
-/// row pairs), else packed into `scratch` (a window's edge, a packed sequence). Returns the first word and the
-/// stride between column groups (row pairs; 0 for panels).
-inline std::pair<const uint32_t*, int64_t> amx_rows_at(const AmxPacked& packed, AmxLayout layout,
-                                                       const View4<const c10::BFloat16>& x, int64_t b, int64_t h,
-                                                       int64_t row, int64_t n, int64_t width, int64_t all_rows,
-                                                       std::vector<uint32_t>& scratch) {
-  if (layout == AmxLayout::ColumnPanels) {
-    if (row % kAmxPanel == 0) return {packed.of(b, h) + amx_panel_offset(row, width), 0};
-    scratch.resize(amx_panel_words(n, width));
-    amx_pack_column_panels(x.row(b, h, row), x.si, n, width, scratch.data());
-    return {scratch.data(), 0};
-  }
-  if (row % kAmxKeyChunk == 0) return {packed.of(b, h) + amx_row_pair_offset(row), amx_row_pair_group_stride(all_rows)};
-  scratch.resize(amx_row_pair_words(n, width));
-  amx_pack_row_pairs(x.row(b, h, row), x.si, n, width, scratch.data());
-  return {scratch.data(), amx_row_pair_group_stride(n)};
-}
-
 inline int64_t amx_chunks(int64_t k) { return (k + kAmxKeyChunk - 1) / kAmxKeyChunk; }
 inline int64_t amx_panels(int64_t n) { return (n + kAmxPanel - 1) / kAmxPanel; }
+
+/// The packed rows [row, row + n) of head (b, h) as column panels: in the call's pack where `row` starts a panel,
+/// else packed into `scratch` (a window's edge, a packed sequence). Panels read rows past n up to a whole panel,
+/// which only give columns of C that no one reads.
+inline const uint32_t* amx_panels_at(const AmxPacked& packed, const View4<const c10::BFloat16>& x, int64_t b,
+                                     int64_t h, int64_t row, int64_t n, int64_t width, std::vector<uint32_t>& scratch) {
+  if (row % kAmxPanel == 0) return packed.of(b, h) + amx_panel_offset(row, width);
+  scratch.resize(amx_panel_words(n, width));
+  amx_pack_column_panels(x.row(b, h, row), x.si, n, width, scratch.data());
+  return scratch.data();
+}
+
+/// The packed rows [row, row + n) of head (b, h) as the right operand of a row-pairs product, whose k runs in
+/// whole chunks: the whole chunks from the call's pack where `row` starts one, and a last chunk that stops short
+/// of 32 rows copied zero-padded, because the rows after it in the pack belong to other keys or queries (a key
+/// past a causal band, another sequence), whose Inf or NaN must not meet P's or dS's zeros there. Any other
+/// start packs all n rows into scratch.
+struct AmxRowPairs {
+  const uint32_t* whole = nullptr;  // the whole chunks, column groups group_stride words apart
+  int64_t group_stride = 0, whole_chunks = 0;
+  const uint32_t* tail = nullptr;   // the last, zero-padded chunk (nullptr: none), column groups 256 words apart
+};
+
+inline AmxRowPairs amx_row_pairs_at(const AmxPacked& packed, const View4<const c10::BFloat16>& x, int64_t b,
+                                    int64_t h, int64_t row, int64_t n, int64_t width, int64_t all_rows,
+                                    std::vector<uint32_t>& scratch) {
+  AmxRowPairs out;
+  if (row % kAmxKeyChunk != 0) {
+    scratch.resize(amx_row_pair_words(n, width));
+    amx_pack_row_pairs(x.row(b, h, row), x.si, n, width, scratch.data());
+    out.whole = scratch.data();
+    out.group_stride = amx_row_pair_group_stride(n);
+    out.whole_chunks = amx_chunks(n);
+    return out;
+  }
+  out.whole = packed.of(b, h) + amx_row_pair_offset(row);
+  out.group_stride = amx_row_pair_group_stride(all_rows);
+  // Past the head's last row the pack holds zeros: a chunk that ends there is whole as it is.
+  const bool short_tail = n % kAmxKeyChunk != 0 && row + n < all_rows;
+  out.whole_chunks = short_tail ? n / kAmxKeyChunk : amx_chunks(n);
+  if (short_tail) {
+    const int64_t first = out.whole_chunks * kAmxKeyChunk;
+    scratch.resize(amx_row_pair_words(n - first, width));
+    amx_pack_row_pairs(x.row(b, h, row + first), x.si, n - first, width, scratch.data());
+    out.tail = scratch.data();
+  }
+  return out;
+}
+
+/// c += A·B for B from amx_row_pairs_at: its whole chunks, then its tail against A's last chunk.
+inline void amx_multiply_add(const c10::BFloat16* a, int64_t lda, int64_t m, const AmxRowPairs& b, int64_t n,
+                             float* c, int64_t ldc) {
+  amx_multiply_add_row_pairs(a, lda, m, b.whole_chunks, b.whole, b.group_stride, n, c, ldc);
+  if (b.tail) {
+    amx_multiply_add_row_pairs(a + b.whole_chunks * kAmxKeyChunk, lda, m, 1, b.tail, amx_row_pair_group_stride(1), n,
+                               c, ldc);
+  }
+}
 
 class AmxForwardProducts {
  public:
@@ -124,8 +163,8 @@ class AmxForwardProducts {
   /// row's maxima taken from the unscaled scores and scaled; scaled in place otherwise, for the masks and terms.
   void scores(Scratch& st, const TileAt& t, float* s, int64_t lds, float* lane_max) const {
     const auto q = st.query.of(p_.q, p_.dk, t.b, t.h, t.i, t.rows);
-    const auto keys = amx_rows_at(keys_, AmxLayout::ColumnPanels, p_.k, t.b, t.hk, t.j, t.cols, p_.dk, p_.tk, st.keys);
-    amx_multiply_panels(q.first, q.second, t.rows, amx_pair_blocks(p_.dk), keys.first, amx_panels(t.cols), s, lds);
+    const uint32_t* keys = amx_panels_at(keys_, p_.k, t.b, t.hk, t.j, t.cols, p_.dk, st.keys);
+    amx_multiply_panels(q.first, q.second, t.rows, amx_pair_blocks(p_.dk), keys, amx_panels(t.cols), s, lds);
     st.unscaled = lane_max != nullptr && p_.scale > 0.0f;
     if (st.unscaled) {
       for (int64_t r = 0; r < t.rows; ++r) lane_maxima(s + r * lds, t.cols, p_.scale, lane_max + r * kLanes);
@@ -160,13 +199,12 @@ class AmxForwardProducts {
   void add_values(Scratch& st, const TileAt& t, const float* /*p*/, int64_t /*ldp*/, float* acc,
                   int64_t ldacc) const {
     const int64_t chunks = amx_chunks(t.cols);
-    const auto values = amx_rows_at(values_, AmxLayout::RowPairs, p_.v, t.b, t.hk, t.j, t.cols, p_.dv, p_.tk, st.values);
+    const AmxRowPairs values = amx_row_pairs_at(values_, p_.v, t.b, t.hk, t.j, t.cols, p_.dv, p_.tk, st.values);
     // The tiles read P's rows in sixteens: rows past the tile's are zeros.
     for (int64_t r = t.rows; r < (t.rows + 15) / 16 * 16; ++r) {
       std::fill_n(st.probs.data() + r * st.probs_ld, chunks * kAmxKeyChunk, BFloat16(0.0f));
     }
-    amx_multiply_add_row_pairs(st.probs.data(), st.probs_ld, t.rows, chunks, values.first, values.second, p_.dv, acc,
-                               ldacc);
+    amx_multiply_add(st.probs.data(), st.probs_ld, t.rows, values, p_.dv, acc, ldacc);
   }
 
  private:
@@ -238,33 +276,28 @@ class AmxBackwardProducts {
   /// S = scale · Q·Kᵀ.
   void scores(Scratch& st, const TileAt& t, float* s, int64_t lds, float* /*lane_max*/) const {
     const auto q = st.query.of(p_.q, p_.dk, t.b, t.h, t.i, t.rows);
-    const auto keys = amx_rows_at(keys_, AmxLayout::ColumnPanels, p_.k, t.b, t.hk, t.j, t.cols, p_.dk, p_.tk, st.keys);
-    amx_multiply_panels(q.first, q.second, t.rows, amx_pair_blocks(p_.dk), keys.first, amx_panels(t.cols), s, lds);
+    const uint32_t* keys = amx_panels_at(keys_, p_.k, t.b, t.hk, t.j, t.cols, p_.dk, st.keys);
+    amx_multiply_panels(q.first, q.second, t.rows, amx_pair_blocks(p_.dk), keys, amx_panels(t.cols), s, lds);
     for (int64_t r = 0; r < t.rows; ++r) AmxForwardProducts::scale_row(s + r * lds, t.cols, p_.scale);
   }
   /// dV += Pᵀ·dO.
   void add_grad_values(Scratch& st, const TileAt& t, const float* p, int64_t ldp, float* dv, int64_t lddv) const {
     const int64_t ld = transposed(p, ldp, t, 1.0f, st.probs_t);
-    const auto dout = amx_rows_at(grad_out_pairs_, AmxLayout::RowPairs, grad_out_, t.b, t.h, t.i, t.rows, p_.dv, p_.tq,
-                                  st.grad_out_pairs);
-    amx_multiply_add_row_pairs(st.probs_t.data(), ld, t.cols, amx_chunks(t.rows), dout.first, dout.second, p_.dv, dv,
-                               lddv);
+    const AmxRowPairs dout =
+        amx_row_pairs_at(grad_out_pairs_, grad_out_, t.b, t.h, t.i, t.rows, p_.dv, p_.tq, st.grad_out_pairs);
+    amx_multiply_add(st.probs_t.data(), ld, t.cols, dout, p_.dv, dv, lddv);
   }
   /// dP = dO·Vᵀ.
   void grad_probs(Scratch& st, const TileAt& t, float* dp, int64_t lddp) const {
     const auto dout = st.grad_out.of(grad_out_, p_.dv, t.b, t.h, t.i, t.rows);
-    const auto values =
-        amx_rows_at(values_, AmxLayout::ColumnPanels, p_.v, t.b, t.hk, t.j, t.cols, p_.dv, p_.tk, st.values);
-    amx_multiply_panels(dout.first, dout.second, t.rows, amx_pair_blocks(p_.dv), values.first, amx_panels(t.cols), dp,
-                        lddp);
+    const uint32_t* values = amx_panels_at(values_, p_.v, t.b, t.hk, t.j, t.cols, p_.dv, st.values);
+    amx_multiply_panels(dout.first, dout.second, t.rows, amx_pair_blocks(p_.dv), values, amx_panels(t.cols), dp, lddp);
   }
   /// dK += scale · dSᵀ·Q, the scale in the rounding of dS.
   void add_grad_keys(Scratch& st, const TileAt& t, const float* ds, int64_t ldds, float* dk, int64_t lddk) const {
     const int64_t ld = transposed(ds, ldds, t, p_.scale, st.grad_scores_t);
-    const auto q =
-        amx_rows_at(query_pairs_, AmxLayout::RowPairs, p_.q, t.b, t.h, t.i, t.rows, p_.dk, p_.tq, st.query_pairs);
-    amx_multiply_add_row_pairs(st.grad_scores_t.data(), ld, t.cols, amx_chunks(t.rows), q.first, q.second, p_.dk, dk,
-                               lddk);
+    const AmxRowPairs q = amx_row_pairs_at(query_pairs_, p_.q, t.b, t.h, t.i, t.rows, p_.dk, p_.tq, st.query_pairs);
+    amx_multiply_add(st.grad_scores_t.data(), ld, t.cols, q, p_.dk, dk, lddk);
   }
   /// dQ += scale · dS·K, the scale in the rounding of dS; only where the block's keys are finite.
   void add_grad_queries(Scratch& st, const TileAt& t, const float* ds, int64_t ldds, float* dq, int64_t lddq) const {
@@ -277,9 +310,8 @@ class AmxBackwardProducts {
       std::fill(rounded + r * k + t.cols, rounded + (r + 1) * k, BFloat16(0.0f));
     }
     std::fill(rounded + t.rows * k, rounded + rows * k, BFloat16(0.0f));
-    const auto keys =
-        amx_rows_at(key_pairs_, AmxLayout::RowPairs, p_.k, t.b, t.hk, t.j, t.cols, p_.dk, p_.tk, st.key_pairs);
-    amx_multiply_add_row_pairs(rounded, k, t.rows, amx_chunks(t.cols), keys.first, keys.second, p_.dk, dq, lddq);
+    const AmxRowPairs keys = amx_row_pairs_at(key_pairs_, p_.k, t.b, t.hk, t.j, t.cols, p_.dk, p_.tk, st.key_pairs);
+    amx_multiply_add(rounded, k, t.rows, keys, p_.dk, dq, lddq);
   }
 
  private:
