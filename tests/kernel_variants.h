@@ -38,6 +38,16 @@ class Bf16RouteScope {
   CapabilityScope capability_;
 };
 
+/// Forces AMX's tiles on (where the CPU has them) or off for bfloat16, in the variant that is active, for its
+/// lifetime.
+class AmxTilesScope {
+ public:
+  explicit AmxTilesScope(bool on) { ops::cpu::force_amx_tiles(on); }
+  ~AmxTilesScope() { ops::cpu::reset_amx_tiles(); }
+  AmxTilesScope(const AmxTilesScope&) = delete;
+  AmxTilesScope& operator=(const AmxTilesScope&) = delete;
+};
+
 struct KernelParam {
   ops::cpu::Capability capability;
   torch::Dtype dtype;

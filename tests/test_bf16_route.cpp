@@ -3,6 +3,7 @@
 // and shape, are checked in test_fused.cpp (the avx512_bf16 variant of FusedKernel).
 
 #include "kernel_variants.h"
+#include "support.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/math/exp_polynomial.h"
 #ifdef ATTN_HAVE_BF16_DOT
@@ -20,11 +21,13 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace attn::test {
@@ -137,6 +140,8 @@ TEST(AmxRoute, ChosenWhereTheCpuHasTilesAndNamedInKernelInfo) {
     EXPECT_FALSE(ops::cpu::amx_route_chosen());
     EXPECT_FALSE(cpu_kernel_info().amx_tiles);
     EXPECT_NE(ops::cpu::flash_product_route(at::kBFloat16, true), ProductRoute::AmxTiles);
+    EXPECT_FALSE(ops::cpu::decode_takes_amx(at::kBFloat16, at::kBFloat16, 64));
+    EXPECT_EQ(cpu_kernel_info().bfloat16_decode, "widened");
     ops::cpu::reset_amx_tiles();
     return;
   }
@@ -154,11 +159,19 @@ TEST(AmxRoute, ChosenWhereTheCpuHasTilesAndNamedInKernelInfo) {
     EXPECT_TRUE(info.bfloat16_route);
     EXPECT_EQ(info.variant, "avx512_bf16");
     EXPECT_NE(info.summary.find("AMX tiles"), std::string::npos) << info.summary;
+    // The decode kernel: a bfloat16 query over a bfloat16 cache, from kAmxDecodeMinRows rows per K/V head.
+    EXPECT_EQ(info.bfloat16_decode, "amx");
+    EXPECT_NE(info.summary.find("bfloat16 decode on AMX tiles from 16 query rows"), std::string::npos) << info.summary;
+    EXPECT_TRUE(ops::cpu::decode_takes_amx(at::kBFloat16, at::kBFloat16, ops::cpu::kAmxDecodeMinRows));
+    EXPECT_FALSE(ops::cpu::decode_takes_amx(at::kBFloat16, at::kBFloat16, ops::cpu::kAmxDecodeMinRows - 1));
+    EXPECT_FALSE(ops::cpu::decode_takes_amx(at::kFloat, at::kBFloat16, 64));  // a float query keeps float scores
+    EXPECT_FALSE(ops::cpu::decode_takes_amx(at::kBFloat16, at::kChar, 64));   // int8 has its dot products
   }
   {
     Bf16RouteScope route(/*amx=*/false);
     EXPECT_EQ(ops::cpu::flash_product_route(at::kBFloat16, true), ProductRoute::BfloatPairs);
     EXPECT_FALSE(cpu_kernel_info().amx_tiles);
+    EXPECT_EQ(cpu_kernel_info().bfloat16_decode, "widened");
   }
   // The AVX-512 variant without AVX512-BF16 widens, tiles or not.
   CapabilityScope widened(Capability::Avx512);
@@ -600,6 +613,60 @@ TEST(Bf16Route, PrefillOverACacheOnEachRoute) {
         scaled_dot_product_attention(q, k, v, SdpaOptions(opts).backend(Backend::Fused)).to(torch::kFloat64);
     EXPECT_LE((got - expected).abs().max().item<double>(), 0.1 * size);
     EXPECT_LE((got - expected).abs().mean().item<double>(), 4e-3 * size);
+  }
+}
+
+// The decode kernel's steps of many query rows per K/V head (a group of 8 times 4 tokens: 32 rows), widened
+// and on AMX's tiles, against float64 on the same bfloat16 values: a contiguous cache and a paged one whose
+// blocks of 5 rows are gathered (the tiles then read a copy), lengths across the 256-key splits. The tiles round
+// P to bfloat16 where the widened route keeps it in float, and stay within the fused bfloat16 route's bounds.
+TEST(Bf16Route, DecodeStepsOfManyRowsOnEachRoute) {
+  if (skip_without_bf16_route()) return;
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(12);
+  const int64_t B = 2, H = 16, H_kv = 2, tq = 4, d = 64;
+  const std::vector<int64_t> lengths{1000, 300};
+  KVCache contiguous(KVCacheOptions(1, B, H_kv, d, 1024).dtype(torch::kBFloat16));
+  PagedKVCache paged(PagedKVCacheOptions(1, H_kv, d, 2 * 1024 / 5 + 8, 5).dtype(torch::kBFloat16).run_positions(1));
+  const std::vector<int64_t> ids{paged.add_sequence(), paged.add_sequence()};
+  const torch::Tensor k = torch::randn({B, H_kv, 1000, d}).to(torch::kBFloat16);
+  const torch::Tensor v = torch::randn({B, H_kv, 1000, d}).to(torch::kBFloat16);
+  contiguous.append(0, k, v, lengths);
+  for (int64_t at = 0; at < lengths[0]; at += 5) {  // in turn, a block at a time: gathered through the table
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t n = std::clamp<int64_t>(lengths[b] - at, 0, 5);
+      if (n > 0) paged.append(0, {ids[b]}, k.narrow(0, b, 1).narrow(2, at, n), v.narrow(0, b, 1).narrow(2, at, n));
+    }
+  }
+  const torch::Tensor q = torch::randn({B, H, tq, d}).to(torch::kBFloat16);
+  std::vector<int64_t> starts;
+  for (int64_t l : lengths) starts.push_back(l - tq);
+  const torch::Tensor expected = std::get<0>(float64_attention(
+      q.to(torch::kFloat64), k.to(torch::kFloat64).repeat_interleave(H / H_kv, 1),
+      v.to(torch::kFloat64).repeat_interleave(H / H_kv, 1), cache_allowed_pairs(starts, lengths, tq, 1000, true),
+      1.0 / std::sqrt(double(d))));
+  const double size = expected.abs().mean().item<double>();
+  std::vector<bool> tiles{false};
+  if (ops::cpu::hardware_has_amx()) {
+    tiles.push_back(true);
+  } else {
+    std::printf("[ NOTE     ] this CPU (or its kernel) offers no AMX tiles: only the widened decode was checked\n");
+  }
+  for (const bool amx : tiles) {
+    const AmxTilesScope scope(amx);
+    ASSERT_EQ(cpu_kernel_info().bfloat16_decode, amx ? "amx" : "widened");
+    const auto causal = SdpaOptions().causal(true);
+    const torch::Tensor from_contiguous = attention_with_kv_cache(q, contiguous, 0, longs(starts), causal);
+    const torch::Tensor from_paged = attention_with_kv_cache(q, paged, paged.batch(0, ids), longs(starts), causal);
+    for (const auto& [name, got] : {std::pair<const char*, torch::Tensor>{"contiguous", from_contiguous},
+                                    std::pair<const char*, torch::Tensor>{"paged", from_paged}}) {
+      SCOPED_TRACE(std::string(amx ? "AMX tiles, " : "widened, ") + name);
+      const torch::Tensor error = (got.to(torch::kFloat64) - expected).abs();
+      std::printf("[ NOTE     ] decode, %s cache, %s: mean error %.2e, max %.2e of the mean size\n", name,
+                  amx ? "AMX tiles" : "widened", error.mean().item<double>() / size, error.max().item<double>() / size);
+      EXPECT_LE(error.max().item<double>(), 0.1 * size);
+      EXPECT_LE(error.mean().item<double>(), 4e-3 * size);
+    }
   }
 }
 

@@ -8,6 +8,7 @@
 #include <attn/ops/decode_attention.h>
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 namespace attn::test {
@@ -22,8 +23,11 @@ struct DecodeCase {
 
 // Lengths 1, odd, not multiples of the 256-key split, and past several splits; B x H_kv from 1 (below the
 // thread count) to 16 (above it); Tq 1 and a few queries with causality inside the new positions. The
-// packed rows (group x Tq) run from 1 to 16, so register tiles come full and partial; the head sizes take
-// the kernels' two-vector, one-vector and scalar steps (128, 16, 40 = 32 + 8, 24, 72) with d_k != d_v.
+// packed rows (group x Tq) run from 1 to 64, so register tiles come full and partial, and from 16 rows on
+// (ops::cpu::kAmxDecodeMinRows) the bfloat16 case on AMX's tiles takes the step, in one tile row and several
+// (16, 20, 24, 64); the head sizes take the kernels' two-vector, one-vector and scalar steps (128, 16, 40 = 32
+// + 8, 24, 72) with d_k != d_v, and on the tiles whole and partial pair blocks and column groups (17 and 9
+// odd).
 const std::vector<DecodeCase> kDecodeCases = {
     {4, 1, 1, {1}, true, 16, 16},
     {8, 2, 1, {1000}, true, 128, 128},
@@ -33,6 +37,10 @@ const std::vector<DecodeCase> kDecodeCases = {
     {2, 2, 4, {9, 1200}, false, 128, 72},
     {16, 2, 2, {300, 41}, true, 32, 32},
     {6, 1, 1, {700}, false, 24, 40},
+    {8, 2, 5, {255, 256, 600}, true, 16, 16},
+    {8, 1, 8, {1000, 31}, true, 128, 128},
+    {4, 1, 16, {700, 17}, false, 40, 72},
+    {16, 2, 3, {300, 2}, true, 17, 9},
 };
 
 class DecodeKernel : public KernelVariantTest {};
@@ -66,38 +74,50 @@ TEST_P(DecodeKernel, MatchesFloat64FormulaOnTheCache) {
   }
 }
 
-// A fixed split per length and a fixed merge order: the same bits at any thread count.
+// A fixed split per length and a fixed merge order: the same bits at any thread count. One query of a group of
+// 4, and 4 queries of a group of 8 (32 rows: AMX's tiles in the bfloat16 case that takes them).
 TEST_P(DecodeKernel, BitwiseTheSameAtOneTwoAndThreeThreads) {
   const torch::Dtype dtype = GetParam().dtype;
-  torch::manual_seed(9);
-  const torch::Tensor q = torch::randn({1, 8, 1, 32}).to(dtype);
-  const torch::Tensor kc = torch::randn({1, 2, 3000, 32}).to(dtype), vc = torch::randn({1, 2, 3000, 32}).to(dtype);
-  const int old = at::get_num_threads();
-  std::vector<torch::Tensor> outs;
-  for (int threads : {1, 2, 3}) {
-    at::set_num_threads(threads);
-    outs.push_back(ops::decode_attention(q, kc, vc, longs({2990}), longs({2991})));
+  for (const auto& [heads, tq] : std::vector<std::pair<int64_t, int64_t>>{{8, 1}, {16, 4}}) {
+    SCOPED_TRACE(::testing::Message() << "H=" << heads << " Tq=" << tq);
+    torch::manual_seed(9);
+    const torch::Tensor q = torch::randn({1, heads, tq, 32}).to(dtype);
+    const torch::Tensor kc = torch::randn({1, 2, 3000, 32}).to(dtype), vc = torch::randn({1, 2, 3000, 32}).to(dtype);
+    const int old = at::get_num_threads();
+    std::vector<torch::Tensor> outs;
+    for (int threads : {1, 2, 3}) {
+      at::set_num_threads(threads);
+      outs.push_back(ops::decode_attention(q, kc, vc, longs({2991 - tq}), longs({2991})));
+    }
+    at::set_num_threads(old);
+    EXPECT_TRUE(torch::equal(outs[0], outs[1]));
+    EXPECT_TRUE(torch::equal(outs[0], outs[2]));
   }
-  at::set_num_threads(old);
-  EXPECT_TRUE(torch::equal(outs[0], outs[1]));
-  EXPECT_TRUE(torch::equal(outs[0], outs[2]));
 }
 
+// Heads 2 of 2 K/V heads (3 rows each), and 16 (24 rows each: AMX's tiles in the bfloat16 case that takes
+// them).
 TEST_P(DecodeKernel, ANonFiniteValueAtABlockedKeyContributesNothing) {
   const torch::Dtype dtype = GetParam().dtype;
-  torch::manual_seed(4);
-  const torch::Tensor q = torch::randn({1, 2, 3, 8}).to(dtype);
-  const torch::Tensor kc = torch::randn({1, 2, 10, 8}).to(dtype);
-  torch::Tensor vc = torch::randn({1, 2, 10, 8}).to(dtype);
-  vc.index_put_({0, 0, 9}, INFINITY);  // the last new key: blocked for the first two of the three queries
-  const torch::Tensor out = ops::decode_attention(q, kc, vc, longs({7}), longs({10}));
-  EXPECT_TRUE(torch::isfinite(out.narrow(2, 0, 2)).all().item<bool>());
-  EXPECT_FALSE(torch::isfinite(out.index({0, 0, 2})).all().item<bool>());
-  const torch::Tensor empty = ops::decode_attention(q, kc, vc, longs({0}), longs({0}));
-  EXPECT_TRUE(torch::equal(empty, torch::zeros_like(empty)));  // no key: zero rows, no NaN
+  for (int64_t heads : {2, 16}) {
+    SCOPED_TRACE(::testing::Message() << "H=" << heads);
+    torch::manual_seed(4);
+    const torch::Tensor q = torch::randn({1, heads, 3, 8}).to(dtype);
+    const torch::Tensor kc = torch::randn({1, 2, 10, 8}).to(dtype);
+    torch::Tensor vc = torch::randn({1, 2, 10, 8}).to(dtype);
+    vc.index_put_({0, 0, 9}, INFINITY);  // the last new key: blocked for the first two of the three queries
+    const torch::Tensor out = ops::decode_attention(q, kc, vc, longs({7}), longs({10}));
+    EXPECT_TRUE(torch::isfinite(out.narrow(2, 0, 2)).all().item<bool>());
+    EXPECT_TRUE(torch::isfinite(out.narrow(1, heads / 2, heads / 2)).all().item<bool>());  // the other K/V head
+    for (int64_t h = 0; h < heads / 2; ++h) EXPECT_FALSE(torch::isfinite(out.index({0, h, 2})).all().item<bool>());
+    const torch::Tensor empty = ops::decode_attention(q, kc, vc, longs({0}), longs({0}));
+    EXPECT_TRUE(torch::equal(empty, torch::zeros_like(empty)));  // no key: zero rows, no NaN
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, DecodeKernel, ::testing::ValuesIn(kernel_grid()), kernel_param_name);
+// The bfloat16 case on AMX's tiles (the decode kernel's products from ops::cpu::kAmxDecodeMinRows rows on).
+INSTANTIATE_TEST_SUITE_P(Variants, DecodeKernel, ::testing::ValuesIn(kernel_grid(/*blas_products=*/false, /*amx=*/true)),
+                         kernel_param_name);
 
 
 // The positions may be any integer tensor: the op reads int64 CPU positions (a KVCache's lengths) in place and

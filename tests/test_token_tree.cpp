@@ -2,6 +2,7 @@
 // MultiHeadAttention::forward_with_tree and KVCache::keep_candidates. References: attention in float64 over
 // each candidate's own path, and the module run over that path alone (the layout a tree must reproduce).
 
+#include "kernel_variants.h"
 #include "support.h"
 
 #include <attn/attn.h>
@@ -9,7 +10,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace attn::test {
@@ -46,14 +50,23 @@ TEST(TokenTree, RefusesAParentThatPointsForwardOrBelowMinusOne) {
 }
 
 // Each candidate's output equals attention over its own path in float64: the prefix, then its ancestors and
-// itself, as if that path alone had been decoded. Float32, int8 and bfloat16 caches; GQA.
+// itself, as if that path alone had been decoded. Float32, int8 and bfloat16 caches; GQA (24 rows per K/V head:
+// bfloat16 on AMX's tiles where the CPU has them, and with them off).
 TEST(TokenTreeAttention, EachCandidateMatchesItsPathAloneInFloat64) {
   torch::NoGradGuard no_grad;
   const TokenTree tree(kParents);
   const int64_t B = 2, H = 6, H_kv = 2, d = 40, N = tree.size(), group = H / H_kv;
   const std::vector<int64_t> prefix = {300, 7};
-  for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16, torch::kInt8}) {
-    SCOPED_TRACE(c10::toString(dtype));
+  std::vector<std::pair<torch::Dtype, bool>> routes{
+      {torch::kFloat32, false}, {torch::kBFloat16, false}, {torch::kInt8, false}};
+  if (ops::cpu::hardware_has_amx()) {
+    routes.emplace_back(torch::kBFloat16, true);
+  } else {
+    std::printf("[ NOTE     ] this CPU (or its kernel) offers no AMX tiles: the tree's AMX case was skipped\n");
+  }
+  for (const auto& [dtype, amx] : routes) {
+    SCOPED_TRACE(std::string(c10::toString(dtype)) + (amx ? " on AMX's tiles" : ""));
+    const AmxTilesScope tiles(amx);
     const torch::Dtype model = dtype == torch::kInt8 ? torch::kFloat32 : dtype;
     torch::manual_seed(17);
     KVCache cache(KVCacheOptions(1, B, H_kv, d, 400).dtype(dtype));

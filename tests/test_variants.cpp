@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <limits>
 #include <map>
@@ -945,10 +946,21 @@ TEST(VariantErrors, VarlenArgumentsAreChecked) {
 // Each row's newest Tq queries against its own cached keys: bottom-right, so the float64 formula on the row's
 // used prefix is the reference. Lengths cross the decode kernel's 256-key splits, and a window of 63 leaves
 // whole splits unread. The decode op is called directly (so the kernel runs), and attention_with_kv_cache with
-// Backend::Math takes the general route on the same cache.
+// Backend::Math takes the general route on the same cache. Groups of 4 query heads: 4, 12 and 20 rows per K/V
+// head, the last on AMX's tiles in bfloat16 where the CPU has them (and once with them off).
 TEST(VariantDecode, DecodeKernelAndCacheRouteMatchFloat64Reference) {
   const std::vector<int64_t> lengths{600, 5};
-  const int64_t B = 2, H = 4, H_kv = 2, capacity = 700, d = 16;
+  const int64_t B = 2, H = 8, H_kv = 2, capacity = 700, d = 16;
+  struct Route {
+    torch::Dtype dtype;
+    bool amx;  // bfloat16: AMX's tiles on (where the CPU has them) or off
+  };
+  std::vector<Route> routes{{torch::kFloat64, false}, {torch::kFloat32, false}, {torch::kBFloat16, false}};
+  if (ops::cpu::hardware_has_amx()) {
+    routes.push_back({torch::kBFloat16, true});
+  } else {
+    std::printf("[ NOTE     ] this CPU (or its kernel) offers no AMX tiles: the decode kernel's AMX case was skipped\n");
+  }
   const std::vector<Variant> variants{
       Variant("causal window 63").with_causal().with_window(63, 0),
       Variant("softcap").with_causal().with_softcap(2.0),
@@ -959,8 +971,10 @@ TEST(VariantDecode, DecodeKernelAndCacheRouteMatchFloat64Reference) {
   };
   torch::NoGradGuard no_grad;
   for (const Variant& var : variants) {
-    for (int64_t tq : {1, 3}) {
-      for (torch::Dtype dtype : {torch::kFloat64, torch::kFloat32, torch::kBFloat16}) {
+    for (int64_t tq : {1, 3, 5}) {
+      for (const Route& route : routes) {
+        const torch::Dtype dtype = route.dtype;
+        const AmxTilesScope tiles(route.amx);
         torch::manual_seed(7);
         const torch::Tensor q = torch::randn({B, H, tq, d}, kF64);
         const torch::Tensor kc = torch::randn({B, H_kv, capacity, d}, kF64);
@@ -987,8 +1001,8 @@ TEST(VariantDecode, DecodeKernelAndCacheRouteMatchFloat64Reference) {
               rounded(q.narrow(0, b, 1), dtype), rounded(kc.narrow(0, b, 1).narrow(2, 0, L), dtype),
               rounded(vc.narrow(0, b, 1).narrow(2, 0, L), dtype), var, rounded(row_slopes, dtype), {}, {},
               rounded(sinks, dtype));
-          const std::string what = var.name + " tq=" + std::to_string(tq) + " " + c10::toString(dtype) + " row " +
-                                   std::to_string(b);
+          const std::string what = var.name + " tq=" + std::to_string(tq) + " " + c10::toString(dtype) +
+                                   (route.amx ? " on AMX's tiles" : "") + " row " + std::to_string(b);
           EXPECT_CLOSE(kernel.narrow(0, b, 1).to(kF64), expected, tolerance(dtype)) << "decode kernel, " << what;
           EXPECT_CLOSE(general.narrow(0, b, 1).to(kF64), expected, tolerance(dtype)) << "general route, " << what;
         }

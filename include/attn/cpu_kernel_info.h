@@ -36,6 +36,10 @@ struct CpuKernelInfo {
   /// from a few rows on, each 16 weight rows against every row at once; pairs for fewer rows), "pairs"
   /// (AVX512-BF16's pair products) or "widened" (the weights widened to float as they stream in).
   std::string bfloat16_linear_rows;
+  /// The decode kernel's products for a bfloat16 query over a bfloat16 cache: "amx" (AMX's tiles where a step
+  /// has 16 or more query rows per K/V head, a GQA group times its tokens; the cache's elements widened to float
+  /// for fewer) or "widened" (always widened to float).
+  std::string bfloat16_decode;
   /// Whether the kernels spread their tiles over LibTorch's intra-op threads. True when attn was built with
   /// OpenMP (GCC); a build without it (clang) runs the tile loops on the calling thread, and only the tile
   /// GEMMs run threaded, inside the BLAS, whose rounding may then depend on the thread count.

@@ -49,6 +49,14 @@ CpuKernelInfo cpu_kernel_info() {
                   static_cast<long long>(ops::cpu::kAmxLinearMinRows));
     info.summary += rows;
   }
+  info.bfloat16_decode =
+      ops::cpu::decode_takes_amx(at::kBFloat16, at::kBFloat16, ops::cpu::kAmxDecodeMinRows) ? "amx" : "widened";
+  if (info.bfloat16_decode == "amx") {
+    char rows[112];
+    std::snprintf(rows, sizeof(rows), ", bfloat16 decode on AMX tiles from %lld query rows per K/V head",
+                  static_cast<long long>(ops::cpu::kAmxDecodeMinRows));
+    info.summary += rows;
+  }
   info.bfloat16_linear = ops::torch_multiplies_bfloat16_natively() ? "libtorch" : "widened";
   if (info.bfloat16_linear == "widened") info.summary += ", bfloat16 linear of many rows widened to float GEMM";
 #ifdef _OPENMP

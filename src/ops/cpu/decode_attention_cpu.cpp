@@ -117,6 +117,7 @@ at::Tensor decode_attention_cpu(const at::Tensor& query, const at::Tensor& key_c
       if (tree.defined()) args.tree = tree.data_ptr<bool>(), args.tree_stride = tree.dim() == 3 ? tq * tq : 0;
       args.scale = static_cast<scalar_t>(sc);
       args.int8_dot = int8_dot;
+      args.amx = decode_takes_amx(q.scalar_type(), k.scalar_type(), H / H_kv * n);
       args.out = element_rows<void>(out, t0);
       decode_forward(args);
     }

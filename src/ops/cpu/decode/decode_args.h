@@ -119,6 +119,9 @@ struct DecodeArgs {
   // An int8 cache's products as integer dot products (products/int8_dot.h), chosen once per call by the op
   // (int8_dot_route_chosen and int8_dot_fits); otherwise its elements are widened to float.
   bool int8_dot = false;
+  // A bfloat16 query over a bfloat16 cache, with many rows per K/V head, on AMX's tiles (decode/decode_amx.h),
+  // chosen once per call by the op (decode_takes_amx).
+  bool amx = false;
 
   int64_t right_bound() const { return common::band_right(causal, window_right); }
 };

@@ -21,6 +21,12 @@
 #include "ops/cpu/math/score_terms.h"
 #include "ops/cpu/products/int8_dot.h"
 #include "ops/cpu/products/row_tiles.h"
+#include "ops/cpu/products/uninitialised.h"
+
+#if defined(CPU_CAPABILITY_AVX512) && defined(ATTN_HAVE_BF16_DOT) && defined(ATTN_HAVE_AMX)
+#define ATTN_DECODE_AMX 1
+#include "ops/cpu/decode/decode_amx.h"
+#endif
 
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/functional.h>
@@ -164,6 +170,13 @@ inline constexpr bool kVariantHasInt8Dot = true;
 inline constexpr bool kVariantHasInt8Dot = false;
 #endif
 
+/// Whether this variant multiplies a bfloat16 cache on AMX's tiles (decode/decode_amx.h), where the op chose it.
+#ifdef ATTN_DECODE_AMX
+inline constexpr bool kVariantHasAmx = true;
+#else
+inline constexpr bool kVariantHasAmx = false;
+#endif
+
 /// The pointers of rows[0, n): a paged split's gathered ones as they are, a contiguous split's written to `buffer`.
 template <typename KV>
 const KV* const* row_pointers(const GatheredRows<KV>& rows, int64_t, std::vector<const KV*>&) {
@@ -185,6 +198,9 @@ struct DecodeState {
   std::vector<const KV*> key_rows, value_rows;   // a paged cache's split, gathered through its block table
   std::vector<float> key_scales, value_scales;   // and its int8 rows' scales
   std::vector<T> merged;                          // a merged output row
+#ifdef ATTN_DECODE_AMX
+  AmxSplitScratch amx;                            // the products on AMX's tiles (decode/decode_amx.h)
+#endif
 };
 
 /// Whether positions [j0, j0 + cols) of row b lie evenly spaced in a paged cache, as in a contiguous one: their
@@ -269,9 +285,14 @@ void decode(const DecodeArgs<T>& a) {
     first_split[b + 1] = first_split[b] + splits;
   }
   const int64_t total_splits = first_split[a.batch];
-  // Per (split, K/V head): the rows' max and sum of exp over the split, and their unnormalised outputs.
+  // Per (split, K/V head): the rows' max and sum of exp over the split, and their unnormalised outputs. Each
+  // split's task writes all three before the merge reads them, so they are not filled first (8 sequences of
+  // 8192 keys, 8 K/V heads of 32 rows with d_v = 128: 33 MB of part_out).
   const int64_t slots = total_splits * a.kv_heads;
-  std::vector<T> part_max(slots * rows), part_sum(slots * rows), part_out(slots * rows * a.dv);
+  Uninitialised<T> part_max, part_sum, part_out;
+  part_max.allocate(slots * rows);
+  part_sum.allocate(slots * rows);
+  part_out.allocate(slots * rows * a.dv);
 
   // One split's partial max, sum and output for every packed row.
   const auto score_split = [&](int64_t task, int64_t b, int64_t hk, int64_t j0, DecodeState<T, KV>& st) {
@@ -314,9 +335,16 @@ void decode(const DecodeArgs<T>& a) {
     }
     // Scores and weighted sums run in register tiles of kTileRows packed rows: each K and V row comes from
     // memory once per split and serves every row of the group while it is in L1 or L2. (A GEMM of so few
-    // rows would stream the tile through its packing instead.)
-    const int64_t lds = std::max<int64_t>(cols, 1);
-    st.scores.resize(rows * lds);
+    // rows would stream the tile through its packing instead.) Where the op chose AMX's tiles for a step of
+    // many rows, both products run there instead, on the split packed once.
+    constexpr bool kAmxVariant = kVariantHasAmx && std::is_same_v<KV, c10::BFloat16> && std::is_same_v<T, float>;
+    const bool amx = kAmxVariant && a.amx;
+    int64_t lds = std::max<int64_t>(cols, 1);
+    int64_t score_rows_allocated = rows;
+#ifdef ATTN_DECODE_AMX
+    if (amx) lds = amx_score_stride(cols), score_rows_allocated = amx_score_rows(rows);
+#endif
+    st.scores.resize(score_rows_allocated * lds);
     T* s = st.scores.data();
     with_split_rows(keys, values, b, hk, j0, cols, st, [&](const auto& krows, const auto& vrows,
                                                            const float* key_scales, const float* value_scales) {
@@ -335,7 +363,12 @@ void decode(const DecodeArgs<T>& a) {
           }
         }
       }
-      if (!int8_dot) {
+      if constexpr (kAmxVariant) {
+#ifdef ATTN_DECODE_AMX
+        if (amx) amx_score_split(st.q.data(), rows, krows, vrows, cols, a.dk, a.dv, a.scale, s, lds, st.amx);
+#endif
+      }
+      if (!int8_dot && !amx) {
         for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
           score_rows(std::min<int64_t>(kTileRows, rows - r0), st.q.data() + r0 * a.dk, krows, vrows, cols, a.dk,
                      a.dv, a.scale, s + r0 * lds, lds);
@@ -367,13 +400,22 @@ void decode(const DecodeArgs<T>& a) {
 
       // The keys every row of a tile may attend go through the tile; a row's other allowed keys (causal rows of
       // a multi-query step, window edges, a tree's candidates) go row by row. A blocked key never enters a
-      // product, so a NaN or Inf value there contributes nothing.
+      // product, so a NaN or Inf value there contributes nothing. A row that attends no key of the split passes
+      // through the tile with zero weights (the merge skips its split), so it does not empty the tile's range.
+      // On AMX's tiles, every row is one tile.
       std::fill(acc, acc + rows * a.dv, T(0));
-      for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
-        const int64_t tile = std::min<int64_t>(kTileRows, rows - r0);
-        const int64_t common_begin = *std::max_element(st.begin.begin() + r0, st.begin.begin() + r0 + tile);
-        int64_t common_end =
-            std::max(common_begin, *std::min_element(st.end.begin() + r0, st.end.begin() + r0 + tile));
+      const int64_t tile_rows = amx ? rows : kTileRows;
+      for (int64_t r0 = 0; r0 < rows; r0 += tile_rows) {
+        const int64_t tile = std::min<int64_t>(tile_rows, rows - r0);
+        int64_t common_begin = 0, common_end = 0;
+        bool attending = false;
+        for (int64_t r = r0; r < r0 + tile; ++r) {
+          if (st.end[r] == st.begin[r]) continue;
+          common_begin = attending ? std::max(common_begin, st.begin[r]) : st.begin[r];
+          common_end = attending ? std::min(common_end, st.end[r]) : st.end[r];
+          attending = true;
+        }
+        common_end = std::max(common_begin, common_end);
         if (a.tree) common_end = std::clamp(first_candidate, common_begin, common_end);
         if (common_end > common_begin) {
           bool done = false;
@@ -381,6 +423,15 @@ void decode(const DecodeArgs<T>& a) {
             done = int8_dot && int8_dot_weighted_sum(tile, s + r0 * lds + common_begin, lds,
                                                      common_end - common_begin, value_pointers + common_begin, a.dv,
                                                      acc + r0 * a.dv);
+          }
+          if constexpr (kAmxVariant) {
+#ifdef ATTN_DECODE_AMX
+            if (amx) {
+              amx_weighted_sum_split(s + r0 * lds + common_begin, lds, tile, common_end - common_begin,
+                                     vrows.from(common_begin), a.dv, acc + r0 * a.dv, st.amx);
+              done = true;
+            }
+#endif
           }
           if (!done) {
             weighted_sum_rows(tile, s + r0 * lds + common_begin, lds, common_end - common_begin,
@@ -406,7 +457,7 @@ void decode(const DecodeArgs<T>& a) {
       const T sink = a.sinks ? a.sinks[hk * group + r / a.tq] : kNegInf<T>;
       T max = sink;
       for (int64_t sp = first_split[b]; sp < first_split[b + 1]; ++sp) {
-        const T ms = part_max[(sp * a.kv_heads + hk) * rows + r];
+        const T ms = part_max.data()[(sp * a.kv_heads + hk) * rows + r];
         if (std::isnan(ms) || ms > max) max = ms;
         if (std::isnan(max)) break;
       }
@@ -420,10 +471,10 @@ void decode(const DecodeArgs<T>& a) {
       std::fill(out.begin(), out.end(), T(0));
       for (int64_t sp = first_split[b]; sp < first_split[b + 1]; ++sp) {
         const int64_t slot = sp * a.kv_heads + hk;
-        const T ms = part_max[slot * rows + r];
+        const T ms = part_max.data()[slot * rows + r];
         if (ms == kNegInf<T>) continue;
         const T w = std::exp(ms - max);
-        denom += w * part_sum[slot * rows + r];
+        denom += w * part_sum.data()[slot * rows + r];
         const T* src = part_out.data() + (slot * rows + r) * a.dv;
         for (int64_t e = 0; e < a.dv; ++e) out[e] += w * src[e];
       }

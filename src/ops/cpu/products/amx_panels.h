@@ -57,6 +57,17 @@ void amx_pack_row_pairs(const c10::BFloat16* b, int64_t ld, int64_t rows, int64_
 void amx_multiply_panels(const c10::BFloat16* a, int64_t lda, int64_t m, int64_t pair_blocks, const uint32_t* x,
                          int64_t panels, float* c, int64_t ldc);
 
+/// c[r · ldc + j] = scale · Σ_i x[r, i] · a[j · lda + i] for r < m and j < n: the [n, width] matrix a (the keys
+/// of a decoding step) read where it lies as A tiles of 16 of its rows, against x (m rows of `width`) packed as
+/// column panels, each C tile (16 of a's rows by 16 of x's) written transposed. a's rows are read only up to
+/// `width` and n (a partial tile goes through a zero-padded copy); c must hold m rounded up to 16 rows and n
+/// rounded up to 16 columns, whose extra elements get products of zeros. `prefetch` rows (n of them, row stride
+/// ld_prefetch, bytes_prefetch bytes each; nullptr for none) are asked into L2 as the products go: the values that
+/// follow the scores.
+void amx_multiply_rows_transposed(const c10::BFloat16* a, int64_t lda, int64_t n, int64_t width, const uint32_t* x,
+                                  int64_t m, float scale, float* c, int64_t ldc, const c10::BFloat16* prefetch,
+                                  int64_t ld_prefetch, int64_t bytes_prefetch);
+
 /// c[r, j] += Σ_k A[r, k] · B[k, j] for r < m, j < n, k < kAmxKeyChunk · chunks: a is [m, lda] bfloat16, finite
 /// and zero past the product's k, with rows up to the next multiple of 16 readable and zero; b is the product's
 /// first chunk of column group 0 as row pairs, and the next column group lies group_stride words further on.

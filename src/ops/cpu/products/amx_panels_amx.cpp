@@ -10,6 +10,7 @@
 
 #include "ops/cpu/products/amx_tile_config.h"
 #include "ops/cpu/products/bf16_pairs.h"
+#include "ops/cpu/products/transpose_16x16.h"
 
 #include <immintrin.h>
 
@@ -145,7 +146,86 @@ void row_pairs_blocked(const c10::BFloat16* p, int64_t ldp, int64_t chunks, cons
   }
 }
 
+/// A stored C tile (16 rows of a by 16 rows of x) written transposed into c: row i of x's 16 gets the tile's
+/// column i, times scale.
+void store_c_transposed(const float* block, float scale, float* c, int64_t ldc) {
+  __m512i r[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_load_si512(block + i * 16);
+  transpose_16x16(r);
+  const __m512 v = _mm512_set1_ps(scale);
+  for (int i = 0; i < 16; ++i) _mm512_storeu_ps(c + i * ldc, _mm512_mul_ps(v, _mm512_castsi512_ps(r[i])));
+}
+
 }  // namespace
+
+void amx_multiply_rows_transposed(const c10::BFloat16* a, int64_t lda, int64_t n, int64_t width, const uint32_t* x,
+                                  int64_t m, float scale, float* c, int64_t ldc, const c10::BFloat16* prefetch,
+                                  int64_t ld_prefetch, int64_t bytes_prefetch) {
+  if (m <= 0 || n <= 0 || width <= 0) return;
+  const int64_t blocks = amx_pair_blocks(width), panels = (m + kAmxPanel - 1) / kAmxPanel;
+  const int64_t panel_words = amx_panel_stride(width);
+  // a's tiles where they lie when whole (32 of its rows and whole blocks of k); a partial group through a
+  // zero-padded copy, since a tile load reads 16 rows of 64 bytes.
+  thread_local std::vector<c10::BFloat16> edge;
+  const bool whole_width = width % (2 * kAmxTilePairs) == 0;
+  const int64_t lines_prefetch = prefetch ? (bytes_prefetch + 63) / 64 : 0;
+  const TileScope tiles;
+  for (int64_t j0 = 0; j0 < n; j0 += 2 * kTileRows) {
+    const int64_t rows = std::min<int64_t>(2 * kTileRows, n - j0);
+    const bool two_tiles = rows > kTileRows;
+    const c10::BFloat16* a0 = a + j0 * lda;
+    int64_t a_stride = lda * 2;
+    if (!whole_width || rows < 2 * kTileRows) {
+      const int64_t ld = blocks * 2 * kAmxTilePairs;
+      edge.assign(2 * kTileRows * ld, c10::BFloat16(0.0f));
+      for (int64_t i = 0; i < rows; ++i) std::memcpy(edge.data() + i * ld, a0 + i * lda, width * 2);
+      a0 = edge.data();
+      a_stride = ld * 2;
+    }
+    const c10::BFloat16* a1 = a0 + kTileRows * (a_stride / 2);
+    // The values of these 32 rows, on their way to L2 while the tiles work.
+    for (int64_t i = 0; i < rows * lines_prefetch; ++i) {
+      _mm_prefetch(reinterpret_cast<const char*>(prefetch + (j0 + i / lines_prefetch) * ld_prefetch) +
+                       64 * (i % lines_prefetch),
+                   _MM_HINT_T1);
+    }
+    for (int64_t p = 0; p < panels; p += 2) {
+      const bool two_panels = p + 1 < panels;
+      const uint32_t* x0 = x + p * panel_words;
+      const uint32_t* x1 = x0 + panel_words;
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int64_t kb = 0; kb < blocks; ++kb) {
+        _tile_loadd(4, a0 + kb * 2 * kAmxTilePairs, a_stride);
+        _tile_loadd(6, x0 + kb * kChunkWords, kTileBytes);
+        _tile_dpbf16ps(0, 4, 6);
+        if (two_panels) {
+          _tile_loadd(7, x1 + kb * kChunkWords, kTileBytes);
+          _tile_dpbf16ps(1, 4, 7);
+        }
+        if (two_tiles) {
+          _tile_loadd(5, a1 + kb * 2 * kAmxTilePairs, a_stride);
+          _tile_dpbf16ps(2, 5, 6);
+          if (two_panels) _tile_dpbf16ps(3, 5, 7);
+        }
+      }
+      alignas(64) float block[4][16 * 16];
+      _tile_stored(0, block[0], kTileBytes);
+      if (two_panels) _tile_stored(1, block[1], kTileBytes);
+      if (two_tiles) _tile_stored(2, block[2], kTileBytes);
+      if (two_tiles && two_panels) _tile_stored(3, block[3], kTileBytes);
+      float* c0 = c + p * kAmxPanel * ldc + j0;
+      store_c_transposed(block[0], scale, c0, ldc);
+      if (two_panels) store_c_transposed(block[1], scale, c0 + kAmxPanel * ldc, ldc);
+      if (two_tiles) {
+        store_c_transposed(block[2], scale, c0 + kTileRows, ldc);
+        if (two_panels) store_c_transposed(block[3], scale, c0 + kAmxPanel * ldc + kTileRows, ldc);
+      }
+    }
+  }
+}
 
 void amx_pack_column_panels(const c10::BFloat16* x, int64_t ld, int64_t rows, int64_t width, uint32_t* dst) {
   const int64_t pairs = (width + 1) / 2, stride = amx_panel_stride(width);

@@ -138,4 +138,8 @@ bool linear_rows_take_amx(at::ScalarType weight, int64_t rows) {
   return weight == at::kBFloat16 && rows >= kAmxLinearMinRows && amx_route_chosen();
 }
 
+bool decode_takes_amx(at::ScalarType query, at::ScalarType cache, int64_t rows) {
+  return query == at::kBFloat16 && cache == at::kBFloat16 && rows >= kAmxDecodeMinRows && amx_route_chosen();
+}
+
 }  // namespace attn::ops::cpu

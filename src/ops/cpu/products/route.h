@@ -38,6 +38,13 @@ inline constexpr int64_t kAmxLinearMinRows = 4;
 /// Whether linear_rows multiplies `rows` rows by bfloat16 weights on AMX's tiles.
 bool linear_rows_take_amx(at::ScalarType weight, int64_t rows);
 
+/// Query rows per K/V head of a decode step (the GQA group times the step's queries) from which a bfloat16 query
+/// over a bfloat16 cache runs on AMX's tiles, where amx_route_chosen(): below it, the register tiles keep up
+/// with the cache's stream; from it on, their widening FMAs bound them (bench/RESULTS.md).
+inline constexpr int64_t kAmxDecodeMinRows = 16;
+/// Whether a decode step of `rows` query rows per K/V head multiplies on AMX's tiles.
+bool decode_takes_amx(at::ScalarType query, at::ScalarType cache, int64_t rows);
+
 /// How much faster vdpbf16ps must measure than the float FMA (bf16_pair_speed) for bfloat16 to take the pairs
 /// (bench/RESULTS.md, "Where the kernels' constants come from").
 inline constexpr double kBf16RouteMargin = 1.5;
