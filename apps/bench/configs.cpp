@@ -150,6 +150,21 @@ Suite build_decode_suite() {
               }
             }
           }
+  // Steps of several tokens (speculative decoding's verification, a chunked prefill's last chunk), causal among
+  // themselves: Tq tokens times the group of 4 are the query rows that share a K/V head, 8 to 32 of them, on
+  // both sides of the rows from which a bfloat16 step multiplies on AMX's tiles (ops::cpu::kAmxDecodeMinRows).
+  for (int64_t B : {1, 8})
+    for (int64_t Tq : {2, 4, 8})
+      for (const std::string impl : {"decode", "torch_sdpa"}) {
+        Config c;
+        c.name = fmt::format("decode/{}/B={}/Hkv=8/L=8192/Tq={}/bfloat16", impl, B, Tq);
+        c.kind = Kind::Decode;
+        c.impl = impl;
+        c.B = B, c.H = kDecodeHeads, c.Hkv = 8, c.Tq = Tq, c.Tk = 8192, c.d = kDecodeDim;
+        c.causal = true;
+        c.dtype = "bfloat16";
+        out.push_back(c);
+      }
   // A decoding step's products, x [rows, in] times a weight [out, in]: SmolLM2-135M's LM head and MLP, and a
   // 7B model's square projection; attn::linear against at::linear (what torch::nn::Linear calls). 16 rows is
   // the most attn's kernel takes; 512 rows, SmolLM2's MLP in a prefill, is a GEMM's work.

@@ -140,8 +140,11 @@ std::function<void()> make_workload(const Config& c, const torch::Device& device
       return [=] { x.sum(); };
     }
     case Kind::Decode: {
-      // A full cache of Tk positions and the step's one query per head (the newest position).
-      const torch::Tensor q = torch::randn({c.B, c.H, 1, c.d}, opts);
+      // A full cache of Tk positions and the step's Tq queries per head (the newest positions; one but for the
+      // multi-token rows, whose steps are causal among their own tokens).
+      const torch::Tensor q = torch::randn({c.B, c.H, c.Tq, c.d}, opts);
+      if (c.Tq != 1 && (!c.cache.empty() || !c.lengths.empty()))
+        throw std::invalid_argument("multi-token decode rows: a plain cache, full rows");
       const CacheForm form = cache_form(c);
       if (form.int8 && !form.paged()) {
         if (!c.lengths.empty() || c.impl != "decode") throw std::invalid_argument("int8 cache rows: impl decode, full rows");
@@ -188,7 +191,19 @@ std::function<void()> make_workload(const Config& c, const torch::Device& device
       // A ragged batch (c.lengths) fills row b's cache up to lengths[b].
       const torch::Tensor lengths =
           c.lengths.empty() ? torch::full({c.B}, c.Tk, torch::kLong) : torch::tensor(c.lengths, torch::kLong);
-      const torch::Tensor starts = lengths - 1;
+      const torch::Tensor starts = lengths - c.Tq;
+      if (c.impl == "torch_sdpa" && c.Tq > 1) {
+        // The step's tokens see the cache and each other causally: key j for query t iff j <= Tk - Tq + t.
+        const torch::Tensor mask = (torch::arange(c.Tk).unsqueeze(0) <= torch::arange(c.Tq).unsqueeze(1) + (c.Tk - c.Tq))
+                                       .to(opts.device());
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+        return [=] {
+          at::scaled_dot_product_attention(q, k, v, mask, 0.0, false, c10::nullopt, kv_heads(c) != c.H);
+        };
+#else
+        throw std::invalid_argument("multi-token torch_sdpa rows need LibTorch 2.5 or newer (enable_gqa)");
+#endif
+      }
       if (c.impl == "torch_sdpa_masked") {
         // What LibTorch offers a ragged batch: its SDPA with each row's written keys as a mask.
         const torch::Tensor mask = (torch::arange(c.Tk).unsqueeze(0) < lengths.unsqueeze(1)).view({c.B, 1, 1, c.Tk});
