@@ -272,6 +272,29 @@ void block_outside_tree(const bool* allowed, int64_t tq, int64_t t, int64_t firs
   }
 }
 
+/// Elements of the splits' partials that the calling thread keeps from one call to the next (64 MB).
+template <typename T>
+inline constexpr int64_t kKeptPartials = (int64_t{64} << 20) / static_cast<int64_t>(sizeof(T));
+
+/// A buffer of n elements for the splits' partials: up to kKeptPartials, one the calling thread keeps and reuses
+/// (a decoding loop calls the kernel once a token, and a fresh buffer of many megabytes is mapped, page by page,
+/// every time: 8 sequences of 8192 keys, 8 K/V heads of 32 rows with d_v = 128 take 33 MB, and its page faults
+/// were about a third of the kernel's samples); past it, `own`, freed with the call.
+template <typename T>
+T* partials_buffer(int64_t n, Uninitialised<T>& own) {
+  if (n > kKeptPartials<T>) {
+    own.allocate(n);
+    return own.data();
+  }
+  thread_local Uninitialised<T> kept;
+  thread_local int64_t kept_size = 0;
+  if (kept_size < n) {
+    kept.allocate(n);
+    kept_size = n;
+  }
+  return kept.data();
+}
+
 /// The decode of caches whose elements are KV (a.k and a.v, read as KV).
 template <typename T, typename KV>
 void decode(const DecodeArgs<T>& a) {
@@ -286,20 +309,19 @@ void decode(const DecodeArgs<T>& a) {
   }
   const int64_t total_splits = first_split[a.batch];
   // Per (split, K/V head): the rows' max and sum of exp over the split, and their unnormalised outputs. Each
-  // split's task writes all three before the merge reads them, so they are not filled first (8 sequences of
-  // 8192 keys, 8 K/V heads of 32 rows with d_v = 128: 33 MB of part_out).
+  // split's task writes all three before the merge reads them, so they are not filled first.
   const int64_t slots = total_splits * a.kv_heads;
-  Uninitialised<T> part_max, part_sum, part_out;
-  part_max.allocate(slots * rows);
-  part_sum.allocate(slots * rows);
-  part_out.allocate(slots * rows * a.dv);
+  Uninitialised<T> own_partials;
+  T* const part_max = partials_buffer(slots * rows * (2 + a.dv), own_partials);
+  T* const part_sum = part_max + slots * rows;
+  T* const part_out = part_sum + slots * rows;
 
   // One split's partial max, sum and output for every packed row.
   const auto score_split = [&](int64_t task, int64_t b, int64_t hk, int64_t j0, DecodeState<T, KV>& st) {
     const int64_t cols = std::clamp<int64_t>(a.key_lengths[b] - j0, 0, split_length);
-    T* m = part_max.data() + task * rows;
-    T* l = part_sum.data() + task * rows;
-    T* acc = part_out.data() + task * rows * a.dv;
+    T* m = part_max + task * rows;
+    T* l = part_sum + task * rows;
+    T* acc = part_out + task * rows * a.dv;
 
     // Each packed row's allowed keys within the split; a split outside every row's band is not read at all.
     st.begin.resize(rows);
@@ -457,7 +479,7 @@ void decode(const DecodeArgs<T>& a) {
       const T sink = a.sinks ? a.sinks[hk * group + r / a.tq] : kNegInf<T>;
       T max = sink;
       for (int64_t sp = first_split[b]; sp < first_split[b + 1]; ++sp) {
-        const T ms = part_max.data()[(sp * a.kv_heads + hk) * rows + r];
+        const T ms = part_max[(sp * a.kv_heads + hk) * rows + r];
         if (std::isnan(ms) || ms > max) max = ms;
         if (std::isnan(max)) break;
       }
@@ -471,11 +493,11 @@ void decode(const DecodeArgs<T>& a) {
       std::fill(out.begin(), out.end(), T(0));
       for (int64_t sp = first_split[b]; sp < first_split[b + 1]; ++sp) {
         const int64_t slot = sp * a.kv_heads + hk;
-        const T ms = part_max.data()[slot * rows + r];
+        const T ms = part_max[slot * rows + r];
         if (ms == kNegInf<T>) continue;
         const T w = std::exp(ms - max);
-        denom += w * part_sum.data()[slot * rows + r];
-        const T* src = part_out.data() + (slot * rows + r) * a.dv;
+        denom += w * part_sum[slot * rows + r];
+        const T* src = part_out + (slot * rows + r) * a.dv;
         for (int64_t e = 0; e < a.dv; ++e) out[e] += w * src[e];
       }
       write_row(a.out, b, h, t, a.dv, out.data(), T(1) / denom);
