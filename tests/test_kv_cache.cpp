@@ -116,8 +116,8 @@ TEST_P(DecodeKernel, ANonFiniteValueAtABlockedKeyContributesNothing) {
 }
 
 // The bfloat16 case on AMX's tiles (the decode kernel's products from ops::cpu::kAmxDecodeMinRows rows on).
-INSTANTIATE_TEST_SUITE_P(Variants, DecodeKernel, ::testing::ValuesIn(kernel_grid(/*blas_products=*/false, /*amx=*/true)),
-                         kernel_param_name);
+INSTANTIATE_TEST_SUITE_P(Variants, DecodeKernel,
+                         ::testing::ValuesIn(kernel_grid(/*blas_products=*/false, /*amx=*/true)), kernel_param_name);
 
 
 // The positions may be any integer tensor: the op reads int64 CPU positions (a KVCache's lengths) in place and

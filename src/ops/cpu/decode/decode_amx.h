@@ -29,13 +29,16 @@ namespace {
 
 /// A task's buffers for a split's AMX products.
 struct AmxSplitScratch {
-  std::vector<c10::BFloat16> query, probs;  // the query rows and P as whole A tiles, zero past their rows and k
+  std::vector<c10::BFloat16> query, probs;  // the query rows rounded, and P rounded as whole A tiles
   std::vector<c10::BFloat16> gathered;      // a paged split's rows, copied next to each other
-  std::vector<uint32_t> keys, values;       // the query rows as column panels, the split's values as row pairs
+  std::vector<uint32_t> query_panels;       // the query rows as column panels (Qᵀ, the product's B)
+  std::vector<uint32_t> values;             // the split's values as row pairs
 };
 
 /// Score rows' stride for `keys` keys on the tiles: whole panels, since C's tiles are stored whole.
-inline int64_t amx_score_stride(int64_t keys) { return std::max<int64_t>((keys + kAmxPanel - 1) / kAmxPanel, 1) * kAmxPanel; }
+inline int64_t amx_score_stride(int64_t keys) {
+  return std::max<int64_t>((keys + kAmxPanel - 1) / kAmxPanel, 1) * kAmxPanel;
+}
 /// Score rows to allocate for `rows` query rows: up to a whole A tile.
 inline int64_t amx_score_rows(int64_t rows) { return (rows + 15) / 16 * 16; }
 
@@ -52,8 +55,9 @@ inline std::pair<const c10::BFloat16*, int64_t> rows_as_matrix(const GatheredRow
   return {buffer.data(), width};
 }
 
-/// The float rows x[r · ldx, + n) for r < rows, rounded into `dst` as whole A tiles: `ld` elements a row (32 ·
-/// pair blocks or chunks of k), zero past n and in the rows up to a multiple of 16. Returns dst's data.
+/// The float rows x[r · ldx, + n) for r < rows, rounded into `dst`, `ld` elements a row (ld > n where n is
+/// odd), zero past n and in the rows up to a multiple of 16: whole A tiles where ld is whole chunks of k.
+/// Returns dst's data.
 inline const c10::BFloat16* round_as_tiles(const float* x, int64_t ldx, int64_t rows, int64_t n, int64_t ld,
                                            std::vector<c10::BFloat16>& dst) {
   dst.assign(amx_score_rows(rows) * ld, c10::BFloat16(0.0f));
@@ -82,12 +86,12 @@ void amx_score_split(const float* q, int64_t rows, const Rows& k, const Rows& v,
   if (n == 0) return;
   const int64_t ldq = (dk + 1) / 2 * 2;  // an odd row's rounding writes a zero past it
   const c10::BFloat16* query = round_as_tiles(q, dk, rows, dk, ldq, st.query);
-  st.keys.resize(amx_panel_words(rows, dk));
-  amx_pack_column_panels(query, ldq, rows, dk, st.keys.data());
+  st.query_panels.resize(amx_panel_words(rows, dk));
+  amx_pack_column_panels(query, ldq, rows, dk, st.query_panels.data());
   const auto [keys, ld] = rows_as_matrix(k, n, dk, st.gathered);
   int64_t ldv = 0;
   const c10::BFloat16* values = strided_base(v, ldv);
-  amx_multiply_rows_transposed(keys, ld, n, dk, st.keys.data(), rows, scale, s, lds, values, ldv,
+  amx_multiply_rows_transposed(keys, ld, n, dk, st.query_panels.data(), rows, scale, s, lds, values, ldv,
                                dv * static_cast<int64_t>(sizeof(c10::BFloat16)));
 }
 
