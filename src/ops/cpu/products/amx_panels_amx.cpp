@@ -67,6 +67,29 @@ void panels_a_resident(const c10::BFloat16* a, int64_t lda, const uint32_t* x, i
   }
 }
 
+/// C tiles 0-3 = A·B over `blocks` pair blocks for two A tiles of 16 rows (a0; a1 where two_rows) by two B
+/// panels (b0; b1 where two_panels): C 0 = a0·b0, 1 = a0·b1, 2 = a1·b0, 3 = a1·b1. A (4, 5) is loaded from its
+/// rows (a_stride bytes apart) and B (6, 7) from its whole tiles for each block.
+inline void multiply_two_by_two(const c10::BFloat16* a0, const c10::BFloat16* a1, int64_t a_stride, bool two_rows,
+                                const uint32_t* b0, const uint32_t* b1, bool two_panels, int64_t blocks) {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t kb = 0; kb < blocks; ++kb) {
+    _tile_loadd(4, a0 + kb * 2 * kAmxTilePairs, a_stride);
+    _tile_loadd(6, b0 + kb * kChunkWords, kTileBytes);
+    if (two_panels) _tile_loadd(7, b1 + kb * kChunkWords, kTileBytes);
+    _tile_dpbf16ps(0, 4, 6);
+    if (two_panels) _tile_dpbf16ps(1, 4, 7);
+    if (two_rows) {
+      _tile_loadd(5, a1 + kb * 2 * kAmxTilePairs, a_stride);
+      _tile_dpbf16ps(2, 5, 6);
+      if (two_panels) _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+}
+
 /// C for a wider k: blocks of two row tiles (or one) by two panels (C tiles 0-3), A (4, 5) and B (6, 7) loaded
 /// for each pair block.
 void panels_blocked(const c10::BFloat16* a, int64_t lda, bool two_rows, int64_t pair_blocks, const uint32_t* x,
@@ -80,22 +103,7 @@ void panels_blocked(const c10::BFloat16* a, int64_t lda, bool two_rows, int64_t 
     const uint32_t* b0 = x + g * panel_words;
     const uint32_t* b1 = b0 + panel_words;
     const bool two_panels = g + 1 < panels;
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    for (int64_t kb = 0; kb < pair_blocks; ++kb) {
-      _tile_loadd(4, a + kb * 2 * kAmxTilePairs, a_stride);
-      _tile_loadd(6, b0 + kb * kChunkWords, kTileBytes);
-      if (two_panels) _tile_loadd(7, b1 + kb * kChunkWords, kTileBytes);
-      _tile_dpbf16ps(0, 4, 6);
-      if (two_panels) _tile_dpbf16ps(1, 4, 7);
-      if (two_rows) {
-        _tile_loadd(5, a1 + kb * 2 * kAmxTilePairs, a_stride);
-        _tile_dpbf16ps(2, 5, 6);
-        if (two_panels) _tile_dpbf16ps(3, 5, 7);
-      }
-    }
+    multiply_two_by_two(a, a1, a_stride, two_rows, b0, b1, two_panels, pair_blocks);
     _tile_stored(0, c + g * kAmxPanel, c_stride);
     if (two_panels) _tile_stored(1, c + (g + 1) * kAmxPanel, c_stride);
     if (two_rows) {
@@ -193,24 +201,7 @@ void amx_multiply_rows_transposed(const c10::BFloat16* a, int64_t lda, int64_t n
       const bool two_panels = p + 1 < panels;
       const uint32_t* x0 = x + p * panel_words;
       const uint32_t* x1 = x0 + panel_words;
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
-      for (int64_t kb = 0; kb < blocks; ++kb) {
-        _tile_loadd(4, a0 + kb * 2 * kAmxTilePairs, a_stride);
-        _tile_loadd(6, x0 + kb * kChunkWords, kTileBytes);
-        _tile_dpbf16ps(0, 4, 6);
-        if (two_panels) {
-          _tile_loadd(7, x1 + kb * kChunkWords, kTileBytes);
-          _tile_dpbf16ps(1, 4, 7);
-        }
-        if (two_tiles) {
-          _tile_loadd(5, a1 + kb * 2 * kAmxTilePairs, a_stride);
-          _tile_dpbf16ps(2, 5, 6);
-          if (two_panels) _tile_dpbf16ps(3, 5, 7);
-        }
-      }
+      multiply_two_by_two(a0, a1, a_stride, two_tiles, x0, x1, two_panels, blocks);
       alignas(64) float block[4][16 * 16];
       _tile_stored(0, block[0], kTileBytes);
       if (two_panels) _tile_stored(1, block[1], kTileBytes);
