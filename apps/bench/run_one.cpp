@@ -192,28 +192,23 @@ std::function<void()> make_workload(const Config& c, const torch::Device& device
       const torch::Tensor lengths =
           c.lengths.empty() ? torch::full({c.B}, c.Tk, torch::kLong) : torch::tensor(c.lengths, torch::kLong);
       const torch::Tensor starts = lengths - c.Tq;
-      if (c.impl == "torch_sdpa" && c.Tq > 1) {
-        // The step's tokens see the cache and each other causally: key j for query t iff j <= Tk - Tq + t.
-        const torch::Tensor mask = (torch::arange(c.Tk).unsqueeze(0) <= torch::arange(c.Tq).unsqueeze(1) + (c.Tk - c.Tq))
-                                       .to(opts.device());
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
-        return [=] {
-          at::scaled_dot_product_attention(q, k, v, mask, 0.0, false, c10::nullopt, kv_heads(c) != c.H);
-        };
-#else
-        throw std::invalid_argument("multi-token torch_sdpa rows need LibTorch 2.5 or newer (enable_gqa)");
-#endif
-      }
-      if (c.impl == "torch_sdpa_masked") {
-        // What LibTorch offers a ragged batch: its SDPA with each row's written keys as a mask.
-        const torch::Tensor mask = (torch::arange(c.Tk).unsqueeze(0) < lengths.unsqueeze(1)).view({c.B, 1, 1, c.Tk});
+      const bool multi_token_peer = c.impl == "torch_sdpa" && c.Tq > 1;
+      if (c.impl == "torch_sdpa_masked" || multi_token_peer) {
+        // LibTorch's SDPA with a boolean mask: for a ragged batch (what LibTorch offers one), each row's written
+        // keys; for a step of several tokens, the cache and each other causally, key j for query t iff
+        // j <= Tk - Tq + t.
+        const torch::Tensor mask =
+            multi_token_peer
+                ? torch::arange(c.Tk).unsqueeze(0) <= torch::arange(c.Tq).unsqueeze(1) + (c.Tk - c.Tq)
+                : (torch::arange(c.Tk).unsqueeze(0) < lengths.unsqueeze(1)).view({c.B, 1, 1, c.Tk});
         const torch::Tensor on_device = mask.to(opts.device());
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
         return [=] {
           at::scaled_dot_product_attention(q, k, v, on_device, 0.0, false, c10::nullopt, kv_heads(c) != c.H);
         };
 #else
-        throw std::invalid_argument("torch_sdpa_masked needs LibTorch 2.5 or newer (enable_gqa)");
+        throw std::invalid_argument(multi_token_peer ? "multi-token torch_sdpa rows need LibTorch 2.5 or newer (enable_gqa)"
+                                                     : "torch_sdpa_masked needs LibTorch 2.5 or newer (enable_gqa)");
 #endif
       }
       if (c.impl == "torch_sdpa") {
