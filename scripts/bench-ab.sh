@@ -31,5 +31,9 @@ awk '
   }
   END {
     printf "%-34s %10s %10s %8s\n", "configuration", "old ms", "new ms", "new/old"
-    for (n in names) { o = median(ms[n, "old"]); w = median(ms[n, "new"]); printf "%-34s %10.2f %10.2f %8.3f\n", n, o, w, w / o }
+    for (n in names) {  # a configuration that only one build has (a new row, a renamed one) shows "-" for the other
+      o = (n, "old") in ms ? median(ms[n, "old"]) : ""; w = (n, "new") in ms ? median(ms[n, "new"]) : ""
+      printf "%-34s %10s %10s %8s\n", n, o == "" ? "-" : sprintf("%.2f", o), w == "" ? "-" : sprintf("%.2f", w),
+             o == "" || w == "" || o + 0 == 0 ? "-" : sprintf("%.3f", w / o)
+    }
   }' "$results" | sort
