@@ -60,7 +60,7 @@ void bf16_gemm(int64_t m, int64_t n, int64_t pairs, float alpha, LeftOperand a, 
 void bf16_dot_rows(int rows, const c10::BFloat16* x, int64_t in, const c10::BFloat16* w, float* s);
 
 /// The FLOP rate of vdpbf16ps over that of the float FMA (vfmadd231ps), both on 512-bit registers, measured on
-/// the calling thread in register-only loops (under a millisecond; best of 7 rounds each). About 2 where the
+/// the calling thread in register-only loops (under a millisecond; the median of 21 rounds). About 2 where the
 /// pair product issues at the FMA's rate (AMD Zen 4), about 0.5 where it issues at half of it (the Intel Xeon
 /// of bench/RESULTS.md).
 double pair_product_speed();
