@@ -4,6 +4,7 @@
 // final rounding separate the two.
 
 #include "kernel_variants.h"
+#include "ops/cpu/isa/capability.h"
 #include "ops/cpu/products/route.h"
 #include "support.h"
 
@@ -130,6 +131,43 @@ TEST_P(LinearRowsKernel, ManyWeightsMatchFloat64EachAsAlone) {
       }
     }
   }
+}
+
+// The weights' prefetch (chosen per call by the CPU's vendor and the row count, products/route.h) asks for lines
+// only: with it and without, every row count gives the same bits, and both match float64. The widths cover the
+// prefetching loops (two vectors a step) with and without their remainders.
+TEST_P(LinearRowsKernel, PrefetchedOrNotTheSameBits) {
+  torch::manual_seed(20);
+  for (int64_t in : {64, 100, 576}) {
+    const torch::Tensor w = torch::randn({300, in}).to(dtype());
+    const torch::Tensor b = torch::randn({300}).to(dtype());
+    for (int64_t rows = 1; rows <= ops::kLinearRowsMax; ++rows) {
+      const torch::Tensor x = torch::randn({rows, in}).to(dtype());
+      ops::cpu::force_weight_prefetch(true);
+      const torch::Tensor prefetched = ops::linear_rows(x, w, b);
+      ops::cpu::force_weight_prefetch(false);
+      const torch::Tensor plain = ops::linear_rows(x, w, b);
+      ops::cpu::reset_weight_prefetch();
+      const std::string what = "in " + std::to_string(in) + ", rows " + std::to_string(rows);
+      EXPECT_TRUE(torch::equal(prefetched, plain)) << what;
+      expect_matches_float64(prefetched, x, w, b, what + ", prefetched");
+    }
+  }
+}
+
+TEST(LinearRowsRoute, PrefetchesWeightsExceptOneRowOnAmd) {
+  const bool amd = ops::cpu::hardware_is_amd();
+  std::printf("[ info ] this CPU is %s: one row %s its weights\n", amd ? "AMD's" : "not AMD's",
+              amd ? "streams without prefetching" : "prefetches");
+  EXPECT_EQ(ops::cpu::linear_rows_prefetch_weights(1), !amd);
+  for (int64_t rows : {int64_t{2}, int64_t{4}, ops::kLinearRowsMax}) {
+    EXPECT_TRUE(ops::cpu::linear_rows_prefetch_weights(rows)) << rows;
+  }
+  ops::cpu::force_weight_prefetch(true);
+  EXPECT_TRUE(ops::cpu::linear_rows_prefetch_weights(1));
+  ops::cpu::force_weight_prefetch(false);
+  EXPECT_FALSE(ops::cpu::linear_rows_prefetch_weights(4));
+  ops::cpu::reset_weight_prefetch();
 }
 
 TEST_P(LinearRowsKernel, ManyWeightsReadStridedAndEmptyWeights) {

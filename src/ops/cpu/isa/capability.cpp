@@ -118,6 +118,15 @@ bool hardware_has_avx512_bf16() {
 #endif
 }
 
+bool hardware_is_amd() {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  static const bool amd = __builtin_cpu_is("amd");
+  return amd;
+#else
+  return false;
+#endif
+}
+
 const char* capability_name(Capability capability) {
   switch (capability) {
     case Capability::Avx512Bf16: return "avx512_bf16";

@@ -33,5 +33,8 @@ bool hardware_has_amx();
 bool hardware_has_avx512_core();
 /// Whether this CPU has AVX512-BF16's instructions, whatever this build compiled and ATTN_CPU_CAPABILITY say.
 bool hardware_has_avx512_bf16();
+/// Whether this CPU is AMD's (CPUID's vendor), for the choices that measured differently there
+/// (products/route.h).
+bool hardware_is_amd();
 
 }  // namespace attn::ops::cpu

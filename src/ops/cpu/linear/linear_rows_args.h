@@ -27,6 +27,7 @@ struct LinearRowsArgs {
   std::vector<LinearRowsWeight<W>> weights;
   bool pairs = false;           // bfloat16 weights multiplied as pairs (products/route.h, linear_rows_take_pairs)
   bool amx = false;             // bfloat16 weights multiplied on AMX's tiles (products/route.h, linear_rows_take_amx)
+  bool prefetch = true;         // the weights prefetched ahead (products/route.h, linear_rows_prefetch_weights)
 };
 
 }  // namespace attn::ops::cpu

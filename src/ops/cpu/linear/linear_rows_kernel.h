@@ -49,7 +49,7 @@ template <int R, typename W>
 void dot_group(const LinearRowsArgs<W>& a, const LinearRowsWeight<W>& w, int64_t r0, int64_t o, float bias) {
   float s[R];
   weight_row_dots<R>(a.x + r0 * a.in, a.x_native ? a.x_native + r0 * a.in : nullptr, a.in,
-                     w.weight + o * w.weight_stride, a.pairs, s);
+                     w.weight + o * w.weight_stride, a.pairs, a.prefetch, s);
   for (int r = 0; r < R; ++r) w.y[(r0 + r) * w.out + o] = static_cast<W>(s[r] + bias);
 }
 

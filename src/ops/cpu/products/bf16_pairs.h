@@ -56,8 +56,8 @@ void bf16_gemm(int64_t m, int64_t n, int64_t pairs, float alpha, LeftOperand a, 
 /// rows of x with one bfloat16 weight row, as pair products summed in float (the bfloat16 linear_rows on a CPU
 /// with AVX512-BF16: one load and one vdpbf16ps per 32 weights and row, where widening takes four
 /// instructions). bfloat16 products are exact in float, so only the order of the float sums differs from
-/// widening first.
-void bf16_dot_rows(int rows, const c10::BFloat16* x, int64_t in, const c10::BFloat16* w, float* s);
+/// widening first. With `prefetch`, the weights are prefetched ahead (products/weight_prefetch.h).
+void bf16_dot_rows(int rows, const c10::BFloat16* x, int64_t in, const c10::BFloat16* w, bool prefetch, float* s);
 
 /// The FLOP rate of vdpbf16ps over that of the float FMA (vfmadd231ps), both on 512-bit registers, measured on
 /// the calling thread in register-only loops (under a millisecond; the median of 21 rounds). About 2 where the

@@ -112,7 +112,7 @@ void pack_transposed_in_pairs(const c10::BFloat16* src, int64_t ld_src, int64_t 
 namespace {
 
 /// The dot products of R rows of x with w; two accumulators per row cover vdpbf16ps's latency.
-template <int R>
+template <int R, bool Prefetch>
 void dot_rows(const c10::BFloat16* x, int64_t in, const c10::BFloat16* w, float* s) {
   constexpr int64_t kStep = 2 * kPairLanes;  // bfloat16 per vector
   __m512 acc0[R], acc1[R];
@@ -120,7 +120,9 @@ void dot_rows(const c10::BFloat16* x, int64_t in, const c10::BFloat16* w, float*
   for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 2 * kStep <= in; i += 2 * kStep) {
-    prefetch_weights_ahead(w + i, 2 * kStep * static_cast<int64_t>(sizeof(c10::BFloat16)));  // 128 bytes a step
+    if constexpr (Prefetch) {
+      prefetch_weights_ahead(w + i, 2 * kStep * static_cast<int64_t>(sizeof(c10::BFloat16)));  // 128 bytes a step
+    }
     const __m512bh w0 = (__m512bh)_mm512_loadu_si512(w + i), w1 = (__m512bh)_mm512_loadu_si512(w + i + kStep);
     ATTN_UNROLL
     for (int r = 0; r < R; ++r) {
@@ -144,14 +146,23 @@ void dot_rows(const c10::BFloat16* x, int64_t in, const c10::BFloat16* w, float*
 
 }  // namespace
 
-void bf16_dot_rows(int rows, const c10::BFloat16* x, int64_t in, const c10::BFloat16* w, float* s) {
+namespace {
+
+template <bool Prefetch>
+void dot_rows_of(int rows, const c10::BFloat16* x, int64_t in, const c10::BFloat16* w, float* s) {
   switch (rows) {
-    case 1: return dot_rows<1>(x, in, w, s);
-    case 2: return dot_rows<2>(x, in, w, s);
-    case 3: return dot_rows<3>(x, in, w, s);
-    case 4: return dot_rows<4>(x, in, w, s);
+    case 1: return dot_rows<1, Prefetch>(x, in, w, s);
+    case 2: return dot_rows<2, Prefetch>(x, in, w, s);
+    case 3: return dot_rows<3, Prefetch>(x, in, w, s);
+    case 4: return dot_rows<4, Prefetch>(x, in, w, s);
     default: TORCH_INTERNAL_ASSERT(false, "bf16_dot_rows: ", rows, " rows");
   }
+}
+
+}  // namespace
+
+void bf16_dot_rows(int rows, const c10::BFloat16* x, int64_t in, const c10::BFloat16* w, bool prefetch, float* s) {
+  prefetch ? dot_rows_of<true>(rows, x, in, w, s) : dot_rows_of<false>(rows, x, in, w, s);
 }
 
 void bf16_gemm(int64_t m, int64_t n, int64_t pairs, float alpha, LeftOperand a, PairsOperand b, float beta,

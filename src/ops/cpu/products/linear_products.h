@@ -23,9 +23,9 @@
 namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE {
 
 /// s[r] = Σ_i x[r, i] · w[i] for r < R, with w widened to float as it is loaded. The weights stream once, in
-/// order, prefetched ahead (products/weight_prefetch.h). Two accumulators per row, so that one row's sum is not a
-/// single chain of dependent FMAs.
-template <int R, typename W>
+/// order, prefetched ahead where Prefetch (products/weight_prefetch.h). Two accumulators per row, so that one
+/// row's sum is not a single chain of dependent FMAs.
+template <int R, bool Prefetch, typename W>
 void widened_dot_rows(const float* x, int64_t in, const W* w, float* s) {
   using Vec = Vectorized<float>;
   constexpr int64_t kStep = 2 * Vec::size();  // weights per iteration
@@ -33,7 +33,7 @@ void widened_dot_rows(const float* x, int64_t in, const W* w, float* s) {
   for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = Vec(0.0f);
   int64_t i = 0;
   for (; i + kStep <= in; i += kStep) {
-    prefetch_weights_ahead(w + i, kStep * static_cast<int64_t>(sizeof(W)));
+    if constexpr (Prefetch) prefetch_weights_ahead(w + i, kStep * static_cast<int64_t>(sizeof(W)));
     Vec w0, w1;
     load_two<float>(w + i, w0, w1);
     for (int r = 0; r < R; ++r) {
@@ -55,20 +55,21 @@ void widened_dot_rows(const float* x, int64_t in, const W* w, float* s) {
 }
 
 /// s[r] = Σ_i x[r, i] · w[i] for r < R, over `in` elements: x's rows contiguous, as float (x) and in W
-/// (x_native, which the pairs read); with `pairs`, as bfloat16 pairs.
+/// (x_native, which the pairs read); with `pairs`, as bfloat16 pairs; with `prefetch`, the weights prefetched.
 template <int R, typename W>
-void weight_row_dots(const float* x, const W* x_native, int64_t in, const W* w, bool pairs, float* s) {
+void weight_row_dots(const float* x, const W* x_native, int64_t in, const W* w, bool pairs, bool prefetch,
+                     float* s) {
   if constexpr (std::is_same_v<W, c10::BFloat16>) {
     if (pairs) {
 #ifdef ATTN_LINEAR_PAIR_PRODUCTS
-      return bf16_dot_rows(R, x_native, in, w, s);
+      return bf16_dot_rows(R, x_native, in, w, prefetch, s);
 #else
       TORCH_INTERNAL_ASSERT(false, "attn: linear_rows' bfloat16 pairs were not compiled in this variant");
 #endif
     }
   }
   (void)x_native, (void)pairs;
-  widened_dot_rows<R>(x, in, w, s);
+  prefetch ? widened_dot_rows<R, true>(x, in, w, s) : widened_dot_rows<R, false>(x, in, w, s);
 }
 
 }  // namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE

@@ -138,6 +138,27 @@ bool linear_rows_take_amx(at::ScalarType weight, int64_t rows) {
   return weight == at::kBFloat16 && rows >= kAmxLinearMinRows && amx_route_chosen();
 }
 
+namespace {
+// -1: no override; 0 off, 1 on.
+std::atomic<int> forced_prefetch{-1};
+}  // namespace
+
+bool linear_rows_prefetch_weights(int64_t rows) {
+  const int f = forced_prefetch.load();
+  if (f >= 0) return f == 1;
+  static const int environment = [] {
+    const char* env = std::getenv("ATTN_WEIGHT_PREFETCH");
+    if (env && std::strcmp(env, "on") == 0) return 1;
+    if (env && std::strcmp(env, "off") == 0) return 0;
+    return -1;
+  }();
+  if (environment >= 0) return environment == 1;
+  return !(rows == 1 && hardware_is_amd());
+}
+
+void force_weight_prefetch(bool on) { forced_prefetch.store(on ? 1 : 0); }
+void reset_weight_prefetch() { forced_prefetch.store(-1); }
+
 bool decode_takes_amx(at::ScalarType query, at::ScalarType cache, int64_t rows) {
   return query == at::kBFloat16 && cache == at::kBFloat16 && rows >= kAmxDecodeMinRows && amx_route_chosen();
 }

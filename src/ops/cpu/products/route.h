@@ -38,6 +38,16 @@ inline constexpr int64_t kAmxLinearMinRows = 4;
 /// Whether linear_rows multiplies `rows` rows by bfloat16 weights on AMX's tiles.
 bool linear_rows_take_amx(at::ScalarType weight, int64_t rows);
 
+/// Whether linear_rows prefetches its weights' stream ahead of the reader (products/weight_prefetch.h) for `rows`
+/// rows of x: everywhere but for one row on an AMD CPU, unless ATTN_WEIGHT_PREFETCH=on or =off forces it. On two
+/// Intel Xeons it made every row count 1.1x-1.6x faster; on an AMD Zen 4 one row streamed 1.1x-1.3x slower with
+/// it (the hardware prefetcher keeps up alone there, and the requests only compete with the loads) while four
+/// rows ran 1.15x-1.6x faster (bench/RESULTS.md).
+bool linear_rows_prefetch_weights(int64_t rows);
+/// Forces the weights' prefetch on or off (tests run both); `reset_weight_prefetch()` undoes it.
+void force_weight_prefetch(bool on);
+void reset_weight_prefetch();
+
 /// Query rows per K/V head of a decode step (the GQA group times the step's queries) from which a bfloat16 query
 /// over a bfloat16 cache runs on AMX's tiles, where amx_route_chosen(): below it, the register tiles keep up
 /// with the cache's stream; from it on, their widening FMAs bound them (bench/RESULTS.md).
