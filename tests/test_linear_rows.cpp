@@ -155,13 +155,12 @@ TEST_P(LinearRowsKernel, PrefetchedOrNotTheSameBits) {
   }
 }
 
-TEST(LinearRowsRoute, PrefetchesWeightsExceptOneRowOnAmd) {
+TEST(LinearRowsRoute, PrefetchesWeightsExceptFewRowsOnAmd) {
   const bool amd = ops::cpu::hardware_is_amd();
-  std::printf("[ info ] this CPU is %s: one row %s its weights\n", amd ? "AMD's" : "not AMD's",
-              amd ? "streams without prefetching" : "prefetches");
-  EXPECT_EQ(ops::cpu::linear_rows_prefetch_weights(1), !amd);
-  for (int64_t rows : {int64_t{2}, int64_t{4}, ops::kLinearRowsMax}) {
-    EXPECT_TRUE(ops::cpu::linear_rows_prefetch_weights(rows)) << rows;
+  std::printf("[ info ] this CPU is %s: up to %lld rows %s their weights\n", amd ? "AMD's" : "not AMD's",
+              static_cast<long long>(ops::cpu::kAmdUnprefetchedRows), amd ? "stream without prefetching" : "prefetch");
+  for (int64_t rows = 1; rows <= ops::kLinearRowsMax; ++rows) {
+    EXPECT_EQ(ops::cpu::linear_rows_prefetch_weights(rows), !amd || rows > ops::cpu::kAmdUnprefetchedRows) << rows;
   }
   ops::cpu::force_weight_prefetch(true);
   EXPECT_TRUE(ops::cpu::linear_rows_prefetch_weights(1));

@@ -153,7 +153,7 @@ bool linear_rows_prefetch_weights(int64_t rows) {
     return -1;
   }();
   if (environment >= 0) return environment == 1;
-  return !(rows == 1 && hardware_is_amd());
+  return !(rows <= kAmdUnprefetchedRows && hardware_is_amd());
 }
 
 void force_weight_prefetch(bool on) { forced_prefetch.store(on ? 1 : 0); }

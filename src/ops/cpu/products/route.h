@@ -38,11 +38,13 @@ inline constexpr int64_t kAmxLinearMinRows = 4;
 /// Whether linear_rows multiplies `rows` rows by bfloat16 weights on AMX's tiles.
 bool linear_rows_take_amx(at::ScalarType weight, int64_t rows);
 
+/// Rows of x up to which linear_rows streams its weights without the software prefetch on an AMD CPU. On an AMD
+/// Zen 4, one or two rows streamed 1.0x-1.3x slower with it (the hardware prefetcher keeps up alone there, and
+/// the requests only compete with the loads), three rows ran alike, four mostly faster (bench/RESULTS.md).
+inline constexpr int64_t kAmdUnprefetchedRows = 2;
 /// Whether linear_rows prefetches its weights' stream ahead of the reader (products/weight_prefetch.h) for `rows`
-/// rows of x: everywhere but for one row on an AMD CPU, unless ATTN_WEIGHT_PREFETCH=on or =off forces it. On two
-/// Intel Xeons it made every row count 1.1x-1.6x faster; on an AMD Zen 4 one row streamed 1.1x-1.3x slower with
-/// it (the hardware prefetcher keeps up alone there, and the requests only compete with the loads) while four
-/// rows ran 1.15x-1.6x faster (bench/RESULTS.md).
+/// rows of x: everywhere but up to kAmdUnprefetchedRows rows on an AMD CPU, unless ATTN_WEIGHT_PREFETCH=on or
+/// =off forces it. On two Intel Xeons it made every row count 1.1x-1.6x faster.
 bool linear_rows_prefetch_weights(int64_t rows);
 /// Forces the weights' prefetch on or off (tests run both); `reset_weight_prefetch()` undoes it.
 void force_weight_prefetch(bool on);
