@@ -49,6 +49,7 @@ std::vector<at::Tensor> multiply(const at::Tensor& input, at::TensorList weights
   const auto describe = [&](auto& args, auto element) {
     using W = decltype(element);
     args.rows = count, args.in = in;
+    args.prefetch = linear_rows_prefetch_weights(count);
     for (size_t k : taken) {
       const at::Tensor w = weights[k].stride(1) == 1 ? weights[k] : weights[k].contiguous();
       kept.push_back(w);
@@ -81,7 +82,6 @@ std::vector<at::Tensor> multiply(const at::Tensor& input, at::TensorList weights
     args.x_native = native;
     args.pairs = linear_rows_take_pairs(input.scalar_type());
     args.amx = linear_rows_take_amx(input.scalar_type(), count);
-    args.prefetch = linear_rows_prefetch_weights(count);
     linear_rows(args);
   } else {
     LinearRowsArgs<float> args;
@@ -93,7 +93,6 @@ std::vector<at::Tensor> multiply(const at::Tensor& input, at::TensorList weights
       args.weights[i].bias = kept.back().data_ptr<float>();
     }
     args.x = x_native.data_ptr<float>();
-    args.prefetch = linear_rows_prefetch_weights(count);
     linear_rows(args);
   }
   for (size_t k : taken) outs[k] = outs[k].view(shapes[k]);

@@ -144,10 +144,6 @@ void dot_rows(const c10::BFloat16* x, int64_t in, const c10::BFloat16* w, float*
   for (int r = 0; r < R; ++r) s[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r]));
 }
 
-}  // namespace
-
-namespace {
-
 template <bool Prefetch>
 void dot_rows_of(int rows, const c10::BFloat16* x, int64_t in, const c10::BFloat16* w, float* s) {
   switch (rows) {
