@@ -6,6 +6,7 @@
 #include "kernel_variants.h"
 #include "ops/cpu/isa/capability.h"
 #include "ops/cpu/products/route.h"
+#include "ops/torch_bfloat16_gemm.h"
 #include "support.h"
 
 #include <attn/cpu_kernel_info.h>
@@ -330,14 +331,67 @@ TEST(Linear, Bfloat16GradientsMatchFloat64) {
   EXPECT_TRUE(close(x.grad(), g64.mm(w64)));
 }
 
-// cpu_kernel_info() names the bfloat16 product beyond the kernel's rows as LibTorch's bfloat16 GEMM exactly where
-// the CPU has AVX-512's core set (what LibTorch asks for), and as widened elsewhere: /proc/cpuinfo read here.
+// cpu_kernel_info() names the bfloat16 product beyond the kernel's rows as widened where the CPU lacks AVX-512's
+// core set (what LibTorch asks for), as widened from kWidenedGemmMinRows rows where it has AVX512-BF16 measured
+// slower than the float FMA and no AMX, and as LibTorch's bfloat16 GEMM elsewhere: /proc/cpuinfo read here.
 TEST(Linear, Bfloat16RouteFollowsTheCpusAvx512) {
-  const c10::optional<bool> avx512 = cpuinfo_lists_avx512_core();
-  ASSERT_TRUE(avx512.has_value()) << "no flags line in /proc/cpuinfo";
+  const c10::optional<std::set<std::string>> flags = cpuinfo_flags();
+  ASSERT_TRUE(flags.has_value()) << "no flags line in /proc/cpuinfo";
+  const bool avx512 = *cpuinfo_lists_avx512_core();
+  const double speed = ops::cpu::bf16_pair_speed();
+  const bool trails = avx512 && flags->count("avx512_bf16") && !flags->count("amx_tile") && speed > 0 && speed < 1.0;
   const CpuKernelInfo info = cpu_kernel_info();
-  EXPECT_EQ(info.bfloat16_linear, *avx512 ? "libtorch" : "widened") << info.summary;
-  EXPECT_EQ(info.summary.find("widened to float GEMM") != std::string::npos, !*avx512) << info.summary;
+  EXPECT_EQ(info.bfloat16_linear, !avx512 ? "widened" : trails ? "widened_many" : "libtorch")
+      << info.summary << " (pairs measured " << speed << "x)";
+  EXPECT_EQ(info.summary.find("widened to float GEMM") != std::string::npos, !avx512 || trails) << info.summary;
+  if (trails) EXPECT_NE(info.summary.find("128 or more rows"), std::string::npos) << info.summary;
+}
+
+/// Forces whether LibTorch's bfloat16 GEMM counts as trailing the float one, for a scope.
+struct TrailsScope {
+  explicit TrailsScope(bool trails) { ops::force_torch_bfloat16_gemm_trails_float(trails); }
+  ~TrailsScope() { ops::reset_torch_bfloat16_gemm_trails_float(); }
+};
+
+// Widened for the float GEMM a block of output features at a time (forced on, so every CPU runs it): 4096 inputs
+// make blocks of 256 features, so 600 features are three blocks, the last one short. Each result is at::linear's
+// in float64 on the same bfloat16 inputs, with and without a bias, for a 3-D input and a transposed weight; the
+// inputs are left as they were. Forced off, and below kWidenedGemmMinRows or with a gradient recorded even when
+// forced on, the product is LibTorch's bfloat16 GEMM, bit for bit.
+TEST(Linear, Bfloat16WidenedInBlocksMatchesFloat64) {
+  torch::manual_seed(23);
+  const int64_t in = 4096, features = 600;
+  const torch::Tensor w = (torch::randn({features, in}) / 64).to(torch::kBFloat16);
+  const torch::Tensor wt = w.t().contiguous().t();  // the same values, column-major
+  const torch::Tensor b = torch::randn({features}).to(torch::kBFloat16);
+  const torch::Tensor w64 = w.to(torch::kFloat64), b64 = b.to(torch::kFloat64);
+  const auto close = [](const torch::Tensor& y, const torch::Tensor& ref) {
+    return y.scalar_type() == torch::kBFloat16 && y.sizes() == ref.sizes() &&
+           torch::allclose(y.to(torch::kFloat64), ref, 1.0 / 128, 1e-2);
+  };
+  {
+    TrailsScope widen(true);
+    for (const std::vector<int64_t>& shape : {std::vector<int64_t>{ops::kWidenedGemmMinRows, in},
+                                              std::vector<int64_t>{2, 75, in}}) {
+      const torch::Tensor x = torch::randn(shape).to(torch::kBFloat16);
+      const torch::Tensor before = x.clone();
+      const torch::Tensor x64 = x.to(torch::kFloat64);
+      const std::string what = std::to_string(x.numel() / in) + " rows";
+      EXPECT_TRUE(close(attn::linear(x, w, b), at::linear(x64, w64, b64))) << what << ", bias";
+      EXPECT_TRUE(close(attn::linear(x, w), at::linear(x64, w64))) << what;
+      EXPECT_TRUE(close(attn::linear(x, wt, b), at::linear(x64, w64, b64))) << what << ", transposed weight";
+      EXPECT_TRUE(torch::equal(x, before)) << what << ": the input changed";
+    }
+    const torch::Tensor few = torch::randn({ops::kWidenedGemmMinRows - 1, in}).to(torch::kBFloat16);
+    EXPECT_TRUE(torch::equal(attn::linear(few, w, b), at::linear(few, w, b)));
+    const torch::Tensor x = torch::randn({ops::kWidenedGemmMinRows, in}).to(torch::kBFloat16).requires_grad_();
+    const torch::Tensor y = attn::linear(x, w, b);
+    EXPECT_TRUE(y.requires_grad());
+    EXPECT_TRUE(torch::equal(y, at::linear(x, w, b)));
+  }
+  TrailsScope native(false);
+  const torch::Tensor x = torch::randn({ops::kWidenedGemmMinRows, in}).to(torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(attn::linear(x, w, b), at::linear(x, w, b)));
 }
 
 // cpu_kernel_info() names linear_rows' bfloat16 products as the route chooses them: AMX's tiles where the CPU has

@@ -29,8 +29,11 @@ struct CpuKernelInfo {
   /// element widened to float: CPUs without AVX512-VNNI, the other variants, or ATTN_INT8_PRODUCTS=widen).
   std::string int8_products;
   /// attn::linear's and the modules' projections' bfloat16 products beyond the few rows that attn's own kernel
-  /// takes: "libtorch" (at::linear, on oneDNN's bfloat16 kernels: CPUs with AVX-512) or "widened" (widened to
-  /// float for the float GEMM: x86 CPUs without AVX-512, where LibTorch's bfloat16 GEMM runs reference loops).
+  /// takes: "libtorch" (at::linear, on oneDNN's bfloat16 kernels: CPUs with AVX-512), "widened" (widened to
+  /// float for the float GEMM: x86 CPUs without AVX-512, where LibTorch's bfloat16 GEMM runs reference loops) or
+  /// "widened_many" (LibTorch's below 128 rows, widened from 128 rows on, without a recorded gradient: CPUs whose
+  /// AVX512-BF16 measures slower than the float FMA and that have no AMX, where oneDNN's bfloat16 kernels trail
+  /// the float GEMM; ATTN_BF16_GEMM=native or =widen forces the choice).
   std::string bfloat16_linear;
   /// attn's own kernel for those few rows (attn::ops::linear_rows) with bfloat16 weights: "amx" (AMX's tiles
   /// from a few rows on, each 16 weight rows against every row at once; pairs for fewer rows), "pairs"

@@ -94,7 +94,10 @@ torch::Tensor varlen_attention(const torch::Tensor& query, const torch::Tensor& 
 /// bfloat16 takes linear_rows for up to ops::kLinearRowsMax rows of any width, and more rows (or a recorded
 /// gradient) run at::linear in float and are rounded to bfloat16 once. On an x86 CPU with AVX-512 but without
 /// AVX512-BF16, where LibTorch's bfloat16 GEMM converts every element itself, bfloat16 also takes linear_rows
-/// for up to ops::kLinearRowsMax rows of any width. The modules' projections take the same route. Use it for a
+/// for up to ops::kLinearRowsMax rows of any width. On an x86 CPU whose AVX512-BF16 measures slower than its
+/// float FMA and that has no AMX (cpu_kernel_info().bfloat16_linear is "widened_many"), bfloat16 of 128 rows or
+/// more without a recorded gradient runs the float GEMM on widened operands, rounded to bfloat16 once. The
+/// modules' projections take the same route. Use it for a
 /// model's other layers (MLP, LM head).
 torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias = {});
 

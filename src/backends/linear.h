@@ -6,7 +6,9 @@
 // memory's rate on an AMD Zen 4 (bench/RESULTS.md, issue 13). Where LibTorch has no bfloat16 GEMM (x86 without
 // AVX-512, ops/torch_bfloat16_gemm.h), bfloat16 takes the kernel for up to kLinearRowsMax rows of any width and
 // is widened to float for more; where its bfloat16 GEMM is emulated (AVX-512 without AVX512-BF16), bfloat16
-// takes the kernel for up to kLinearRowsMax rows of any width.
+// takes the kernel for up to kLinearRowsMax rows of any width; where it runs on AVX512-BF16 pairs slower than the
+// float FMA (ops::torch_bfloat16_gemm_trails_float), kWidenedGemmMinRows rows or more are widened to float, the
+// weight a block at a time.
 
 #include <torch/types.h>
 
@@ -19,9 +21,11 @@ namespace attn::backends {
 /// emulates it); x and weight are float32 or bfloat16 on the CPU; and no gradient is recorded.
 bool takes_linear_rows(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
 
-/// at::linear(x, weight, bias): through attn::linear_rows where takes_linear_rows; else, in bfloat16 where
-/// LibTorch has no bfloat16 GEMM, through at::linear on the inputs widened to float, rounded back once (with
-/// gradients); else through a matrix-vector product for a single row on the CPU; else at::linear.
+/// at::linear(x, weight, bias): through attn::linear_rows where takes_linear_rows; else, in bfloat16 of
+/// kWidenedGemmMinRows rows or more without a gradient where LibTorch's bfloat16 GEMM trails the float one, through
+/// the float GEMM on x widened and the weight widened a block at a time; else, in bfloat16 where LibTorch has no
+/// bfloat16 GEMM, through at::linear on the inputs widened to float, rounded back once (with gradients); else
+/// through a matrix-vector product for a single row on the CPU; else at::linear.
 torch::Tensor project_rows(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
 
 /// project_rows(x, weights[k], biases[k]) for each k (biases: one per weight, undefined for none), where every

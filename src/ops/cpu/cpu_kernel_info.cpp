@@ -57,8 +57,16 @@ CpuKernelInfo cpu_kernel_info() {
                   static_cast<long long>(ops::cpu::kAmxDecodeMinRows));
     info.summary += rows;
   }
-  info.bfloat16_linear = ops::torch_multiplies_bfloat16_natively() ? "libtorch" : "widened";
+  info.bfloat16_linear = !ops::torch_multiplies_bfloat16_natively()     ? "widened"
+                         : ops::torch_bfloat16_gemm_trails_float() ? "widened_many"
+                                                                   : "libtorch";
   if (info.bfloat16_linear == "widened") info.summary += ", bfloat16 linear of many rows widened to float GEMM";
+  if (info.bfloat16_linear == "widened_many") {
+    char rows[112];
+    std::snprintf(rows, sizeof(rows), ", bfloat16 linear of %lld or more rows widened to float GEMM",
+                  static_cast<long long>(ops::kWidenedGemmMinRows));
+    info.summary += rows;
+  }
 #ifdef _OPENMP
   info.parallel_loops = true;
 #else

@@ -99,6 +99,19 @@ bool hardware_has_amx() {
 #endif
 }
 
+bool cpu_lists_amx() {
+#if defined(__linux__) && defined(__GNUC__) && defined(__x86_64__)
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    return ((edx >> 22) & 1u) && ((edx >> 24) & 1u);  // AMX-BF16, AMX-TILE
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
 bool hardware_has_avx512_core() {
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
