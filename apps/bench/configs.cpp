@@ -167,11 +167,12 @@ Suite build_decode_suite() {
       }
   // A decoding step's products, x [rows, in] times a weight [out, in]: SmolLM2-135M's LM head and MLP, and a
   // 7B model's square projection; attn::linear against at::linear (what torch::nn::Linear calls). 16 rows is
-  // the most attn's kernel takes; 512 rows, SmolLM2's MLP in a prefill, is a GEMM's work.
+  // the most attn's kernel takes; 128 rows (ops::kWidenedGemmMinRows, from which bfloat16 may be widened for the
+  // float GEMM) and 512, SmolLM2's MLP in a prefill, are a GEMM's work.
   for (const std::string dtype : {"float32", "bfloat16"})
     for (const auto& [out_features, in_features] :
          std::vector<std::pair<int64_t, int64_t>>{{49152, 576}, {1536, 576}, {576, 1536}, {4096, 4096}})
-      for (int64_t rows : {1, 4, 16, 512})
+      for (int64_t rows : {1, 4, 16, 128, 512})
         for (const std::string impl : {"attn_linear", "at_linear"}) {
           if (rows == 512 && out_features * in_features > 1536 * 576) continue;
           Config c;

@@ -101,8 +101,8 @@ read, and the variants against plain causal attention.
 Names: gemm/2048, core/IMPL/T=N/causal, core/IMPL/T=N/noncausal, mha/IMPL/T=N, train/IMPL/T=N (full and peer:
 train/IMPL/T=N/causal and /noncausal), long/fused/T=N; decode: bandwidth/sum-1GiB, decode/IMPL/B=N/Hkv=N/L=N
 (one step of 32 query heads of 128 over a cache of L positions; IMPL decode, math, torch_sdpa),
-linear/IMPL/rows=N/OUTxIN (a decoding step's product, or at rows=512 a prefill's: x [rows, IN] times a weight
-[OUT, IN]; IMPL attn_linear or at_linear), linear/IMPL/rows=1/576+192+192x576 (a layer's q, k and v
+linear/IMPL/rows=N/OUTxIN (a decoding step's product, or at rows=128 and 512 a prefill's: x [rows, IN] times a
+weight [OUT, IN]; IMPL attn_linear or at_linear), linear/IMPL/rows=1/576+192+192x576 (a layer's q, k and v
 projections of one row, on copies of the weights that come from memory; IMPL attn_linear_many, one call, or
 attn_linear_each), prefill/fused/T=2048/Hkv=N; a bfloat16 row ends in /bfloat16, and a
 bfloat16 decode step over an int8 cache in /int8-cache, or a paged cache in blocks of 16: each sequence's
