@@ -7,6 +7,7 @@
 #include "app_main.h"
 #include "bert.h"
 #include "command_line.h"
+#include "freed_memory.h"
 #include "openblas_kernels.h"
 #include "json_file.h"
 #include "model_folder.h"
@@ -231,5 +232,6 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   attn_apps::restart_with_fast_openblas(argv);
+  attn_apps::keep_freed_memory();
   return attn_apps::run_main("attn-embed", usage(), [&] { return run(argc, argv); });
 }

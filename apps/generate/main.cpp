@@ -5,6 +5,7 @@
 #include "app_main.h"
 #include "chat_format.h"
 #include "command_line.h"
+#include "freed_memory.h"
 #include "openblas_kernels.h"
 #include "generation.h"
 #include "speculative.h"
@@ -241,5 +242,6 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   attn_apps::restart_with_fast_openblas(argv);
+  attn_apps::keep_freed_memory();
   return attn_apps::run_main("attn-generate", usage(), [&] { return run(argc, argv); });
 }
