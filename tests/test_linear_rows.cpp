@@ -353,44 +353,61 @@ struct TrailsScope {
   ~TrailsScope() { ops::reset_torch_bfloat16_gemm_trails_float(); }
 };
 
-// Widened for the float GEMM a block of output features at a time (forced on, so every CPU runs it): 4096 inputs
-// make blocks of 256 features, so 600 features are three blocks, the last one short. Each result is at::linear's
-// in float64 on the same bfloat16 inputs, with and without a bias, for a 3-D input and a transposed weight; the
-// inputs are left as they were. Forced off, and below kWidenedGemmMinRows or with a gradient recorded even when
-// forced on, the product is LibTorch's bfloat16 GEMM, bit for bit.
+// Widened for the float GEMM a block of output features at a time (forced on, so every CPU runs it). Each result
+// is at::linear's in float64 on the same bfloat16 inputs, with and without a bias, for a 3-D input and a
+// transposed weight, and the inputs are left as they were:
+//   600 features of 4096: blocks of 256 (4 MiB of float), the last one short; 128 and 150 rows in the buffers
+//   the thread keeps, 300 rows (x past them) in buffers of the call's own;
+//   100 features of 64 over 16400 rows: blocks of 64 features (the least), whose result is past the kept buffer.
+// The kept buffers then serve a smaller call again. Forced off, and below kWidenedGemmMinRows or with a gradient
+// recorded even when forced on, the product is LibTorch's bfloat16 GEMM, bit for bit.
 TEST(Linear, Bfloat16WidenedInBlocksMatchesFloat64) {
   torch::manual_seed(23);
-  const int64_t in = 4096, features = 600;
-  const torch::Tensor w = (torch::randn({features, in}) / 64).to(torch::kBFloat16);
-  const torch::Tensor wt = w.t().contiguous().t();  // the same values, column-major
-  const torch::Tensor b = torch::randn({features}).to(torch::kBFloat16);
-  const torch::Tensor w64 = w.to(torch::kFloat64), b64 = b.to(torch::kFloat64);
   const auto close = [](const torch::Tensor& y, const torch::Tensor& ref) {
     return y.scalar_type() == torch::kBFloat16 && y.sizes() == ref.sizes() &&
            torch::allclose(y.to(torch::kFloat64), ref, 1.0 / 128, 1e-2);
   };
+  struct Case {
+    int64_t features, in;
+    std::vector<std::vector<int64_t>> shapes;  // of x
+  };
+  const std::vector<Case> cases = {
+      {600, 4096, {{ops::kWidenedGemmMinRows, 4096}, {2, 75, 4096}, {300, 4096}}},
+      {100, 64, {{16400, 64}}},
+      {600, 4096, {{ops::kWidenedGemmMinRows, 4096}}},
+  };
   {
     TrailsScope widen(true);
-    for (const std::vector<int64_t>& shape : {std::vector<int64_t>{ops::kWidenedGemmMinRows, in},
-                                              std::vector<int64_t>{2, 75, in}}) {
-      const torch::Tensor x = torch::randn(shape).to(torch::kBFloat16);
-      const torch::Tensor before = x.clone();
-      const torch::Tensor x64 = x.to(torch::kFloat64);
-      const std::string what = std::to_string(x.numel() / in) + " rows";
-      EXPECT_TRUE(close(attn::linear(x, w, b), at::linear(x64, w64, b64))) << what << ", bias";
-      EXPECT_TRUE(close(attn::linear(x, w), at::linear(x64, w64))) << what;
-      EXPECT_TRUE(close(attn::linear(x, wt, b), at::linear(x64, w64, b64))) << what << ", transposed weight";
-      EXPECT_TRUE(torch::equal(x, before)) << what << ": the input changed";
+    for (const Case& c : cases) {
+      const torch::Tensor w = (torch::randn({c.features, c.in}) / std::sqrt(c.in)).to(torch::kBFloat16);
+      const torch::Tensor wt = w.t().contiguous().t();  // the same values, column-major
+      const torch::Tensor b = torch::randn({c.features}).to(torch::kBFloat16);
+      const torch::Tensor w64 = w.to(torch::kFloat64), b64 = b.to(torch::kFloat64);
+      for (const std::vector<int64_t>& shape : c.shapes) {
+        const torch::Tensor x = torch::randn(shape).to(torch::kBFloat16);
+        const torch::Tensor before = x.clone(), w_before = w.clone();
+        const torch::Tensor x64 = x.to(torch::kFloat64);
+        const std::string what = std::to_string(x.numel() / c.in) + " rows of " + std::to_string(c.in) + ", " +
+                                 std::to_string(c.features) + " features";
+        EXPECT_TRUE(close(attn::linear(x, w, b), at::linear(x64, w64, b64))) << what << ", bias";
+        EXPECT_TRUE(close(attn::linear(x, w), at::linear(x64, w64))) << what;
+        EXPECT_TRUE(close(attn::linear(x, wt, b), at::linear(x64, w64, b64))) << what << ", transposed weight";
+        EXPECT_TRUE(torch::equal(x, before) && torch::equal(w, w_before)) << what << ": an input changed";
+      }
     }
-    const torch::Tensor few = torch::randn({ops::kWidenedGemmMinRows - 1, in}).to(torch::kBFloat16);
+    const torch::Tensor w = (torch::randn({600, 4096}) / 64).to(torch::kBFloat16);
+    const torch::Tensor b = torch::randn({600}).to(torch::kBFloat16);
+    const torch::Tensor few = torch::randn({ops::kWidenedGemmMinRows - 1, 4096}).to(torch::kBFloat16);
     EXPECT_TRUE(torch::equal(attn::linear(few, w, b), at::linear(few, w, b)));
-    const torch::Tensor x = torch::randn({ops::kWidenedGemmMinRows, in}).to(torch::kBFloat16).requires_grad_();
+    const torch::Tensor x = torch::randn({ops::kWidenedGemmMinRows, 4096}).to(torch::kBFloat16).requires_grad_();
     const torch::Tensor y = attn::linear(x, w, b);
     EXPECT_TRUE(y.requires_grad());
     EXPECT_TRUE(torch::equal(y, at::linear(x, w, b)));
   }
   TrailsScope native(false);
-  const torch::Tensor x = torch::randn({ops::kWidenedGemmMinRows, in}).to(torch::kBFloat16);
+  const torch::Tensor w = (torch::randn({600, 4096}) / 64).to(torch::kBFloat16);
+  const torch::Tensor b = torch::randn({600}).to(torch::kBFloat16);
+  const torch::Tensor x = torch::randn({ops::kWidenedGemmMinRows, 4096}).to(torch::kBFloat16);
   EXPECT_TRUE(torch::equal(attn::linear(x, w, b), at::linear(x, w, b)));
 }
 

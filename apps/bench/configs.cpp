@@ -400,7 +400,9 @@ bool same_shape(const Config& a, const Config& b) {
          a.outs == b.outs;
 }
 
-bool is_alternation_peer(const std::string& impl) { return impl == "torch_sdpa" || impl == "torch_mha"; }
+bool is_alternation_peer(const std::string& impl) {
+  return impl == "torch_sdpa" || impl == "torch_mha" || impl == "at_linear";
+}
 
 double attended_pairs(const Config& c) {
   // Causal pairs of one sequence of length T within a window of W keys (W < 0: unbounded).

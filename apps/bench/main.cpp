@@ -79,10 +79,11 @@ Options:
   --threads N       at::set_num_threads(N) in every configuration (default: every core)
   --device DEV      cpu | cuda | cuda:N (default: cpu)
   --json FILE       also write the records to FILE as a JSON list (written to a temporary file, then renamed)
-  --alternate       time each of attn's configurations and its LibTorch peer (torch_sdpa, torch_mha) in one
-                    child process, a rep of one, then of the other, and report beside each ratio of medians
-                    the median of the reps' own ratios: on a machine whose speed drifts between processes
-                    (a shared VM), the steadier comparison. Peak RSS is then the pair's together
+  --alternate       time each of attn's configurations and its LibTorch peer (torch_sdpa, torch_mha,
+                    at_linear) in one child process, a rep of one, then of the other, and report beside each
+                    ratio of medians the median of the reps' own ratios: on a machine whose speed drifts
+                    between processes (a shared VM), the steadier comparison. Peak RSS is then the pair's
+                    together
   --routes          time nothing: print which backend and kernel attn runs for each kind of call (dtypes,
                     masks, GQA, window, softcap, ALiBi, sinks, packed sequences, the KV cache) on --device,
                     for inference and for training; --json writes them
@@ -190,7 +191,7 @@ std::vector<int> alternation_partners(const std::vector<bench::Config>& selected
     for (const bool preferred_only : {true, false}) {
       for (size_t o = 0; o < selected.size() && partner[p] < 0; ++o) {
         const bench::Config& c = selected[o];
-        const bool preferred = c.impl == "fused" || c.impl == "auto" || c.impl == "attn_mha";
+        const bool preferred = c.impl == "fused" || c.impl == "auto" || c.impl == "attn_mha" || c.impl == "attn_linear";
         if (partner[o] < 0 && !bench::is_alternation_peer(c.impl) && bench::same_shape(c, selected[p]) &&
             (preferred || !preferred_only)) {
           partner[o] = static_cast<int>(p);

@@ -49,10 +49,23 @@ bool bfloat16_on_emulated_gemm(const torch::Tensor& x, const torch::Tensor& weig
   return bfloat16_operands_on_cpu(x, weight, bias) && ops::torch_bfloat16_gemm_is_emulated();
 }
 
-/// Weight elements widened at a time (4 MiB of float) by widened_in_blocks: the block stays in the caches while
-/// the GEMM reads it, and no float copy of a whole large weight is mapped page by page on every call (widened
-/// whole, SmolLM2's 49152 x 576 head ran 0.3x-0.7x oneDNN's bfloat16 product at 32-256 rows; in blocks 0.9x-1.35x).
-constexpr int64_t kWidenedWeightBlockElements = int64_t{1} << 20;
+/// Float elements (4 MiB) of each buffer widened_in_blocks works in: x widened, a block of the weight widened,
+/// that block's result. In blocks, no float copy of a whole large weight is mapped page by page on every call
+/// (widened whole, SmolLM2's 49152 x 576 head ran 0.3x-0.7x oneDNN's bfloat16 product at 32-256 rows; in blocks
+/// 0.9x-1.35x), and the block stays in the caches while the GEMM reads it. The calling thread keeps the three
+/// buffers from one call to the next: allocated anew, their pages faulted in on every call under glibc's
+/// defaults, and 512 rows of SmolLM2's MLP ran 1.1x-1.3x oneDNN's product instead of 1.5x-1.65x.
+constexpr int64_t kWidenedBufferElements = int64_t{1} << 20;
+/// Output features per block at least, however many rows x has (the GEMM's N).
+constexpr int64_t kWidenedMinBlockFeatures = 64;
+
+/// n float elements: the front of the buffer that `kept` (the calling thread's) holds, allocated at
+/// kWidenedBufferElements on first use; past that size, a buffer of the call's own.
+torch::Tensor widening_buffer(torch::Tensor& kept, int64_t n) {
+  if (n > kWidenedBufferElements) return at::empty({n}, at::kFloat);
+  if (!kept.defined()) kept = at::empty({kWidenedBufferElements}, at::kFloat);
+  return kept.narrow(0, 0, n);
+}
 
 /// Whether x · Wᵀ + b is a bfloat16 product of at least ops::kWidenedGemmMinRows rows, without a gradient, on a
 /// CPU whose bfloat16 GEMM trails its float one (ops/torch_bfloat16_gemm.h).
@@ -64,17 +77,19 @@ bool widens_for_the_float_gemm(const torch::Tensor& x, const torch::Tensor& weig
   return ops::torch_bfloat16_gemm_trails_float();
 }
 
-/// x · Wᵀ + b on the float GEMM, the weight widened a block of output features at a time into one buffer, each
-/// block's float result rounded to bfloat16 once into its columns of the result.
+/// x · Wᵀ + b on the float GEMM, the weight widened a block of output features at a time, each block's float
+/// result rounded to bfloat16 once into its columns of the result.
 torch::Tensor widened_in_blocks(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
-  const int64_t in = weight.size(1), features = weight.size(0);
-  const torch::Tensor x32 = x.reshape({-1, in}).to(torch::kFloat32).contiguous();
-  const int64_t rows = x32.size(0);
-  const int64_t block = std::max<int64_t>(1, std::min(features, kWidenedWeightBlockElements / in));
+  thread_local torch::Tensor kept_x, kept_weight, kept_result;
+  const int64_t in = weight.size(1), features = weight.size(0), rows = x.numel() / in;
+  const int64_t fit = std::min(kWidenedBufferElements / in, kWidenedBufferElements / rows);
+  const int64_t block = std::min(features, std::max(kWidenedMinBlockFeatures, fit));
+  torch::Tensor x32 = widening_buffer(kept_x, rows * in).view({rows, in});
+  x32.copy_(x.reshape({rows, in}));
   const torch::Tensor b32 = bias.defined() ? bias.to(torch::kFloat32) : torch::Tensor();
   torch::Tensor out = at::empty({rows, features}, x.options().dtype(torch::kBFloat16));
-  torch::Tensor w32 = at::empty({block * in}, x32.options());
-  torch::Tensor y32 = at::empty({rows * block}, x32.options());
+  const torch::Tensor w32 = widening_buffer(kept_weight, block * in);
+  const torch::Tensor y32 = widening_buffer(kept_result, rows * block);
   for (int64_t first = 0; first < features; first += block) {
     const int64_t n = std::min(block, features - first);
     const torch::Tensor w = w32.narrow(0, 0, n * in).view({n, in});
