@@ -13,13 +13,16 @@
 #include <attn/functional.h>
 #include <attn/ops/linear_rows.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace attn::test {
@@ -339,7 +342,12 @@ TEST(Linear, Bfloat16RouteFollowsTheCpusAvx512) {
   ASSERT_TRUE(flags.has_value()) << "no flags line in /proc/cpuinfo";
   const bool avx512 = *cpuinfo_lists_avx512_core();
   const double speed = ops::cpu::bf16_pair_speed();
-  const bool trails = avx512 && flags->count("avx512_bf16") && !flags->count("amx_tile") && speed > 0 && speed < 1.0;
+  // Linux lists amx_tile only where it enabled the tile state.
+  bool trails = avx512 && flags->count("avx512_bf16") && !flags->count("amx_tile") && speed > 0 &&
+                speed < ops::kBfloat16GemmTrailsBelow;
+  const char* forced = std::getenv("ATTN_BF16_GEMM");
+  if (forced && std::string(forced) == "widen") trails = avx512;
+  if (forced && std::string(forced) == "native") trails = false;
   const CpuKernelInfo info = cpu_kernel_info();
   EXPECT_EQ(info.bfloat16_linear, !avx512 ? "widened" : trails ? "widened_many" : "libtorch")
       << info.summary << " (pairs measured " << speed << "x)";
@@ -353,14 +361,23 @@ struct TrailsScope {
   ~TrailsScope() { ops::reset_torch_bfloat16_gemm_trails_float(); }
 };
 
+/// What attn::linear gives for bfloat16 where it does not widen in blocks: LibTorch's bfloat16 product, or on x86
+/// without AVX-512 (no bfloat16 GEMM in LibTorch) the float one, rounded once.
+torch::Tensor unwidened_reference(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  if (ops::torch_multiplies_bfloat16_natively()) return at::linear(x, w, b);
+  return at::linear(x.to(torch::kFloat32), w.to(torch::kFloat32), b.to(torch::kFloat32)).to(torch::kBFloat16);
+}
+
 // Widened for the float GEMM a block of output features at a time (forced on, so every CPU runs it). Each result
-// is at::linear's in float64 on the same bfloat16 inputs, with and without a bias, for a 3-D input and a
-// transposed weight, and the inputs are left as they were:
-//   600 features of 4096: blocks of 256 (4 MiB of float), the last one short; 128 and 150 rows in the buffers
-//   the thread keeps, 300 rows (x past them) in buffers of the call's own;
-//   100 features of 64 over 16400 rows: blocks of 64 features (the least), whose result is past the kept buffer.
-// The kept buffers then serve a smaller call again. Forced off, and below kWidenedGemmMinRows or with a gradient
-// recorded even when forced on, the product is LibTorch's bfloat16 GEMM, bit for bit.
+// is at::linear's in float64 on the same bfloat16 inputs, with and without a bias, for a 3-D input, a transposed
+// weight, an x with strided rows and a strided bias, and the inputs are left as they were:
+//   600 features of 4096: blocks of 256 (4 MiB of float), the last one short; 128 and 150 rows;
+//   100 features of 64 over 16400 rows: blocks of 64 features (the least, whose result then takes 4 MiB or more);
+//   0 features.
+// At 128 rows of 4096 it is bit for bit at::addmm in float on each block of 256 features, rounded to bfloat16:
+// the product really was widened. A first call under InferenceMode, on a thread of its own, leaves the buffers
+// that thread keeps usable outside it. Forced off, and below kWidenedGemmMinRows or with a gradient recorded
+// even when forced on, attn::linear gives what it gives without the blocks, bit for bit.
 TEST(Linear, Bfloat16WidenedInBlocksMatchesFloat64) {
   torch::manual_seed(23);
   const auto close = [](const torch::Tensor& y, const torch::Tensor& ref) {
@@ -372,43 +389,77 @@ TEST(Linear, Bfloat16WidenedInBlocksMatchesFloat64) {
     std::vector<std::vector<int64_t>> shapes;  // of x
   };
   const std::vector<Case> cases = {
-      {600, 4096, {{ops::kWidenedGemmMinRows, 4096}, {2, 75, 4096}, {300, 4096}}},
+      {600, 4096, {{ops::kWidenedGemmMinRows, 4096}, {2, 75, 4096}}},
       {100, 64, {{16400, 64}}},
-      {600, 4096, {{ops::kWidenedGemmMinRows, 4096}}},
+      {0, 64, {{ops::kWidenedGemmMinRows, 64}}},
   };
+  const torch::Tensor w = (torch::randn({600, 4096}) / 64).to(torch::kBFloat16);
+  const torch::Tensor b = torch::randn({600}).to(torch::kBFloat16);
   {
     TrailsScope widen(true);
     for (const Case& c : cases) {
-      const torch::Tensor w = (torch::randn({c.features, c.in}) / std::sqrt(c.in)).to(torch::kBFloat16);
-      const torch::Tensor wt = w.t().contiguous().t();  // the same values, column-major
-      const torch::Tensor b = torch::randn({c.features}).to(torch::kBFloat16);
-      const torch::Tensor w64 = w.to(torch::kFloat64), b64 = b.to(torch::kFloat64);
+      const torch::Tensor cw = (torch::randn({c.features, c.in}) / std::sqrt(c.in)).to(torch::kBFloat16);
+      const torch::Tensor wt = cw.t().contiguous().t();  // the same values, column-major
+      const torch::Tensor cb = torch::randn({2 * c.features}).to(torch::kBFloat16).slice(0, 0, 2 * c.features, 2);
+      const torch::Tensor w64 = cw.to(torch::kFloat64), b64 = cb.to(torch::kFloat64);
       for (const std::vector<int64_t>& shape : c.shapes) {
+        std::vector<int64_t> wider = shape;
+        wider.back() += 8;
         const torch::Tensor x = torch::randn(shape).to(torch::kBFloat16);
-        const torch::Tensor before = x.clone(), w_before = w.clone();
+        const torch::Tensor strided = torch::randn(wider).to(torch::kBFloat16).narrow(-1, 0, c.in);
+        const torch::Tensor before = x.clone(), w_before = cw.clone();
         const torch::Tensor x64 = x.to(torch::kFloat64);
-        const std::string what = std::to_string(x.numel() / c.in) + " rows of " + std::to_string(c.in) + ", " +
-                                 std::to_string(c.features) + " features";
-        EXPECT_TRUE(close(attn::linear(x, w, b), at::linear(x64, w64, b64))) << what << ", bias";
-        EXPECT_TRUE(close(attn::linear(x, w), at::linear(x64, w64))) << what;
-        EXPECT_TRUE(close(attn::linear(x, wt, b), at::linear(x64, w64, b64))) << what << ", transposed weight";
-        EXPECT_TRUE(torch::equal(x, before) && torch::equal(w, w_before)) << what << ": an input changed";
+        const std::string what = std::to_string(x.numel() / std::max<int64_t>(c.in, 1)) + " rows of " +
+                                 std::to_string(c.in) + ", " + std::to_string(c.features) + " features";
+        EXPECT_TRUE(close(attn::linear(x, cw, cb), at::linear(x64, w64, b64))) << what << ", bias";
+        EXPECT_TRUE(close(attn::linear(x, cw), at::linear(x64, w64))) << what;
+        EXPECT_TRUE(close(attn::linear(x, wt, cb), at::linear(x64, w64, b64))) << what << ", transposed weight";
+        EXPECT_TRUE(close(attn::linear(strided, cw, cb), at::linear(strided.to(torch::kFloat64), w64, b64)))
+            << what << ", strided rows";
+        EXPECT_TRUE(torch::equal(x, before) && torch::equal(cw, w_before)) << what << ": an input changed";
       }
     }
-    const torch::Tensor w = (torch::randn({600, 4096}) / 64).to(torch::kBFloat16);
-    const torch::Tensor b = torch::randn({600}).to(torch::kBFloat16);
+    const torch::Tensor x = torch::randn({ops::kWidenedGemmMinRows, 4096}).to(torch::kBFloat16);
+    const torch::Tensor x32 = x.to(torch::kFloat32), b32 = b.to(torch::kFloat32);
+    std::vector<torch::Tensor> blocks;
+    for (int64_t first = 0; first < 600; first += 256) {
+      const int64_t n = std::min<int64_t>(256, 600 - first);
+      const torch::Tensor w32 = w.narrow(0, first, n).to(torch::kFloat32).contiguous();
+      blocks.push_back(at::addmm(b32.narrow(0, first, n), x32, w32.t()).to(torch::kBFloat16));
+    }
+    const torch::Tensor widened = attn::linear(x, w, b), by_blocks = torch::cat(blocks, 1);
+    EXPECT_TRUE(torch::equal(widened, by_blocks)) << (widened != by_blocks).sum().item<int64_t>() << " differ";
+
+    torch::Tensor in_inference, without_grad;
+    std::string error;
+    std::thread fresh([&] {
+      try {
+        {
+          c10::InferenceMode inference;
+          in_inference = attn::linear(x, w, b);
+        }
+        torch::NoGradGuard no_grad;
+        without_grad = attn::linear(x, w, b);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    });
+    fresh.join();
+    ASSERT_TRUE(error.empty()) << error.substr(0, 300);
+    ASSERT_TRUE(in_inference.defined() && without_grad.defined());
+    EXPECT_TRUE(torch::equal(in_inference, widened));
+    EXPECT_TRUE(torch::equal(without_grad, widened));
+
     const torch::Tensor few = torch::randn({ops::kWidenedGemmMinRows - 1, 4096}).to(torch::kBFloat16);
-    EXPECT_TRUE(torch::equal(attn::linear(few, w, b), at::linear(few, w, b)));
-    const torch::Tensor x = torch::randn({ops::kWidenedGemmMinRows, 4096}).to(torch::kBFloat16).requires_grad_();
-    const torch::Tensor y = attn::linear(x, w, b);
+    EXPECT_TRUE(torch::equal(attn::linear(few, w, b), unwidened_reference(few, w, b)));
+    const torch::Tensor recorded = x.clone().requires_grad_();
+    const torch::Tensor y = attn::linear(recorded, w, b);
     EXPECT_TRUE(y.requires_grad());
-    EXPECT_TRUE(torch::equal(y, at::linear(x, w, b)));
+    EXPECT_TRUE(torch::equal(y, unwidened_reference(x, w, b)));
   }
   TrailsScope native(false);
-  const torch::Tensor w = (torch::randn({600, 4096}) / 64).to(torch::kBFloat16);
-  const torch::Tensor b = torch::randn({600}).to(torch::kBFloat16);
   const torch::Tensor x = torch::randn({ops::kWidenedGemmMinRows, 4096}).to(torch::kBFloat16);
-  EXPECT_TRUE(torch::equal(attn::linear(x, w, b), at::linear(x, w, b)));
+  EXPECT_TRUE(torch::equal(attn::linear(x, w, b), unwidened_reference(x, w, b)));
 }
 
 // cpu_kernel_info() names linear_rows' bfloat16 products as the route chooses them: AMX's tiles where the CPU has

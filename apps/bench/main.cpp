@@ -187,7 +187,7 @@ std::vector<int> alternation_partners(const std::vector<bench::Config>& selected
   std::vector<int> partner(selected.size(), -1);
   for (size_t p = 0; p < selected.size(); ++p) {
     if (!bench::is_alternation_peer(selected[p].impl)) continue;
-    // attn's default route first (the fused kernel, or MultiHeadAttention), then any other of attn's.
+    // attn's default route first (the fused kernel, MultiHeadAttention, attn::linear), then any other of attn's.
     for (const bool preferred_only : {true, false}) {
       for (size_t o = 0; o < selected.size() && partner[p] < 0; ++o) {
         const bench::Config& c = selected[o];

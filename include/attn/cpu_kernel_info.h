@@ -33,7 +33,7 @@ struct CpuKernelInfo {
   /// float for the float GEMM: x86 CPUs without AVX-512, where LibTorch's bfloat16 GEMM runs reference loops) or
   /// "widened_many" (LibTorch's below 128 rows, widened from 128 rows on, without a recorded gradient: CPUs whose
   /// AVX512-BF16 measures slower than the float FMA and that have no AMX, where oneDNN's bfloat16 kernels trail
-  /// the float GEMM; ATTN_BF16_GEMM=native or =widen forces the choice).
+  /// the float GEMM; on CPUs with AVX-512, ATTN_BF16_GEMM=native or =widen forces the choice).
   std::string bfloat16_linear;
   /// attn's own kernel for those few rows (attn::ops::linear_rows) with bfloat16 weights: "amx" (AMX's tiles
   /// from a few rows on, each 16 weight rows against every row at once; pairs for fewer rows), "pairs"

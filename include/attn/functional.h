@@ -97,8 +97,7 @@ torch::Tensor varlen_attention(const torch::Tensor& query, const torch::Tensor& 
 /// for up to ops::kLinearRowsMax rows of any width. On an x86 CPU whose AVX512-BF16 measures slower than its
 /// float FMA and that has no AMX (cpu_kernel_info().bfloat16_linear is "widened_many"), bfloat16 of 128 rows or
 /// more without a recorded gradient runs the float GEMM on widened operands, rounded to bfloat16 once. The
-/// modules' projections take the same route. Use it for a
-/// model's other layers (MLP, LM head).
+/// modules' projections take the same route. Use it for a model's other layers (MLP, LM head).
 torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias = {});
 
 /// linear(input, weights[k], biases[k]) for each weight (biases empty: none; an undefined entry: none for that

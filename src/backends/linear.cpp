@@ -5,6 +5,7 @@
 #include <attn/ops/linear_rows.h>
 
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 #include <torch/autograd.h>
 
 #include <algorithm>
@@ -49,21 +50,26 @@ bool bfloat16_on_emulated_gemm(const torch::Tensor& x, const torch::Tensor& weig
   return bfloat16_operands_on_cpu(x, weight, bias) && ops::torch_bfloat16_gemm_is_emulated();
 }
 
-/// Float elements (4 MiB) of each buffer widened_in_blocks works in: x widened, a block of the weight widened,
-/// that block's result. In blocks, no float copy of a whole large weight is mapped page by page on every call
-/// (widened whole, SmolLM2's 49152 x 576 head ran 0.3x-0.7x oneDNN's bfloat16 product at 32-256 rows; in blocks
-/// 0.9x-1.35x), and the block stays in the caches while the GEMM reads it. The calling thread keeps the three
-/// buffers from one call to the next: allocated anew, their pages faulted in on every call under glibc's
-/// defaults, and 512 rows of SmolLM2's MLP ran 1.1x-1.3x oneDNN's product instead of 1.5x-1.65x.
-constexpr int64_t kWidenedBufferElements = int64_t{1} << 20;
+/// Float elements (4 MiB) of the weight widened at a time by widened_in_blocks, and of its block's result where
+/// x has few enough rows: no float copy of a whole large weight is mapped page by page on every call (widened
+/// whole, SmolLM2's 49152 x 576 head ran 0.3x-0.7x oneDNN's bfloat16 product at 32-256 rows; in blocks
+/// 0.9x-1.35x), and the block stays in the caches while the GEMM reads it.
+constexpr int64_t kWidenedBlockElements = int64_t{1} << 20;
 /// Output features per block at least, however many rows x has (the GEMM's N).
 constexpr int64_t kWidenedMinBlockFeatures = 64;
+/// Float elements (64 MiB) up to which the calling thread keeps each of widened_in_blocks' three buffers (x
+/// widened, the weight's block, its result) from one call to the next, grown to the largest call: allocated anew,
+/// their pages faulted in on every call under glibc's defaults, and 512 rows of SmolLM2's MLP ran 1.1x-1.3x
+/// oneDNN's product instead of 1.35x-1.4x (bench/RESULTS.md). Past it, a buffer of the call's own.
+constexpr int64_t kKeptWideningElements = int64_t{1} << 24;
 
-/// n float elements: the front of the buffer that `kept` (the calling thread's) holds, allocated at
-/// kWidenedBufferElements on first use; past that size, a buffer of the call's own.
+/// n float elements: the front of the buffer that `kept` (the calling thread's) holds, or of one of the call's own.
 torch::Tensor widening_buffer(torch::Tensor& kept, int64_t n) {
-  if (n > kWidenedBufferElements) return at::empty({n}, at::kFloat);
-  if (!kept.defined()) kept = at::empty({kWidenedBufferElements}, at::kFloat);
+  // A normal tensor even where a call runs under InferenceMode: a kept inference tensor could not be written
+  // by a later call outside it.
+  c10::InferenceMode normal(false);
+  if (n > kKeptWideningElements) return at::empty({n}, at::kFloat);
+  if (!kept.defined() || kept.numel() < n) kept = at::empty({n}, at::kFloat);
   return kept.narrow(0, 0, n);
 }
 
@@ -82,10 +88,10 @@ bool widens_for_the_float_gemm(const torch::Tensor& x, const torch::Tensor& weig
 torch::Tensor widened_in_blocks(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
   thread_local torch::Tensor kept_x, kept_weight, kept_result;
   const int64_t in = weight.size(1), features = weight.size(0), rows = x.numel() / in;
-  const int64_t fit = std::min(kWidenedBufferElements / in, kWidenedBufferElements / rows);
+  const int64_t fit = std::min(kWidenedBlockElements / in, kWidenedBlockElements / rows);
   const int64_t block = std::min(features, std::max(kWidenedMinBlockFeatures, fit));
   torch::Tensor x32 = widening_buffer(kept_x, rows * in).view({rows, in});
-  x32.copy_(x.reshape({rows, in}));
+  x32.view(x.sizes()).copy_(x);  // widened where it lies, whatever x's strides
   const torch::Tensor b32 = bias.defined() ? bias.to(torch::kFloat32) : torch::Tensor();
   torch::Tensor out = at::empty({rows, features}, x.options().dtype(torch::kBFloat16));
   const torch::Tensor w32 = widening_buffer(kept_weight, block * in);

@@ -20,11 +20,12 @@ bool torch_multiplies_bfloat16_natively();
 bool torch_bfloat16_gemm_is_emulated();
 
 /// Whether that oneDNN product runs on AVX512-BF16's pair products that are slower than the float FMA here: the
-/// CPU has AVX512-BF16 but no AMX tiles (which oneDNN takes where they are), and vdpbf16ps measured below
-/// kBfloat16GemmTrailsBelow of the FMA's FLOP rate (the bfloat16 route's probe, products/route.h). Then the float
-/// GEMM on widened operands is faster from kWidenedGemmMinRows rows on. On an Intel Xeon whose KVM guest hides
-/// AMX (model 207: vdpbf16ps at 0.5x, a 2048³ GEMM at 137 GFLOP/s in bfloat16 and 259 in float32), widening made
-/// SmolLM2's 512-row products 1.3x-1.6x faster (bench/RESULTS.md). ATTN_BF16_GEMM=native or =widen forces it.
+/// CPU has AVX512-BF16 but no AMX tiles enabled (which oneDNN takes where they are), and vdpbf16ps measured below
+/// kBfloat16GemmTrailsBelow of the FMA's FLOP rate (the bfloat16 route's probe, products/route.h; it does not run
+/// where ATTN_CPU_CAPABILITY pins the variant, and then this is false). Then the float GEMM on widened operands is
+/// faster from kWidenedGemmMinRows rows on. On an Intel Xeon whose KVM guest hides AMX (model 207: vdpbf16ps at
+/// 0.5x, a 2048³ GEMM at 137-157 GFLOP/s in bfloat16 and 246-259 in float32), widening made SmolLM2's products
+/// of 512 rows 1.33x-1.64x faster (bench/RESULTS.md). ATTN_BF16_GEMM=native or =widen forces it.
 bool torch_bfloat16_gemm_trails_float();
 /// Forces torch_bfloat16_gemm_trails_float() (tests run both); `reset_torch_bfloat16_gemm_trails_float()` undoes it.
 void force_torch_bfloat16_gemm_trails_float(bool trails);
@@ -34,7 +35,7 @@ void reset_torch_bfloat16_gemm_trails_float();
 /// widening costs a pass over both operands and the result, and the float GEMM then runs at the FMA's rate.
 inline constexpr double kBfloat16GemmTrailsBelow = 1.0;
 /// Rows of x from which a bfloat16 product widens where torch_bfloat16_gemm_trails_float(): at 64 rows, widening
-/// and oneDNN's bfloat16 kernel ran alike on that Xeon (0.9x-1.1x), from 128 widening led (1.1x-1.35x).
+/// and oneDNN's bfloat16 kernel ran alike on that Xeon (0.9x-1.05x), from 128 widening led (1.04x-1.36x).
 inline constexpr int64_t kWidenedGemmMinRows = 128;
 
 }  // namespace attn::ops

@@ -35,7 +35,7 @@ bool torch_bfloat16_gemm_trails_float() {
     const char* env = std::getenv("ATTN_BF16_GEMM");
     if (env && std::strcmp(env, "widen") == 0) return true;
     if (env && std::strcmp(env, "native") == 0) return false;
-    if (!cpu::hardware_has_avx512_core() || !cpu::hardware_has_avx512_bf16() || cpu::cpu_lists_amx()) {
+    if (!cpu::hardware_has_avx512_core() || !cpu::hardware_has_avx512_bf16() || cpu::amx_state_enabled()) {
       return false;
     }
     // 0 where the probe did not run (ATTN_CPU_CAPABILITY below avx512_bf16, or forcing the route): unknown.

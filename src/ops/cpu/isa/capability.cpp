@@ -99,12 +99,17 @@ bool hardware_has_amx() {
 #endif
 }
 
-bool cpu_lists_amx() {
+bool amx_state_enabled() {
 #if defined(__linux__) && defined(__GNUC__) && defined(__x86_64__)
   static const bool has = [] {
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
     if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
-    return ((edx >> 22) & 1u) && ((edx >> 24) & 1u);  // AMX-BF16, AMX-TILE
+    if (!((edx >> 22) & 1u) || !((edx >> 24) & 1u)) return false;  // AMX-BF16, AMX-TILE
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !((ecx >> 27) & 1u)) return false;  // OSXSAVE: XGETBV works
+    unsigned xcr0_low = 0, xcr0_high = 0;
+    __asm__ volatile("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+    constexpr unsigned kTileState = (1u << 17) | (1u << 18);  // XTILECFG, XTILEDATA
+    return (xcr0_low & kTileState) == kTileState;
   }();
   return has;
 #else

@@ -27,9 +27,10 @@ bool hardware_has_int8_dot();
 /// process use the tiles: the first call asks for the tile state (arch_prctl ARCH_REQ_XCOMP_PERM), once per
 /// process; a refusal (an older kernel, a hypervisor that hides the state) makes this false, never a crash.
 bool hardware_has_amx();
-/// Whether the CPU lists AMX's bfloat16 tiles (CPUID), whatever this build compiled, ATTN_CPU_CAPABILITY and
-/// Linux say: where oneDNN, under LibTorch's bfloat16 GEMM, may multiply on them (ops/torch_bfloat16_gemm.h).
-bool cpu_lists_amx();
+/// Whether the CPU lists AMX's bfloat16 tiles (CPUID) and the OS has enabled their state (XCR0's XTILECFG and
+/// XTILEDATA), whatever this build compiled and ATTN_CPU_CAPABILITY say: where oneDNN, under LibTorch's bfloat16
+/// GEMM, multiplies on them (ops/torch_bfloat16_gemm.h). A hypervisor that hides AMX clears either.
+bool amx_state_enabled();
 /// Whether this CPU has AVX-512's core set (F, BW, VL, DQ), whatever this build compiled and
 /// ATTN_CPU_CAPABILITY say: what the AVX-512 variant needs, as ATen's own AVX-512 kernels do, and what LibTorch
 /// asks for before it multiplies bfloat16 matrices on oneDNN (ops/torch_bfloat16_gemm.h).
