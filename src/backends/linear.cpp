@@ -77,6 +77,8 @@ torch::Tensor widening_buffer(torch::Tensor& kept, int64_t n) {
 /// CPU whose bfloat16 GEMM trails its float one (ops/torch_bfloat16_gemm.h).
 bool widens_for_the_float_gemm(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
   if (!bfloat16_operands_on_cpu(x, weight, bias) || x.dim() == 0 || weight.dim() != 2) return false;
+  const auto strided = [](const torch::Tensor& t) { return !t.defined() || t.layout() == torch::kStrided; };
+  if (!strided(x) || !strided(weight) || !strided(bias)) return false;  // sparse or oneDNN layouts: at::linear's
   const int64_t in = weight.size(1);
   if (in == 0 || x.size(-1) != in || x.numel() / in < ops::kWidenedGemmMinRows) return false;
   if (torch::GradMode::is_enabled() && (needs_grad(x) || needs_grad(weight) || needs_grad(bias))) return false;
