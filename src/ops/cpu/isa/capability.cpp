@@ -82,11 +82,7 @@ bool hardware_has_amx() {
 #if defined(ATTN_HAVE_AMX) && defined(__linux__) && defined(__GNUC__) && defined(__x86_64__)
   static const bool has = [] {
     // The AMX route runs on the AVX-512 variant with AVX512-BF16 (its softmax and packing).
-    if (hardware_capability_limit() != Capability::Avx512Bf16) return false;
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
-    const bool amx_bf16 = (edx >> 22) & 1u, amx_tile = (edx >> 24) & 1u;
-    if (!amx_bf16 || !amx_tile) return false;
+    if (hardware_capability_limit() != Capability::Avx512Bf16 || !amx_state_enabled()) return false;
     // Linux hands out the 8 KiB tile state on request only (since 5.16): without it the first tile
     // instruction faults.
     constexpr long kArchReqXcompPerm = 0x1023;
