@@ -12,6 +12,8 @@ namespace {
 
 /// e^d for the kernels' shifted scores, d = s - max <= 0: exactly 0 below kFlushBelow, -inf included; NaN in,
 /// NaN out. (A positive d is right too up to kRoundShift's range, 2.9e6, +inf past float's; +inf gives NaN.)
+/// kBfloat16Precision takes the shorter polynomial, within 1.0e-4 relative: for weights rounded to bfloat16.
+template <bool kBfloat16Precision = false>
 inline __m512 exp_avx512(__m512 d) {
   using namespace exp_polynomial;
   // NaN compares unordered and is kept; every other lane below the limit becomes 0 in the zero-masked
@@ -23,9 +25,11 @@ inline __m512 exp_avx512(__m512 d) {
   const __m512 log2e = _mm512_set1_ps(kLog2e), round_shift = _mm512_set1_ps(kRoundShift);
   const __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(d, log2e, round_shift), round_shift);
   const __m512 f = _mm512_fmsub_ps(d, log2e, n);
-  const __m512 y = two_to_fraction(
-      f, [](__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); },
-      [](float x) { return _mm512_set1_ps(x); });
+  const auto fma = [](__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); };
+  const auto splat = [](float x) { return _mm512_set1_ps(x); };
+  __m512 y;
+  if constexpr (kBfloat16Precision) y = two_to_fraction_bfloat16(f, fma, splat);
+  else y = two_to_fraction(f, fma, splat);
   return _mm512_maskz_scalef_ps(keep, y, n);  // y · 2^n; NaN stays NaN
 }
 

@@ -17,8 +17,8 @@ float exp_round_sum(const float* s, int64_t n, float scale, float shift, c10::BF
   __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
   int64_t j = 0;
   for (; j + 32 <= n; j += 32) {  // two vectors at a time: two independent chains through the polynomial
-    const __m512 e0 = exp_avx512(_mm512_fmsub_ps(_mm512_loadu_ps(s + j), vscale, vshift));
-    const __m512 e1 = exp_avx512(_mm512_fmsub_ps(_mm512_loadu_ps(s + j + 16), vscale, vshift));
+    const __m512 e0 = exp_avx512<true>(_mm512_fmsub_ps(_mm512_loadu_ps(s + j), vscale, vshift));
+    const __m512 e1 = exp_avx512<true>(_mm512_fmsub_ps(_mm512_loadu_ps(s + j + 16), vscale, vshift));
     sum0 = _mm512_add_ps(sum0, e0);
     sum1 = _mm512_add_ps(sum1, e1);
     _mm512_storeu_si512(p + j, (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
@@ -28,7 +28,7 @@ float exp_round_sum(const float* s, int64_t n, float scale, float shift, c10::BF
     const __mmask16 m = static_cast<__mmask16>((1u << left) - 1u);
     // Masked-off lanes load -inf, so they add exactly 0.
     const __m512 x = _mm512_mask_loadu_ps(_mm512_set1_ps(-__builtin_inff()), m, s + j);
-    const __m512 e = exp_avx512(_mm512_fmsub_ps(x, vscale, vshift));
+    const __m512 e = exp_avx512<true>(_mm512_fmsub_ps(x, vscale, vshift));
     sum0 = _mm512_add_ps(sum0, e);
     _mm256_mask_storeu_epi16(p + j, m, (__m256i)_mm512_cvtneps_pbh(e));
   }
