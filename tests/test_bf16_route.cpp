@@ -327,8 +327,9 @@ TEST(Bf16Gemm, LaneMaximaAreTheRowMaximaOfTheWrittenResults) {
   }
 }
 
-// The routes' softmax step against exp in float64: P within bfloat16's rounding of the exact value, the sum
-// of the unrounded P within float's, the flush limit and the edge values as the float route's exp gives them;
+// The routes' softmax step against exp in float64: P within bfloat16's rounding of the exact value and the
+// exp's own 1.0e-4 (math/exp_polynomial.h's cubic), the sum within 1.1e-4, P exactly 1 at the row's maximum,
+// the flush limit and the edge values as the float route's exp gives them;
 // with the softmax scale folded in (the AMX route's unscaled scores) or not, and the pad after the row zeroed
 // up to where it is asked to be, for pair reads (the pairs) or whole tiles (AMX).
 TEST(Bf16Softmax, ExpRoundSumMatchesFloat64) {
@@ -338,11 +339,11 @@ TEST(Bf16Softmax, ExpRoundSumMatchesFloat64) {
       for (const int64_t padded : {n + n % 2, (n + 31) / 32 * 32}) {
         SCOPED_TRACE(::testing::Message() << "n=" << n << " scale=" << scale << " padded=" << padded);
         torch::manual_seed(n);
-        // Scaled scores from 70 below the shift up to it, the row's maximum among them.
+        // Scaled scores from 70 below the shift up to it, the row's maximum (of the keys not blocked) among them.
         torch::Tensor scores = (torch::rand({n}) * -70.0f + 3.0f) / scale;
+        if (n > 3) scores[1] = -std::numeric_limits<float>::infinity();  // a blocked key
         const float shift = scale * scores.max().item<float>();
         std::vector<float> s(scores.data_ptr<float>(), scores.data_ptr<float>() + n);
-        if (n > 3) s[1] = -std::numeric_limits<float>::infinity();  // a blocked key
         std::vector<c10::BFloat16> p(padded + 2, c10::BFloat16(7.0f));
         const float sum = ops::cpu::exp_round_sum(s.data(), n, scale, shift, p.data(), padded);
 
@@ -357,8 +358,9 @@ TEST(Bf16Softmax, ExpRoundSumMatchesFloat64) {
             << "max relative error " << ((got - exact).abs() / exact.clamp_min(1e-300)).max().item<double>();
         EXPECT_TRUE((got.masked_select(exact == 0) == 0).all().item<bool>()) << "flushed or blocked keys must be 0";
         EXPECT_NEAR(sum, exact.sum().item<double>(), 1.1e-4 * exact.sum().item<double>());
-        // The row's maximum weighs exactly 1.
+        // The row's maximum weighs exactly 1 (e^0 = 1: the cubic's constant term is 1).
         EXPECT_EQ(static_cast<float>(p[scores.argmax().item<int64_t>()]), 1.0f);
+        if (n == 1) EXPECT_EQ(sum, 1.0f);
         // The pad up to `padded` is 0; past it nothing is written.
         for (int64_t j = n; j < padded; ++j) EXPECT_EQ(static_cast<float>(p[j]), 0.0f) << "pad element " << j;
         EXPECT_EQ(static_cast<float>(p[padded]), 7.0f);

@@ -1,6 +1,7 @@
 #pragma once
-// The softmax's exp, e^d = 2^t for t = d · log2 e: 2^round(t) times a polynomial in t's fraction. Its constants
-// and the polynomial, shared by the AVX-512 code (math/exp_avx512.h) and the AVX2 code (math/vec_exp.h).
+// The softmax's exp, e^d = 2^t for t = d · log2 e: 2^round(t) times a polynomial in t's fraction (degree 5, or
+// a cubic where the result is rounded to bfloat16 at once). Its constants and the polynomials, shared by the
+// AVX-512 code (math/exp_avx512.h) and the AVX2 code (math/vec_exp.h).
 //
 // Accuracy, evaluated in float against float64: within 3e-7 relative for d in [-1, 0], where a row's largest
 // weights lie. AVX-512 takes t's fraction from one FMA of d (math/exp_avx512.h): within 3.4e-7 on [-20, 0],
