@@ -1,7 +1,8 @@
 #pragma once
 // e^d on AVX-512 (math/exp_polynomial.h): one definition for the float softmax rows (math/vec_exp.h) and, with
 // the cubic to bfloat16's precision, the bfloat16 routes' rounding passes (products/bf16_softmax_avx512bf16.cpp).
-// Include only where AVX-512 is enabled. Internal linkage, so each including file keeps the copy compiled with its own flags.
+// Include only where AVX-512 is enabled. Internal linkage, so each including file keeps the copy compiled with
+// its own flags.
 
 #include "ops/cpu/math/exp_polynomial.h"
 
