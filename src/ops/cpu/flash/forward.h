@@ -40,9 +40,10 @@ void forward(const FlashForward<T, In>& args, const Products& products) {
 
   using State = ForwardState<T, Products>;
   run_tasks<State>(static_cast<int64_t>(blocks.size()) * p.heads, [&](int64_t t, State& st) {
-    const QueryBlock& blk = blocks[t / p.heads];
+    const BlockOfHead task = forward_task(t, static_cast<int64_t>(blocks.size()), p.heads);
+    const QueryBlock& blk = blocks[task.block];
     const Sequence& sq = seqs[blk.sequence];
-    const int64_t h = t % p.heads, b = sq.b, i0 = blk.i0, rows = blk.rows;
+    const int64_t h = task.head, b = sq.b, i0 = blk.i0, rows = blk.rows;
     st.scores.resize(kRows * kKeyBlock);
     st.acc.assign(rows * p.dv, T(0));
     // A sink starts every row's softmax: max = sink, sum = exp(sink - sink) = 1, no value behind it.

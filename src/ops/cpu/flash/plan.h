@@ -105,6 +105,19 @@ std::vector<QueryBlock> query_blocks(const FlashProblem<T, In>& p, const std::ve
   return blocks;
 }
 
+/// Forward task t's query block and head. The tasks go in groups of kHeadRunBlocks blocks (of similar cost, as
+/// query_blocks sorts them), head by head within a group: the threads then take one head's blocks one after
+/// another and read its keys and values from L2, instead of every task a new head's from L3.
+inline constexpr int64_t kHeadRunBlocks = 32;
+struct BlockOfHead {
+  int64_t block, head;
+};
+inline BlockOfHead forward_task(int64_t t, int64_t blocks, int64_t heads) {
+  const int64_t group = t / (kHeadRunBlocks * heads), first = group * kHeadRunBlocks;
+  const int64_t in_group = std::min(kHeadRunBlocks, blocks - first), within = t - group * kHeadRunBlocks * heads;
+  return {first + within % in_group, within / in_group};
+}
+
 /// A range of key blocks of one sequence (split `split` of `splits`) and how many queries see it (its cost):
 /// the backward pass's task, once per kv head.
 struct KeyTask {
