@@ -5,11 +5,13 @@
 
 Generation (SmolLM2-135M-Instruct, the same weights): a 512-token prompt (the start of
 tests/reference/long_prompt.txt, raw), then 128 new tokens, greedy, without stopping at end-of-sequence.
-  attn       attn-generate --raw --ignore-eos; its own prefill and decode timings
+  attn       attn-generate --raw --ignore-eos --warmup 1; its own prefill and decode timings, after one untimed
+             run of the prompt in the same process
   reference  transformers (PyTorch eager, the default SDPA attention) loaded from the same GGUF: one forward for
              the prompt, then 128 single-token forwards through its DynamicCache, logits for the last position
              only (logits_to_keep=1, as generate does), argmax on each
-Both in float32, then both in bfloat16. Each side runs --repeats times, alternating; medians are reported.
+Both in float32, then both in bfloat16. Each side runs --repeats times, alternating, both warm (transformers'
+rounds follow one untimed round); medians are reported.
 The decode bound: the bytes one decoding step must read (every weight matrix once, the embedding once as the
 tied LM head, and the KV cache at the mean context), divided by the read bandwidth measured here (the sum of a
 2 GiB float32 tensor, on the same threads).
@@ -74,7 +76,8 @@ def transformers_run(model, ids, new_tokens):
 
 def attn_generate_run(app, model_dir, prompt_file, new_tokens, threads, dtype):
     result = subprocess.run([app, "--model", model_dir, "--prompt-file", prompt_file, "--raw", "--ignore-eos",
-                             "--max-new-tokens", str(new_tokens), "--threads", str(threads), "--dtype", dtype],
+                             "--max-new-tokens", str(new_tokens), "--threads", str(threads), "--dtype", dtype,
+                             "--warmup", "1"],
                             capture_output=True, text=True, check=True)
     m = re.search(r"prefill (\d+) tokens in ([\d.]+) s .*; decode (\d+) tokens in ([\d.]+) s", result.stderr)
     if not m:
@@ -129,6 +132,9 @@ def main():
         for dtype_name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
             model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32).to(dtype).eval()
             ours, theirs = [], []
+            # Both sides timed warm: transformers' rounds share one process, so it runs once untimed first, and
+            # each attn-generate process runs the prompt once untimed (--warmup 1) before its timed run.
+            transformers_run(model, ids, 2)
             for r in range(args.repeats):
                 prefill_tokens, prefill, steps, decode = attn_generate_run(generate_app, args.smollm2, prompt_file,
                                                                           args.new_tokens, args.threads, dtype_name)

@@ -73,6 +73,9 @@ Runtime:
   --kv-cache TYPE       the KV cache's type: auto (default: --dtype's) or int8 (each key and value row of a
                         token and head as int8 with a float32 scale: about a quarter of a float32 cache's
                         memory, a little less exact). float32 or bfloat16 must equal --dtype
+  --warmup N            before the timed run, N untimed runs of the same prompt with 2 new tokens each
+                        (default: 0), so that the timings find LibTorch's kernels built and the allocator's
+                        memory mapped, as a long-running program's second prompt does (for benchmarks)
   --quiet               print the generated text only, not the timings
   -h, --help            show this help and exit
 )";
@@ -86,6 +89,7 @@ struct Options {
   std::string kv_cache = "auto";  // auto, int8, float32 or bfloat16; resolved into generation.kv_cache_dtype
   attn::models::LookupOptions lookup;
   bool speculate = false;
+  int64_t warmup = 0;
 };
 
 std::string usage() {
@@ -142,6 +146,9 @@ Options parse_args(int argc, char** argv) {
   });
   command_line.add_option("--branches", [&](const std::string& value) {
     o.lookup.branches = parse_integer<int64_t>("--branches", value, 1, 8, "an integer in [1, 8]");
+  });
+  command_line.add_option("--warmup", [&](const std::string& value) {
+    o.warmup = parse_integer<int64_t>("--warmup", value, 0, 100, "an integer in [0, 100]");
   });
   command_line.add_flag("--quiet", [&] { o.quiet = true; });
   command_line.add_flag("--ignore-eos", [&] { o.ignore_eos = true; });
@@ -206,6 +213,12 @@ int run(int argc, char** argv) {
     fmt::print(stderr, "attn-generate: {} layers, {} heads ({} key/value), {} loaded in {:.1f} s; {} KV cache; "
                "{} prompt tokens\n", config.num_layers, config.num_heads, config.num_kv_heads, dtype,
                seconds_since(start), o.generation.kv_cache_dtype ? "int8" : dtype, prompt.size());
+  }
+
+  for (int64_t run = 0; run < o.warmup; ++run) {
+    attn::models::GenerationOptions brief = o.generation;
+    brief.max_new_tokens = std::min<int64_t>(2, brief.max_new_tokens);
+    attn::models::generate(model, {prompt}, brief);
   }
 
   attn::text::TextStream stream(tokenizer);
