@@ -11,7 +11,7 @@ tests/reference/long_prompt.txt, raw), then 128 new tokens, greedy, without stop
              the prompt, then 128 single-token forwards through its DynamicCache, logits for the last position
              only (logits_to_keep=1, as generate does), argmax on each
 Both in float32, then both in bfloat16. Each side runs --repeats times, alternating, both warm (transformers'
-rounds follow one untimed round); medians are reported.
+rounds follow one short untimed run: the prompt and one decoding step); medians are reported.
 The decode bound: the bytes one decoding step must read (every weight matrix once, the embedding once as the
 tied LM head, and the KV cache at the mean context), divided by the read bandwidth measured here (the sum of a
 2 GiB float32 tensor, on the same threads).

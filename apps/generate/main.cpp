@@ -74,8 +74,8 @@ Runtime:
                         token and head as int8 with a float32 scale: about a quarter of a float32 cache's
                         memory, a little less exact). float32 or bfloat16 must equal --dtype
   --warmup N            before the timed run, N untimed runs of the same prompt with 2 new tokens each
-                        (default: 0), so that the timings find LibTorch's kernels built and the allocator's
-                        memory mapped, as a long-running program's second prompt does (for benchmarks)
+                        (default: 0), so that the timings find LibTorch's kernels built and the allocator
+                        warm, as a long-running program's second prompt does (for benchmarks)
   --quiet               print the generated text only, not the timings
   -h, --help            show this help and exit
 )";
@@ -215,10 +215,12 @@ int run(int argc, char** argv) {
                seconds_since(start), o.generation.kv_cache_dtype ? "int8" : dtype, prompt.size());
   }
 
-  for (int64_t run = 0; run < o.warmup; ++run) {
+  // Untimed runs through the same path as the timed one (plain or speculative), their tokens discarded.
+  for (int64_t i = 0; i < o.warmup; ++i) {
     attn::models::GenerationOptions brief = o.generation;
     brief.max_new_tokens = std::min<int64_t>(2, brief.max_new_tokens);
-    attn::models::generate(model, {prompt}, brief);
+    if (o.speculate) attn::models::generate_speculative(model, {prompt}, brief, o.lookup);
+    else attn::models::generate(model, {prompt}, brief);
   }
 
   attn::text::TextStream stream(tokenizer);
