@@ -10,6 +10,7 @@
 #include "ops/cpu/flash/tasks.h"
 #include "ops/cpu/flash/tile_masks.h"
 #include "ops/cpu/math/rows.h"
+#include "ops/cpu/products/cache_line_vector.h"
 #include "ops/cpu/products/flash_products.h"
 
 #include <algorithm>
@@ -24,7 +25,8 @@ inline constexpr int64_t kRowChunk = 8;
 
 template <typename T, typename Products>
 struct ForwardState {
-  std::vector<T> scores, acc, row_max, row_sum;
+  CacheLineVector<T> scores, acc;  // a tile's scores and its rows' outputs, read 64 bytes at a time
+  std::vector<T> row_max, row_sum;
   std::vector<float> lane_max;  // row maxima of the tile from its product, kRowMaxLanes a row
   typename Products::Scratch scratch;
 };

@@ -16,6 +16,7 @@
 #include "ops/cpu/products/amx_panels.h"
 #include "ops/cpu/products/bf16_softmax.h"
 #include "ops/cpu/products/operands.h"
+#include "ops/cpu/products/cache_line_vector.h"
 #include "ops/cpu/products/uninitialised.h"
 
 #include <ATen/Parallel.h>
@@ -63,7 +64,7 @@ inline AmxPacked amx_pack(const View4<const c10::BFloat16>& x, int64_t batch, in
 /// pair blocks, zero past `width` and past its rows. Read where they lie when they are whole (a width of whole
 /// pair blocks, rows to a multiple of 16); otherwise copied, once for as long as the same rows are asked for.
 struct AmxRows {
-  std::vector<c10::BFloat16> data;
+  CacheLineVector<c10::BFloat16> data;
   int64_t b = -1, h = -1, i = -1, rows = 0;
   /// The operand's first element and row stride.
   std::pair<const c10::BFloat16*, int64_t> of(const View4<const c10::BFloat16>& x, int64_t width, int64_t tb,
@@ -87,7 +88,7 @@ inline int64_t amx_panels(int64_t n) { return (n + kAmxPanel - 1) / kAmxPanel; }
 /// else packed into `scratch` (a window's edge, a packed sequence). Panels read rows past n up to a whole panel,
 /// which only give columns of C that no one reads.
 inline const uint32_t* amx_panels_at(const AmxPacked& packed, const View4<const c10::BFloat16>& x, int64_t b,
-                                     int64_t h, int64_t row, int64_t n, int64_t width, std::vector<uint32_t>& scratch) {
+                                     int64_t h, int64_t row, int64_t n, int64_t width, CacheLineVector<uint32_t>& scratch) {
   if (row % kAmxPanel == 0 || width == 0) return packed.of(b, h) + amx_panel_offset(row, width);
   scratch.resize(amx_panel_words(n, width));
   amx_pack_column_panels(x.row(b, h, row), x.si, n, width, scratch.data());
@@ -107,7 +108,7 @@ struct AmxRowPairs {
 
 inline AmxRowPairs amx_row_pairs_at(const AmxPacked& packed, const View4<const c10::BFloat16>& x, int64_t b,
                                     int64_t h, int64_t row, int64_t n, int64_t width, int64_t all_rows,
-                                    std::vector<uint32_t>& scratch) {
+                                    CacheLineVector<uint32_t>& scratch) {
   AmxRowPairs out;
   if (n == 0 || width == 0) return out;  // an empty product (and maybe no data to address)
   if (row % kAmxKeyChunk != 0) {
@@ -150,9 +151,9 @@ class AmxForwardProducts {
   /// not start on a packed panel or chunk.
   struct Scratch {
     AmxRows query;
-    std::vector<BFloat16> probs;  // [kAmxRows, probs_ld]
+    CacheLineVector<BFloat16> probs;  // [kAmxRows, probs_ld]
     int64_t probs_ld = 0;
-    std::vector<uint32_t> keys, values;
+    CacheLineVector<uint32_t> keys, values;
     bool unscaled = false;  // the tile's scores are Q·Kᵀ, the scale still to be applied (a plain tile)
   };
   static constexpr bool kRowMaxima = true;
@@ -260,8 +261,8 @@ class AmxBackwardProducts {
   /// the packed rows of a tile that does not start on a packed panel or chunk.
   struct Scratch {
     AmxRows query, grad_out;
-    std::vector<BFloat16> probs_t, grad_scores_t, grad_scores;
-    std::vector<uint32_t> keys, values, key_pairs, query_pairs, grad_out_pairs;
+    CacheLineVector<BFloat16> probs_t, grad_scores_t, grad_scores;
+    CacheLineVector<uint32_t> keys, values, key_pairs, query_pairs, grad_out_pairs;
   };
   static constexpr bool kRowMaxima = false;
   static constexpr int64_t kQueryRows = kAmxBackwardQueryRows;
@@ -322,7 +323,7 @@ class AmxBackwardProducts {
   /// The tile's [rows, cols] float block x (P or dS) times `scale`, transposed and rounded into `out`: the
   /// row-major left operand of Pᵀ·dO or dSᵀ·Q, a row per key, zero past the tile's query rows (to whole chunks)
   /// and past its keys (to whole tiles). Returns its row length.
-  static int64_t transposed(const float* x, int64_t ldx, const TileAt& t, float scale, std::vector<BFloat16>& out) {
+  static int64_t transposed(const float* x, int64_t ldx, const TileAt& t, float scale, CacheLineVector<BFloat16>& out) {
     const int64_t ld = amx_chunks(t.rows) * kAmxKeyChunk;
     const int64_t rows = (t.cols + 15) / 16 * 16;
     out.resize(rows * ld);
