@@ -15,8 +15,8 @@
 #include "ops/cpu/math/rows.h"
 #include "ops/cpu/products/amx_panels.h"
 #include "ops/cpu/products/bf16_softmax.h"
-#include "ops/cpu/products/operands.h"
 #include "ops/cpu/products/cache_line_vector.h"
+#include "ops/cpu/products/operands.h"
 #include "ops/cpu/products/uninitialised.h"
 
 #include <ATen/Parallel.h>
@@ -88,7 +88,8 @@ inline int64_t amx_panels(int64_t n) { return (n + kAmxPanel - 1) / kAmxPanel; }
 /// else packed into `scratch` (a window's edge, a packed sequence). Panels read rows past n up to a whole panel,
 /// which only give columns of C that no one reads.
 inline const uint32_t* amx_panels_at(const AmxPacked& packed, const View4<const c10::BFloat16>& x, int64_t b,
-                                     int64_t h, int64_t row, int64_t n, int64_t width, CacheLineVector<uint32_t>& scratch) {
+                                     int64_t h, int64_t row, int64_t n, int64_t width,
+                                     CacheLineVector<uint32_t>& scratch) {
   if (row % kAmxPanel == 0 || width == 0) return packed.of(b, h) + amx_panel_offset(row, width);
   scratch.resize(amx_panel_words(n, width));
   amx_pack_column_panels(x.row(b, h, row), x.si, n, width, scratch.data());
@@ -323,7 +324,8 @@ class AmxBackwardProducts {
   /// The tile's [rows, cols] float block x (P or dS) times `scale`, transposed and rounded into `out`: the
   /// row-major left operand of Pᵀ·dO or dSᵀ·Q, a row per key, zero past the tile's query rows (to whole chunks)
   /// and past its keys (to whole tiles). Returns its row length.
-  static int64_t transposed(const float* x, int64_t ldx, const TileAt& t, float scale, CacheLineVector<BFloat16>& out) {
+  static int64_t transposed(const float* x, int64_t ldx, const TileAt& t, float scale,
+                            CacheLineVector<BFloat16>& out) {
     const int64_t ld = amx_chunks(t.rows) * kAmxKeyChunk;
     const int64_t rows = (t.cols + 15) / 16 * 16;
     out.resize(rows * ld);

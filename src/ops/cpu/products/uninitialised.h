@@ -4,9 +4,9 @@
 // line, so that a packed 1 KB tile spans 16 lines, not 17.
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <new>
 #include <type_traits>
 
 #include "ops/cpu/products/cache_line_vector.h"
@@ -17,12 +17,11 @@ template <typename T>
 struct Uninitialised {
   static_assert(std::is_trivially_default_constructible_v<T> && std::is_trivially_destructible_v<T>);
   struct Release {
-    void operator()(T* p) const noexcept { ::operator delete(p, std::align_val_t{kCacheLineBytes}); }
+    void operator()(T* p) const noexcept { CacheLineAllocator<T>().deallocate(p, 0); }
   };
   std::unique_ptr<T, Release> storage;
   void allocate(int64_t n) {
-    const auto bytes = static_cast<std::size_t>(std::max<int64_t>(n, 1)) * sizeof(T);
-    storage.reset(static_cast<T*>(::operator new(bytes, std::align_val_t{kCacheLineBytes})));
+    storage.reset(CacheLineAllocator<T>().allocate(static_cast<std::size_t>(std::max<int64_t>(n, 1))));
   }
   T* data() { return storage.get(); }
   const T* data() const { return storage.get(); }
