@@ -12,6 +12,7 @@
 
 #include "ops/cpu/products/amx_panels.h"
 #include "ops/cpu/products/bf16_softmax.h"
+#include "ops/cpu/products/cache_line_vector.h"
 #include "ops/cpu/products/row_tiles.h"
 
 #include <c10/util/BFloat16.h>
@@ -29,10 +30,10 @@ namespace {
 
 /// A task's buffers for a split's AMX products.
 struct AmxSplitScratch {
-  std::vector<c10::BFloat16> query, probs;  // the query rows rounded, and P rounded as whole A tiles
-  std::vector<c10::BFloat16> gathered;      // a paged split's rows, copied next to each other
-  std::vector<uint32_t> query_panels;       // the query rows as column panels (Qᵀ, the product's B)
-  std::vector<uint32_t> values;             // the split's values as row pairs
+  CacheLineVector<c10::BFloat16> query, probs;  // the query rows rounded, and P rounded as whole A tiles
+  CacheLineVector<c10::BFloat16> gathered;      // a paged split's rows, copied next to each other
+  CacheLineVector<uint32_t> query_panels;       // the query rows as column panels (Qᵀ, the product's B)
+  CacheLineVector<uint32_t> values;             // the split's values as row pairs
 };
 
 /// Score rows' stride for `keys` keys on the tiles: whole panels, since C's tiles are stored whole.
@@ -45,11 +46,11 @@ inline int64_t amx_score_rows(int64_t rows) { return (rows + 15) / 16 * 16; }
 /// Rows [0, n) of `rows`, `width` elements each, as one matrix and its row stride: where they lie when they are
 /// evenly spaced, else copied next to each other into `buffer`.
 inline std::pair<const c10::BFloat16*, int64_t> rows_as_matrix(const StridedRows<c10::BFloat16>& rows, int64_t,
-                                                               int64_t, std::vector<c10::BFloat16>&) {
+                                                               int64_t, CacheLineVector<c10::BFloat16>&) {
   return {rows.base, rows.stride};
 }
 inline std::pair<const c10::BFloat16*, int64_t> rows_as_matrix(const GatheredRows<c10::BFloat16>& rows, int64_t n,
-                                                               int64_t width, std::vector<c10::BFloat16>& buffer) {
+                                                               int64_t width, CacheLineVector<c10::BFloat16>& buffer) {
   buffer.resize(n * width);
   for (int64_t c = 0; c < n; ++c) std::memcpy(buffer.data() + c * width, rows[c], width * sizeof(c10::BFloat16));
   return {buffer.data(), width};
@@ -59,7 +60,7 @@ inline std::pair<const c10::BFloat16*, int64_t> rows_as_matrix(const GatheredRow
 /// odd), zero past n and in the rows up to a multiple of 16: whole A tiles where ld is whole chunks of k.
 /// Returns dst's data.
 inline const c10::BFloat16* round_as_tiles(const float* x, int64_t ldx, int64_t rows, int64_t n, int64_t ld,
-                                           std::vector<c10::BFloat16>& dst) {
+                                           CacheLineVector<c10::BFloat16>& dst) {
   dst.assign(amx_score_rows(rows) * ld, c10::BFloat16(0.0f));
   for (int64_t r = 0; r < rows; ++r) round_to_bfloat16(x + r * ldx, n, dst.data() + r * ld);
   return dst.data();

@@ -19,6 +19,7 @@
 #include "ops/cpu/isa/variants.h"
 #include "ops/cpu/math/rows.h"
 #include "ops/cpu/math/score_terms.h"
+#include "ops/cpu/products/cache_line_vector.h"
 #include "ops/cpu/products/int8_dot.h"
 #include "ops/cpu/products/row_tiles.h"
 #include "ops/cpu/products/uninitialised.h"
@@ -191,13 +192,13 @@ const KV* const* row_pointers(const StridedRows<KV>& rows, int64_t n, std::vecto
 
 template <typename T, typename KV>
 struct DecodeState {
-  std::vector<T> q, scores;
-  std::vector<int16_t> q16;    // the packed query rows rounded for the int8 dot products, and their scales
+  CacheLineVector<T> q, scores;
+  CacheLineVector<int16_t> q16;  // the packed query rows rounded for the int8 dot products, and their scales
   std::vector<float> q_scales;
   std::vector<int64_t> begin, end;  // each packed row's allowed keys in the split, [begin, end)
   std::vector<const KV*> key_rows, value_rows;   // a paged cache's split, gathered through its block table
   std::vector<float> key_scales, value_scales;   // and its int8 rows' scales
-  std::vector<T> merged;                          // a merged output row
+  CacheLineVector<T> merged;                      // a merged output row
 #ifdef ATTN_DECODE_AMX
   AmxSplitScratch amx;                            // the products on AMX's tiles (decode/decode_amx.h)
 #endif
@@ -472,7 +473,7 @@ void decode(const DecodeArgs<T>& a) {
   };
 
   // Merges (row b, K/V head hk)'s splits in order: out = Σ e^(m_s - M) acc_s / Σ e^(m_s - M) l_s.
-  const auto merge = [&](int64_t b, int64_t hk, std::vector<T>& out) {
+  const auto merge = [&](int64_t b, int64_t hk, CacheLineVector<T>& out) {
     out.resize(a.dv);
     for (int64_t r = 0; r < rows; ++r) {
       // A sink joins the merge as one more split: its logit, exp(0) = 1 of mass, and no output.

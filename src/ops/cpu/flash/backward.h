@@ -10,6 +10,7 @@
 #include "ops/cpu/flash/tile_masks.h"
 #include "ops/cpu/math/rows.h"
 #include "ops/cpu/math/score_terms.h"
+#include "ops/cpu/products/cache_line_vector.h"
 #include "ops/cpu/products/flash_products.h"
 
 #include <algorithm>
@@ -20,7 +21,7 @@ namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE {
 
 template <typename T, typename Products>
 struct BackwardState {
-  std::vector<T> probs, grad_probs, tanh_values, grad_k, grad_v;
+  CacheLineVector<T> probs, grad_probs, tanh_values, grad_k, grad_v;
   typename Products::Scratch scratch;
 };
 

@@ -16,6 +16,7 @@
 
 #include "ops/cpu/isa/variants.h"
 #include "ops/cpu/linear/linear_rows_args.h"
+#include "ops/cpu/products/cache_line_vector.h"
 #include "ops/cpu/products/linear_products.h"
 
 #if defined(CPU_CAPABILITY_AVX512) && defined(ATTN_HAVE_AMX)
@@ -73,7 +74,7 @@ void weight_rows_range(const LinearRowsArgs<W>& a, const LinearRowsWeight<W>& w,
 /// one range that the threads split; a task's consecutive groups of one weight are one call, so that each group
 /// prefetches the next.
 void linear_rows_on_amx(const LinearRowsArgs<c10::BFloat16>& a) {
-  std::vector<uint32_t> panel(amx_panel_words(a.rows, a.in));
+  CacheLineVector<uint32_t> panel(amx_panel_words(a.rows, a.in));
   amx_pack_column_panels(a.x_native, a.in, a.rows, a.in, panel.data());
   std::vector<int64_t> first_group;  // of each weight, in the range of every weight's groups
   int64_t groups = 0;

@@ -7,6 +7,11 @@
 #include "ops/cpu/products/amx_tile_config.h"
 #include "ops/cpu/products/transpose_16x16.h"
 
+// The buffers' vector code, compiled here for AMX and AVX-512, in a namespace of its own so that it never
+// stands in for another variant's.
+#define ATTN_KERNEL_NAMESPACE kernel_amx
+#include "ops/cpu/products/cache_line_vector.h"
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -78,7 +83,7 @@ void amx_linear_rows(const uint32_t* x_panel, int64_t rows, int64_t in, const c1
   const int64_t blocks = amx_pair_blocks(in), whole = in / kBlock;
   // The weight as A: whole blocks read where they lie; the last block of a k short of 32, and the weight rows
   // of a group short of 16, through a zero-padded copy (a tile load would read past the rows).
-  thread_local std::vector<c10::BFloat16> edge;
+  thread_local kernel_amx::CacheLineVector<c10::BFloat16> edge;
   alignas(64) float c[4][256];
   _tile_loadconfig(&eight_full_tiles());
   for (int64_t o0 = 0; o0 < out; o0 += kAmxLinearGroup) {

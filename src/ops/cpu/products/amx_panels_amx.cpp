@@ -12,6 +12,11 @@
 #include "ops/cpu/products/bf16_pairs.h"
 #include "ops/cpu/products/transpose_16x16.h"
 
+// The buffers' vector code, compiled here for AMX and AVX-512, in a namespace of its own so that it never
+// stands in for another variant's.
+#define ATTN_KERNEL_NAMESPACE kernel_amx
+#include "ops/cpu/products/cache_line_vector.h"
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -189,7 +194,7 @@ void amx_multiply_rows_transposed(const c10::BFloat16* a, int64_t lda, int64_t n
   const int64_t panel_words = amx_panel_stride(width);
   // a's tiles where they lie when whole (32 of its rows and whole blocks of k); a partial group through a
   // zero-padded copy, since a tile load reads 16 rows of 64 bytes.
-  thread_local std::vector<c10::BFloat16> edge;
+  thread_local kernel_amx::CacheLineVector<c10::BFloat16> edge;
   const bool whole_width = width % (2 * kAmxTilePairs) == 0;
   const int64_t lines_prefetch = prefetch ? (bytes_prefetch + 63) / 64 : 0;
   const TileScope tiles;
@@ -278,7 +283,7 @@ void amx_multiply_add_row_pairs(const c10::BFloat16* a, int64_t lda, int64_t m, 
                                 int64_t group_stride, int64_t n, float* c, int64_t ldc) {
   if (m <= 0 || chunks <= 0 || n <= 0) return;
   const int64_t col_groups = (n + 15) / 16;
-  thread_local std::vector<float> bounce;
+  thread_local kernel_amx::CacheLineVector<float> bounce;
   for (int64_t r = 0; r < m; r += kAmxRows) {
     const int64_t rows = std::min(kAmxRows, m - r);
     const bool two_rows = rows > kTileRows;

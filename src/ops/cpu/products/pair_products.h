@@ -9,6 +9,7 @@
 #include "ops/cpu/math/rows.h"
 #include "ops/cpu/products/bf16_pairs.h"
 #include "ops/cpu/products/bf16_softmax.h"
+#include "ops/cpu/products/cache_line_vector.h"
 #include "ops/cpu/products/operands.h"
 #include "ops/cpu/products/uninitialised.h"
 
@@ -28,12 +29,12 @@ class PairProducts {
   /// A task's own buffers: the rounded left operands, and the pairs of rows a tile cannot take from the packed
   /// heads (an odd start or count).
   struct Scratch {
-    std::vector<BFloat16> probs;       // forward: P rounded, probs_ld a row
+    CacheLineVector<BFloat16> probs;       // forward: P rounded, probs_ld a row
     int64_t probs_ld = 0;
-    std::vector<uint32_t> value_pairs;  // forward: the tile's V in pairs of rows
-    std::vector<BFloat16> probs_t, grad_scores_t;       // backward: Pᵀ and dSᵀ rounded, row-major left operands
-    std::vector<BFloat16> grad_scores;                  // backward: dS rounded, a row as long as dS's plus 2
-    std::vector<uint32_t> query_pairs, grad_out_pairs, key_pairs;
+    CacheLineVector<uint32_t> value_pairs;  // forward: the tile's V in pairs of rows
+    CacheLineVector<BFloat16> probs_t, grad_scores_t;  // backward: Pᵀ and dSᵀ rounded, row-major left operands
+    CacheLineVector<BFloat16> grad_scores;             // backward: dS rounded, a row as long as dS's plus 2
+    CacheLineVector<uint32_t> query_pairs, grad_out_pairs, key_pairs;
     const uint32_t* key_block_pairs = nullptr;  // backward: the key block's K in pairs of rows (key_block)
   };
   static constexpr bool kRowMaxima = true;
@@ -166,7 +167,7 @@ class PairProducts {
   /// count, whose pad row must be 0 rather than the next row's value) packed into `scratch`.
   static const uint32_t* pairs_of_rows(const PackedPairs& packed, const View4<const BFloat16>& x, int64_t b,
                                        int64_t h, int64_t g0, int64_t n, int64_t width,
-                                       std::vector<uint32_t>& scratch) {
+                                       CacheLineVector<uint32_t>& scratch) {
     if (g0 % 2 == 0 && n % 2 == 0) return packed.from(b, h, g0);
     scratch.resize((n + 1) / 2 * packed.ld);
     pack_rows_in_pairs(x.row(b, h, g0), x.si, n, width, scratch.data(), packed.ld);
@@ -175,7 +176,8 @@ class PairProducts {
 
   /// The tile's [rows, cols] float block x (P or dS) transposed and rounded into `scratch`: the row-major left
   /// operand of Pᵀ·dO or dSᵀ·Q, a row per key, its rows' pairs adjacent.
-  static LeftOperand transposed_left(const float* x, int64_t ldx, const TileAt& t, std::vector<BFloat16>& scratch) {
+  static LeftOperand transposed_left(const float* x, int64_t ldx, const TileAt& t,
+                                     CacheLineVector<BFloat16>& scratch) {
     const int64_t ld = (t.rows + 1) / 2 * 2;
     scratch.resize(t.cols * ld);
     transpose_round_to_bfloat16(x, ldx, t.rows, t.cols, scratch.data(), ld);
