@@ -74,12 +74,21 @@ void rms_norm_rows(const T* x, const T* weight, T* y, int64_t rows, int64_t dim,
     for (int64_t row = begin; row < end; ++row) {
       const T* in = x + row * dim;
       T* out = y + row * dim;
-      double squares = 0.0;
-      for (int64_t i = 0; i < dim; ++i) {
-        const double v = static_cast<float>(in[i]);
-        squares += v * v;
+      // Four sums, so that the adds' latency does not bound a row; each square is exact in double.
+      double squares[4] = {0.0, 0.0, 0.0, 0.0};
+      int64_t i = 0;
+      for (; i + 4 <= dim; i += 4) {
+        for (int64_t k = 0; k < 4; ++k) {
+          const double v = static_cast<float>(in[i + k]);
+          squares[k] += v * v;
+        }
       }
-      const float r = 1.0f / std::sqrt(static_cast<float>(squares / static_cast<double>(dim)) + eps);
+      for (; i < dim; ++i) {
+        const double v = static_cast<float>(in[i]);
+        squares[0] += v * v;
+      }
+      const double sum = (squares[0] + squares[1]) + (squares[2] + squares[3]);
+      const float r = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(dim)) + eps);
       for (int64_t i = 0; i < dim; ++i) {
         const T normed = static_cast<T>(static_cast<float>(in[i]) * r);
         out[i] = static_cast<T>(static_cast<float>(weight[i]) * static_cast<float>(normed));
