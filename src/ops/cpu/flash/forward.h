@@ -38,6 +38,7 @@ void forward(const FlashForward<T, In>& args, const Products& products) {
   const std::vector<Sequence> seqs = sequences_of(p);
   const std::vector<uint8_t> values_finite = finite_blocks(p, p.v, p.dv, kKeyBlock);
   constexpr int64_t kRows = TileQueryRows<Products>::forward;
+  constexpr int64_t kScoreStride = ScoreTileStride<Products>::value;
   const std::vector<QueryBlock> blocks = query_blocks(p, seqs, kRows);
 
   using State = ForwardState<T, Products>;
@@ -46,7 +47,7 @@ void forward(const FlashForward<T, In>& args, const Products& products) {
     const QueryBlock& blk = blocks[task.block];
     const Sequence& sq = seqs[blk.sequence];
     const int64_t h = task.head, b = sq.b, i0 = blk.i0, rows = blk.rows;
-    st.scores.resize(kRows * kKeyBlock);
+    st.scores.resize(kRows * kScoreStride);
     st.acc.assign(rows * p.dv, T(0));
     // A sink starts every row's softmax: max = sink, sum = exp(sink - sink) = 1, no value behind it.
     const T sink = p.sinks ? p.sinks[h] : kNegInf<T>;
@@ -68,18 +69,19 @@ void forward(const FlashForward<T, In>& args, const Products& products) {
       const bool plain = !mask && !(p.softcap > T(0)) && p.alibi == nullptr;
       float* lane_max = plain && Products::kRowMaxima ? st.lane_max.data() : nullptr;
       const bool values_finite_here = rows_finite(p, values_finite, kKeyBlock, b, hk, at.j, cols);
-      products.scores(st.scratch, at, s, kKeyBlock, lane_max);
+      products.scores(st.scratch, at, s, kScoreStride, lane_max);
 
       for (int64_t r0 = 0; r0 < rows; r0 += kRowChunk) {
         const int64_t chunk = std::min(kRowChunk, rows - r0);
         // The score terms and masks a few rows at a time, so the softmax below reads them from L1.
-        score_terms(p, sq, h, i0 + r0, chunk, j0, cols, s + r0 * kKeyBlock, kKeyBlock, static_cast<T*>(nullptr));
-        if (mask) mask_tile(p, sq, h, i0 + r0, chunk, j0, cols, s + r0 * kKeyBlock, kKeyBlock);
+        T* chunk_scores = s + r0 * kScoreStride;
+        score_terms(p, sq, h, i0 + r0, chunk, j0, cols, chunk_scores, kScoreStride, static_cast<T*>(nullptr));
+        if (mask) mask_tile(p, sq, h, i0 + r0, chunk, j0, cols, chunk_scores, kScoreStride);
         // The chunk's new maxima first, then its exp passes, which then follow one another without each
         // waiting on its row's reduction.
         T rescales[kRowChunk];
         for (int64_t r = r0; r < r0 + chunk; ++r) {
-          T* row = s + r * kKeyBlock;
+          T* row = s + r * kScoreStride;
           // -inf from the lanes means no number there (all NaN or -inf): the pass decides.
           T tile_max = lane_max ? static_cast<T>(lanes_max(lane_max + r * kRowMaxLanes)) : kNegInf<T>;
           if (tile_max == kNegInf<T>) tile_max = row_max(row, cols);
@@ -89,7 +91,7 @@ void forward(const FlashForward<T, In>& args, const Products& products) {
           st.row_max[r] = new_max;
         }
         for (int64_t r = r0; r < r0 + chunk; ++r) {
-          T* row = s + r * kKeyBlock;
+          T* row = s + r * kScoreStride;
           if (st.row_max[r] == kNegInf<T>) {  // no key allowed for this row yet
             products.no_keys_yet(st.scratch, r, row, cols);
             continue;
@@ -105,13 +107,13 @@ void forward(const FlashForward<T, In>& args, const Products& products) {
       }
 
       if (values_finite_here) {
-        products.add_values(st.scratch, at, s, kKeyBlock, acc, p.dv);
+        products.add_values(st.scratch, at, s, kScoreStride, acc, p.dv);
       } else {
         // 0 · Inf is NaN in a matrix product: add up only the keys with a nonzero weight.
         const In* v = p.v.row(b, hk, at.j);
         for (int64_t r = 0; r < rows; ++r) {
           for (int64_t c = 0; c < cols; ++c) {
-            const T w = s[r * kKeyBlock + c];
+            const T w = s[r * kScoreStride + c];
             if (w == T(0)) continue;
             const In* vrow = v + c * p.v.si;
             for (int64_t e = 0; e < p.dv; ++e) acc[r * p.dv + e] += w * static_cast<T>(vrow[e]);

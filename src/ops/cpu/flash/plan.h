@@ -27,6 +27,18 @@ struct TileQueryRows<Products, std::void_t<decltype(Products::kQueryRows)>> {
   static constexpr int64_t forward = Products::kQueryRows, backward = Products::kQueryRows;
 };
 
+/// The forward score tile's row stride: kKeyBlock, plus the route's padding (Products::kScorePadding: the AMX
+/// route's, whose tile stores into 2 KB-strided rows put a tile's 16 rows in two of L1's sets, where they evict
+/// one another; the float routes measured no gain from it, bench/RESULTS.md).
+template <typename Products, typename = void>
+struct ScoreTileStride {
+  static constexpr int64_t value = kKeyBlock;
+};
+template <typename Products>
+struct ScoreTileStride<Products, std::void_t<decltype(Products::kScorePadding)>> {
+  static constexpr int64_t value = kKeyBlock + Products::kScorePadding;
+};
+
 template <typename T, typename In>
 bool has_masks(const FlashProblem<T, In>& p) {
   return p.key_padding.data != nullptr || p.attend.data != nullptr || p.additive.data != nullptr;

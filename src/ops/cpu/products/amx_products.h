@@ -159,6 +159,7 @@ class AmxForwardProducts {
   };
   static constexpr bool kRowMaxima = true;
   static constexpr int64_t kQueryRows = kAmxRows;
+  static constexpr int64_t kScorePadding = 16;  // one line a row of the score tile (flash/plan.h)
 
   explicit AmxForwardProducts(const TileOperands<float, BFloat16>& operands)
       : p_(operands),
