@@ -39,8 +39,20 @@ class TileScope {
   TileScope& operator=(const TileScope&) = delete;
 };
 
+/// Asks for one packed B tile (1 KB, 16 lines) into L1.
+inline void prefetch_tile(const uint32_t* tile) {
+  const char* bytes = reinterpret_cast<const char*>(tile);
+  for (int64_t line = 0; line < kChunkWords * 4; line += 64) _mm_prefetch(bytes + line, _MM_HINT_T0);
+}
+
+/// How far ahead the row pairs' product asks for B's tiles, in chunks of k.
+constexpr int64_t kPrefetchChunks = 2;
+/// How far ahead the A-resident panels' product asks for B's panels (K in the forward's Q·Kᵀ), in panels.
+constexpr int64_t kPrefetchPanels = 2;
+
 /// C for 32 rows (or 16) and up to two pair blocks (k <= 64): A's four tiles stay resident (4, 5: rows 0-15;
 /// 6, 7: rows 16-31; one per pair block), so each panel loads only its B tiles (2, 3) into two C tiles (0, 1).
+/// B's panels stream from L2 (a head's packed keys), so each is asked for kPrefetchPanels panels ahead.
 template <bool kTwoRows, bool kTwoBlocks>
 void panels_a_resident(const c10::BFloat16* a, int64_t lda, const uint32_t* x, int64_t panels, float* c,
                        int64_t ldc) {
@@ -57,6 +69,10 @@ void panels_a_resident(const c10::BFloat16* a, int64_t lda, const uint32_t* x, i
   }
   for (int64_t g = 0; g < panels; ++g) {
     const uint32_t* b = x + g * panel_words;
+    if (g + kPrefetchPanels < panels) {
+      prefetch_tile(b + kPrefetchPanels * panel_words);
+      if constexpr (kTwoBlocks) prefetch_tile(b + kPrefetchPanels * panel_words + kChunkWords);
+    }
     _tile_zero(0);
     if constexpr (kTwoRows) _tile_zero(1);
     _tile_loadd(2, b, kTileBytes);
@@ -116,15 +132,6 @@ void panels_blocked(const c10::BFloat16* a, int64_t lda, bool two_rows, int64_t 
       if (two_panels) _tile_stored(3, c1 + (g + 1) * kAmxPanel, c_stride);
     }
   }
-}
-
-/// How far ahead the row pairs' product asks for B's tiles.
-constexpr int64_t kPrefetchChunks = 2;
-
-/// Asks for one packed B tile (1 KB, 16 lines) into L1.
-inline void prefetch_tile(const uint32_t* tile) {
-  const char* bytes = reinterpret_cast<const char*>(tile);
-  for (int64_t line = 0; line < kChunkWords * 4; line += 64) _mm_prefetch(bytes + line, _MM_HINT_T0);
 }
 
 /// C += A·B for two row tiles (or one) by two column groups (or one) at a time: C tiles 0-3 loaded from c, A
