@@ -236,7 +236,7 @@ torch::Tensor attend_cache_step(const ModuleLayout& layout, const torch::Tensor&
           ? std::get<0>(backends::attention(layout.module, heads.q, heads.k, heads.v, options, /*need_weights=*/false))
           : attend_stored_rows(layout.module, heads.q, step.keys(), step.values(), step.starts, step.lengths(), options,
                                decode_only);
-  if (!counts.empty()) {
+  if (!whole) {
     // Positions past a row's count are padding: zero, not whatever the rule gives them.
     const torch::Tensor count_tensor = torch::tensor(at::ArrayRef<int64_t>(counts), torch::kLong).to(x.device());
     const torch::Tensor padding = torch::arange(T, count_tensor.options()).view({1, 1, T, 1}) >=
