@@ -6,6 +6,8 @@
 #include <ATen/Parallel.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -66,32 +68,64 @@ namespace {
 /// Rows per task at least: a decoding step's one row runs on the calling thread.
 constexpr int64_t kNormTaskRows = 16;
 
+/// float from bfloat16 by its bits, and back with c10::BFloat16's rounding (to nearest even, NaN kept quiet):
+/// the same values as c10's conversions, in shifts and adds that the compiler vectorises (c10's it does not).
+inline float widened(float v) { return v; }
+inline float widened(at::BFloat16 v) {
+  const uint32_t bits = static_cast<uint32_t>(v.x) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+template <typename T>
+T round_to(float v);
+template <>
+inline float round_to<float>(float v) {
+  return v;
+}
+template <>
+inline at::BFloat16 round_to<at::BFloat16>(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  at::BFloat16 out;
+  out.x = static_cast<uint16_t>(v != v ? 0x7FC0u : (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+  return out;
+}
+/// v rounded to T and widened again.
+template <typename T>
+float rounded_to(float v) {
+  return widened(round_to<T>(v));
+}
+
 /// RmsNormImpl::forward's formula in one pass per row, rounded where the tensor form rounds: x · r in float,
-/// rounded to T, times the weight, rounded to T. The sum of squares is in double.
+/// rounded to T, times the weight, rounded to T. The squares are summed in float across kSquareLanes lanes, which
+/// the compiler keeps in vector registers (a sum in double it would not vectorise: 6 % of a bfloat16 prefill,
+/// bench/RESULTS.md), and the lanes are added in double.
 template <typename T>
 void rms_norm_rows(const T* x, const T* weight, T* y, int64_t rows, int64_t dim, float eps) {
+  constexpr int64_t kSquareLanes = 16;
   at::parallel_for(0, rows, kNormTaskRows, [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
       const T* in = x + row * dim;
       T* out = y + row * dim;
-      // Four sums, so that the adds' latency does not bound a row; each square is exact in double.
-      double squares[4] = {0.0, 0.0, 0.0, 0.0};
+      float lanes[kSquareLanes] = {};
       int64_t i = 0;
-      for (; i + 4 <= dim; i += 4) {
-        for (int64_t k = 0; k < 4; ++k) {
-          const double v = static_cast<float>(in[i + k]);
-          squares[k] += v * v;
+      for (; i + kSquareLanes <= dim; i += kSquareLanes) {
+        for (int64_t k = 0; k < kSquareLanes; ++k) {
+          const float v = widened(in[i + k]);
+          lanes[k] += v * v;
         }
       }
+      double sum = 0.0;
       for (; i < dim; ++i) {
         const double v = static_cast<float>(in[i]);
-        squares[0] += v * v;
+        sum += v * v;
       }
-      const double sum = (squares[0] + squares[1]) + (squares[2] + squares[3]);
+      for (const float lane : lanes) sum += lane;
       const float r = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(dim)) + eps);
       for (int64_t i = 0; i < dim; ++i) {
-        const T normed = static_cast<T>(static_cast<float>(in[i]) * r);
-        out[i] = static_cast<T>(static_cast<float>(weight[i]) * static_cast<float>(normed));
+        const float normed = rounded_to<T>(widened(in[i]) * r);
+        out[i] = round_to<T>(widened(weight[i]) * normed);
       }
     }
   });
