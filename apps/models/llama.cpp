@@ -99,8 +99,8 @@ float rounded_to(float v) {
 
 /// RmsNormImpl::forward's formula in one pass per row, rounded where the tensor form rounds: x · r in float,
 /// rounded to T, times the weight, rounded to T. The squares are summed in float across kSquareLanes lanes, which
-/// the compiler keeps in vector registers (a sum in double it would not vectorise: 6 % of a bfloat16 prefill,
-/// bench/RESULTS.md), and the lanes are added in double.
+/// the compiler keeps in vector registers (a sum in double it would not vectorise; the norm was most of what a
+/// bfloat16 prefill spent outside ATen and attn ops, bench/RESULTS.md), and the lanes are added in double.
 template <typename T>
 void rms_norm_rows(const T* x, const T* weight, T* y, int64_t rows, int64_t dim, float eps) {
   constexpr int64_t kSquareLanes = 16;
