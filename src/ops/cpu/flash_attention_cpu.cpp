@@ -180,10 +180,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> flash_attention_backw
   const at::ScalarType compute = call.compute;
   const bool pairs = multiplies_bfloat16(route);
   const auto layout = [&](const at::Tensor& t) { return pairs ? row_major_layout(t) : kernel_layout(t, compute); };
-  const at::Tensor q = layout(query), k = layout(key), v = layout(value), dout = layout(grad_output);
+  const at::Tensor q = layout(query), k = layout(key), v = layout(value), dout = layout(grad_output),
+                   out = layout(output);
   const at::Tensor lse = logsumexp.contiguous();
-  // delta_i = Σ_c dO[i,c]·O[i,c] = Σ_j P[i,j]·dP[i,j]: the softmax backward's row term, O(T) to precompute.
-  const at::Tensor delta = (dout.to(compute) * output.to(compute)).sum(-1).contiguous();
+  // delta_i = Σ_c dO[i,c]·O[i,c] = Σ_j P[i,j]·dP[i,j]: the softmax backward's row term, which the kernel writes.
+  const at::Tensor delta = at::empty({s.batch, s.heads, s.tq}, q.options().dtype(compute));
   const int64_t packed = s.sequences;
   const KernelVariants& variants = call.variants;
 
@@ -201,38 +202,38 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> flash_attention_backw
   const int64_t wanted = (kMinTasks + heads_total - 1) / heads_total;
   const int64_t splits = std::clamp<int64_t>(wanted, 1, std::max<int64_t>(k_blocks, 1));
 
-  // The gradients accumulate in the compute type on either route.
-  const at::TensorOptions grad_options = q.options().dtype(compute);
-  at::Tensor grad_q = at::zeros({splits * s.batch, s.heads, s.tq, s.dk}, grad_options);
-  at::Tensor grad_k = at::empty({s.batch, s.kv_heads, s.tk, s.dk}, grad_options);
-  at::Tensor grad_v = at::empty({s.batch, s.kv_heads, s.tk, s.dv}, grad_options);
-  const auto fill = [&](auto& args) {
+  // The gradients accumulate in the compute type on every route, dQ in a slice per split; the kernel writes them
+  // in the inputs' type (bfloat16 on the bfloat16 routes, else the compute type), dQ as the slices' sum.
+  const at::ScalarType written = pairs ? at::kBFloat16 : compute;
+  at::Tensor grad_q_splits = at::zeros({splits * s.batch, s.heads, s.tq, s.dk}, q.options().dtype(compute));
+  at::Tensor grad_q = splits == 1 && written == compute
+                          ? grad_q_splits
+                          : at::empty({s.batch, s.heads, s.tq, s.dk}, q.options().dtype(written));
+  at::Tensor grad_k = at::empty({s.batch, s.kv_heads, s.tk, s.dk}, q.options().dtype(written));
+  at::Tensor grad_v = at::empty({s.batch, s.kv_heads, s.tk, s.dv}, q.options().dtype(written));
+  const auto run = [&](auto args) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(args.lse)>>;
+    using In = std::remove_const_t<std::remove_pointer_t<decltype(args.grad_out.data)>>;
+    args.problem = make_problem<T, In>(call, q, k, v);
+    args.grad_out = input_view<In>(dout);
+    args.out = input_view<In>(out);
     args.lse = lse.data_ptr<T>();
     args.delta = delta.data_ptr<T>();
-    args.grad_q = output_view<T>(grad_q);
+    args.grad_q_splits = output_view<T>(grad_q_splits);
     args.splits = splits;
-    args.grad_k = output_view<T>(grad_k);
-    args.grad_v = output_view<T>(grad_v);
+    args.grad_q = output_view<In>(grad_q);
+    args.grad_k = output_view<In>(grad_k);
+    args.grad_v = output_view<In>(grad_v);
+    flash_backward(args);
   };
   if (pairs) {
-    FlashBackward<float, c10::BFloat16> args;
-    args.problem = make_problem<float, c10::BFloat16>(call, q, k, v);
-    args.grad_out = input_view<c10::BFloat16>(dout);
-    fill(args);
-    flash_backward(args);
+    run(FlashBackward<float, c10::BFloat16>{});
   } else {
-    AT_DISPATCH_FLOATING_TYPES(compute, "attn::flash_attention_backward", [&] {
-      FlashBackward<scalar_t> args;
-      args.problem = make_problem<scalar_t>(call, q, k, v);
-      args.grad_out = input_view<scalar_t>(dout);
-      fill(args);
-      flash_backward(args);
-    });
+    AT_DISPATCH_FLOATING_TYPES(compute, "attn::flash_attention_backward", [&] { run(FlashBackward<scalar_t>{}); });
   }
-  if (splits > 1) grad_q = grad_q.view({splits, s.batch, s.heads, s.tq, s.dk}).sum(0);
+  // float16 inputs run in float: their gradients are converted back.
   const auto back = [&](const at::Tensor& g) {
-    return query.scalar_type() == compute ? g : g.to(query.scalar_type());
+    return g.scalar_type() == query.scalar_type() ? g : g.to(query.scalar_type());
   };
   // d sink_h = -Σ_{b,i} p_sink(b,h,i) · delta(b,h,i), p_sink = exp(sink_h - lse): the sink takes its share of
   // every row's probability mass. A row without keys has delta = 0 (its output is 0), so it adds nothing.

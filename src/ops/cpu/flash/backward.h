@@ -1,8 +1,9 @@
 #pragma once
-// The fused backward pass, for any product route. Each task takes a range of key blocks of one (sequence, kv
-// head), recomputes P = exp(S - lse) tile by tile for every query head of the group, and accumulates dK and
-// dV in its own buffer; dQ goes to a per-split slice, so tasks never write the same row. Compiled once per
-// instruction set.
+// The fused backward pass, for any product route. First each query row's delta = rowsum(dO · O). Then each task
+// takes a range of key blocks of one (sequence, kv head), recomputes P = exp(S - lse) tile by tile for every
+// query head of the group, and accumulates dK and dV in its own buffer; dQ goes to a per-split slice, so tasks
+// never write the same row. Last, the slices are summed. Every gradient is written in the inputs' element type,
+// rounded once from its float sum. Compiled once per instruction set.
 
 #include "ops/cpu/flash/plan.h"
 #include "ops/cpu/flash/problem.h"
@@ -12,9 +13,14 @@
 #include "ops/cpu/math/score_terms.h"
 #include "ops/cpu/products/cache_line_vector.h"
 #include "ops/cpu/products/flash_products.h"
+#include "ops/cpu/products/row_tiles.h"
+
+#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <type_traits>
 #include <vector>
 
 namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE {
@@ -25,9 +31,59 @@ struct BackwardState {
   typename Products::Scratch scratch;
 };
 
+/// Rows per task of the row passes around the tiles (delta, the dQ slices' sum): a few thousand elements each.
+inline constexpr int64_t kRowPassGrain = 64;
+
+/// delta[b, h, i] = Σ_c dO[b, h, i, c] · O[b, h, i, c] in T, bfloat16 widened exactly: the softmax backward's row
+/// term (Σ_j P·dP, O(T) to compute from the output).
+template <typename T, typename In>
+void write_row_deltas(const FlashBackward<T, In>& args) {
+  const FlashProblem<T, In>& p = args.problem;
+  using Vec = Vectorized<T>;
+  at::parallel_for(0, p.batch * p.heads * p.tq, kRowPassGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t i = row % p.tq, h = (row / p.tq) % p.heads, b = row / (p.tq * p.heads);
+      const In* dout = args.grad_out.row(b, h, i);
+      const In* out = args.out.row(b, h, i);
+      Vec acc(T(0));
+      int64_t c = 0;
+      for (; c + Vec::size() <= p.dv; c += Vec::size()) {
+        acc = at::vec::fmadd(load_one<T>(dout + c), load_one<T>(out + c), acc);
+      }
+      T sum = at::vec::vec_reduce_all<T>(std::plus<Vec>(), acc);
+      for (; c < p.dv; ++c) sum += static_cast<T>(dout[c]) * static_cast<T>(out[c]);
+      args.delta[row] = sum;
+    }
+  });
+}
+
+/// dQ = the sum of the splits' slices, in split order (so the same whatever the thread count), rounded to In.
+template <typename T, typename In>
+void sum_query_splits(const FlashBackward<T, In>& args) {
+  const FlashProblem<T, In>& p = args.problem;
+  if constexpr (std::is_same_v<T, In>) {
+    if (args.splits == 1) return;  // the tasks wrote dQ itself
+  }
+  const int64_t rows = p.batch * p.heads * p.tq;
+  at::parallel_for(0, rows, kRowPassGrain, [&](int64_t begin, int64_t end) {
+    std::vector<T> sum(p.dk);
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t i = row % p.tq, h = (row / p.tq) % p.heads, b = row / (p.tq * p.heads);
+      const T* first = args.grad_q_splits.row(b, h, i);
+      std::copy_n(first, p.dk, sum.data());
+      for (int64_t split = 1; split < args.splits; ++split) {
+        const T* slice = args.grad_q_splits.row(split * p.batch + b, h, i);
+        for (int64_t e = 0; e < p.dk; ++e) sum[e] += slice[e];
+      }
+      std::copy_n(sum.data(), p.dk, args.grad_q.row(b, h, i));
+    }
+  });
+}
+
 template <typename T, typename In, typename Products>
 void backward(const FlashBackward<T, In>& args, const Products& products) {
   const FlashProblem<T, In>& p = args.problem;
+  write_row_deltas(args);
   const bool masked = has_masks(p);
   const bool capped = p.softcap > T(0);
   const int64_t ld = kBackwardKeyBlock;
@@ -87,9 +143,9 @@ void backward(const FlashBackward<T, In>& args, const Products& products) {
             for (int64_t r = 0; r < rows; ++r) softcap_backward_row(dprob + r * ld, tanh_values + r * ld, cols);
           }
           products.add_grad_keys(st.scratch, at, dprob, ld, st.grad_k.data(), p.dk);
-          T* dq = args.grad_q.row(split * p.batch + b, h, sq.q0 + i0);
+          T* dq = args.grad_q_splits.row(split * p.batch + b, h, sq.q0 + i0);
           if (keys_finite) {
-            products.add_grad_queries(st.scratch, at, dprob, ld, dq, args.grad_q.si);
+            products.add_grad_queries(st.scratch, at, dprob, ld, dq, args.grad_q_splits.si);
           } else {
             // A NaN or Inf key at a blocked pair has dS = 0 there, and 0 · NaN would still poison dQ.
             const In* k = p.k.row(b, hk, at.j);
@@ -98,18 +154,20 @@ void backward(const FlashBackward<T, In>& args, const Products& products) {
                 const T w = dprob[r * ld + c] * p.scale;
                 if (w == T(0)) continue;
                 const In* krow = k + c * p.k.si;
-                for (int64_t e = 0; e < p.dk; ++e) dq[r * args.grad_q.si + e] += w * static_cast<T>(krow[e]);
+                for (int64_t e = 0; e < p.dk; ++e) dq[r * args.grad_q_splits.si + e] += w * static_cast<T>(krow[e]);
               }
             }
           }
         }
       }
+      // Rounded to In (bfloat16 to nearest even, as Tensor::to) as they are written.
       for (int64_t c = 0; c < cols; ++c) {
         std::copy_n(st.grad_k.data() + c * p.dk, p.dk, args.grad_k.row(b, hk, sq.k0 + j0 + c));
         std::copy_n(st.grad_v.data() + c * p.dv, p.dv, args.grad_v.row(b, hk, sq.k0 + j0 + c));
       }
     }
   });
+  sum_query_splits(args);
 }
 
 }  // namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE

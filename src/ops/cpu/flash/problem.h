@@ -44,17 +44,20 @@ struct FlashForward {
   T* lse = nullptr;  // [B, H, Tq] contiguous
 };
 
-/// In as in FlashProblem: bfloat16 for T = float on the pairs route, whose gradients still accumulate in
-/// (and are returned as) float.
+/// In as in FlashProblem: bfloat16 for T = float on the bfloat16 routes, whose gradients accumulate in float and
+/// are rounded to bfloat16 once, as the pass writes them.
 template <typename T, typename In = T>
 struct FlashBackward {
   FlashProblem<T, In> problem;
   View4<const In> grad_out;    // [B, H, Tq, dv]
+  View4<const In> out;         // [B, H, Tq, dv]: the forward pass's output
   const T* lse = nullptr;      // [B, H, Tq] contiguous, from the forward pass
-  const T* delta = nullptr;    // [B, H, Tq] contiguous: rowsum(grad_out * out)
-  View4<T> grad_q;             // [splits * B, H, Tq, dk], zeroed: split s writes batch s*B + b
+  T* delta = nullptr;          // [B, H, Tq] contiguous: rowsum(grad_out * out), which the pass writes first
+  View4<T> grad_q_splits;      // [splits * B, H, Tq, dk], zeroed: split s accumulates batch s*B + b
   int64_t splits = 1;          // key blocks are divided among this many tasks per (b, kv head)
-  View4<T> grad_k, grad_v;     // [B, H_kv, Tk, dk], [B, H_kv, Tk, dv]: summed over each group of query heads
+  // [B, H, Tq, dk]: the splits' sum. With one split and In = T, the same memory as grad_q_splits (nothing to sum).
+  View4<In> grad_q;
+  View4<In> grad_k, grad_v;    // [B, H_kv, Tk, dk], [B, H_kv, Tk, dv]: summed over each group of query heads
 };
 
 /// Tile sizes: query rows and key rows per tile. A [kQueryBlock, kKeyBlock] score tile plus the output
