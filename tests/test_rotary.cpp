@@ -307,6 +307,36 @@ TEST(RotaryPositionsOp, MatchesTheFloat64FormulaAndRefusesAGradient) {
   EXPECT_FALSE(ops::rotary_positions(trained, positions, f.inv_freq).requires_grad());
 }
 
+TEST(RotaryPositionsOp, AKeptTableFollowsItsInputsChangedInPlace) {
+  // The op keeps the calling thread's last angle table for calls at the same positions, frequencies and factor,
+  // as a model's layers make them. Positions or frequencies changed in place, or another factor, must give the
+  // new rotation; a prompt's table (ATen's form) and a step's (the scalar loop) take turns.
+  const RotaryEmbeddingOptions a = RotaryEmbeddingOptions(6).base(500.0), b = RotaryEmbeddingOptions(6).base(900.0);
+  torch::manual_seed(14);
+  const torch::Tensor x = torch::randn({1, 2, 400, 8}, torch::kDouble);
+  torch::Tensor positions = torch::arange(0, 400).unsqueeze(0);
+  torch::Tensor inv_freq = rotary_frequencies(a).inv_freq.clone();
+  const auto error = [](const torch::Tensor& y, const torch::Tensor& expected) {
+    return (y - expected).abs().max().item<double>();
+  };
+  for (int call = 0; call < 2; ++call) {  // the second finds the first's table
+    EXPECT_LE(error(ops::rotary_positions(x, positions, inv_freq), reference_rotate(x, positions, a)), 1e-12);
+  }
+  positions.add_(7);
+  EXPECT_LE(error(ops::rotary_positions(x, positions, inv_freq), reference_rotate(x, positions, a)), 1e-12);
+  inv_freq.copy_(rotary_frequencies(b).inv_freq);
+  EXPECT_LE(error(ops::rotary_positions(x, positions, inv_freq), reference_rotate(x, positions, b)), 1e-12);
+  EXPECT_LE(error(ops::rotary_positions(x, positions, inv_freq, 0.5).narrow(-1, 0, 6),
+                  reference_rotate(x, positions, b).narrow(-1, 0, 6) * 0.5),
+            1e-12);
+  const torch::Tensor step = x.narrow(2, 0, 1), step_position = torch::full({1, 1}, 407, torch::kLong);
+  for (int call = 0; call < 2; ++call) {
+    EXPECT_LE(error(ops::rotary_positions(step, step_position, inv_freq), reference_rotate(step, step_position, b)),
+              1e-12);
+  }
+  EXPECT_LE(error(ops::rotary_positions(x, positions, inv_freq), reference_rotate(x, positions, b)), 1e-12);
+}
+
 TEST(RotaryErrors, NameTheArgumentAndTheShapes) {
   const auto throws_with = [](const std::function<void()>& f, const std::string& text) {
     try {

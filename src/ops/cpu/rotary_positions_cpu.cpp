@@ -13,7 +13,11 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <c10/core/InferenceMode.h>
+
 #include <algorithm>
+#include <cstring>
+#include <memory>
 
 namespace attn::ops::cpu {
 namespace {
@@ -21,14 +25,50 @@ namespace {
 /// Elements per task at least: a decoding step's few rows run on the calling thread.
 constexpr int64_t kRotaryTaskElements = int64_t{1} << 15;
 
+/// Bytes of cos and sin up to which the calling thread keeps its last table (a 32k-token prompt's, 32 frequencies
+/// in float32, is 8 MiB).
+constexpr int64_t kKeptAngleBytes = int64_t{16} << 20;
+
+/// Whether two contiguous tensors of one dtype hold the same bytes.
+bool same_bytes(const at::Tensor& a, const at::Tensor& b) {
+  return a.scalar_type() == b.scalar_type() && a.numel() == b.numel() &&
+         std::memcmp(a.data_ptr(), b.data_ptr(), a.numel() * a.element_size()) == 0;
+}
+
+/// The angle table for these positions, frequencies and factor: the calling thread's last one when they are the
+/// same. A model's layers rotate q and k at the same positions, twice a layer each step, and a prompt's table is
+/// most of a call (at 542 positions, 180 of 190 us; bench/RESULTS.md). A table past kKeptAngleBytes is the
+/// call's own.
+template <typename T>
+std::shared_ptr<const RotaryAngleRows<T>> angle_rows(const at::Tensor& positions, const at::Tensor& inv_freq,
+                                                     double factor) {
+  struct Kept {
+    at::Tensor positions, inv_freq;  // the table's key, as copies: the caller may change its tensors in place
+    double factor = 0.0;
+    std::shared_ptr<const RotaryAngleRows<T>> table;
+  };
+  thread_local Kept kept;
+  const at::Tensor p = positions.to(at::kLong).contiguous(), f = inv_freq.contiguous();
+  if (kept.table && kept.factor == factor && same_bytes(kept.positions, p) && same_bytes(kept.inv_freq, f)) {
+    return kept.table;
+  }
+  auto table = std::make_shared<const RotaryAngleRows<T>>(p, f, factor);
+  kept = Kept{};
+  if (2 * p.numel() * f.numel() * static_cast<int64_t>(sizeof(T)) <= kKeptAngleBytes) {
+    c10::InferenceMode normal(false);  // the key stays a normal tensor whatever mode this call runs in
+    kept = Kept{p.clone(), f.clone(), factor, table};
+  }
+  return table;
+}
+
 template <typename T>
 void rotate_rows(const at::Tensor& x, const at::Tensor& positions, const at::Tensor& inv_freq, double factor,
                  bool interleaved, at::Tensor& out) {
   using Acc = at::opmath_type<T>;
   // Rounded to T as the differentiable route's; widened to Acc in the loop.
-  const RotaryAngleRows<T> table(positions, inv_freq, factor);
-  const T* cos = table.cos();
-  const T* sin = table.sin();
+  const std::shared_ptr<const RotaryAngleRows<T>> table = angle_rows<T>(positions, inv_freq, factor);
+  const T* cos = table->cos();
+  const T* sin = table->sin();
   const bool batched = x.dim() == 4;
   const int64_t B = batched ? x.size(0) : 1, H = x.size(-3), Tn = x.size(-2), D = x.size(-1);
   const int64_t half = inv_freq.numel();
