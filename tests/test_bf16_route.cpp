@@ -824,6 +824,24 @@ TEST(Bf16Route, BackwardOpWithAFloatGradOutputWidens) {
   }
 }
 
+// The backward op called directly with the forward's output in float32 for bfloat16 inputs: O, which the pass
+// reads for each row's delta, cannot be read as bfloat16, so the pass widens; the gradients match float64's.
+TEST(Bf16Route, BackwardOpWithAFloatOutputWidens) {
+  torch::manual_seed(9);
+  const auto bf = [](at::IntArrayRef shape) { return torch::randn(shape).to(torch::kBFloat16); };
+  const torch::Tensor q = bf({1, 2, 40, 16}), k = bf({1, 2, 60, 16}), v = bf({1, 2, 60, 16});
+  const torch::Tensor dout = bf({1, 2, 40, 16});
+  const auto [out, lse] = ops::flash_attention(q, k, v);
+  const auto [dq, dk, dv, dsinks] = ops::flash_attention_backward(dout, q, k, v, out.to(torch::kFloat32), lse);
+  const auto exact = [](const torch::Tensor& t) { return t.to(torch::kFloat64).requires_grad_(); };
+  const torch::Tensor q64 = exact(q), k64 = exact(k), v64 = exact(v);
+  scaled_dot_product_attention(q64, k64, v64, SdpaOptions().backend(Backend::Math)).backward(dout.to(torch::kFloat64));
+  for (const auto& [got, want] : {std::pair{dq, q64.grad()}, {dk, k64.grad()}, {dv, v64.grad()}}) {
+    EXPECT_EQ(got.scalar_type(), torch::kBFloat16);
+    EXPECT_LE((got.to(torch::kFloat64) - want).abs().mean().item<double>(), 1e-2 * want.abs().mean().item<double>());
+  }
+}
+
 // An odd d_v cannot be read in pairs along dO·Vᵀ: the backward pass widens, whatever the forward pass did.
 TEST(Bf16Route, BackwardWithOddValueWidthWidens) {
   torch::manual_seed(6);

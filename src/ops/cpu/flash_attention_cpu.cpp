@@ -172,10 +172,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> flash_attention_backw
     const at::Tensor& grad_output, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
     const at::Tensor& output, const at::Tensor& logsumexp, const FlashArguments& arguments) {
   const FlashSizes s = check_backward_args(grad_output, query, key, value, output, logsumexp, arguments);
-  // The pairs route reads the inputs as bfloat16 pairs, dO included (a dO of another dtype widens); d_v is the
-  // length of dO·Vᵀ's pairs, so it must be even as well.
+  // The pairs route reads the inputs as bfloat16 pairs, dO and O included (a dO or O of another dtype widens);
+  // d_v is the length of dO·Vᵀ's pairs, so it must be even as well.
   const ProductRoute route = flash_product_route(
-      query.scalar_type(), s.dk % 2 == 0 && s.dv % 2 == 0 && grad_output.scalar_type() == at::kBFloat16);
+      query.scalar_type(), s.dk % 2 == 0 && s.dv % 2 == 0 && grad_output.scalar_type() == at::kBFloat16 &&
+                               output.scalar_type() == at::kBFloat16);
   const KernelCall call(s, arguments, compute_type(query), route);
   const at::ScalarType compute = call.compute;
   const bool pairs = multiplies_bfloat16(route);

@@ -25,8 +25,8 @@ namespace {
 /// Elements per task at least: a decoding step's few rows run on the calling thread.
 constexpr int64_t kRotaryTaskElements = int64_t{1} << 15;
 
-/// Bytes of cos and sin up to which the calling thread keeps its last table (a 32k-token prompt's, 32 frequencies
-/// in float32, is 8 MiB).
+/// Bytes of cos and sin up to which the calling thread keeps its last table of each dtype (a 32k-token prompt's,
+/// 32 frequencies in float32, is 8 MiB).
 constexpr int64_t kKeptAngleBytes = int64_t{16} << 20;
 
 /// Whether two contiguous tensors of one dtype hold the same bytes.
@@ -35,10 +35,10 @@ bool same_bytes(const at::Tensor& a, const at::Tensor& b) {
          std::memcmp(a.data_ptr(), b.data_ptr(), a.numel() * a.element_size()) == 0;
 }
 
-/// The angle table for these positions, frequencies and factor: the calling thread's last one when they are the
-/// same. A model's layers rotate q and k at the same positions, twice a layer each step, and a prompt's table is
-/// most of a call (at 542 positions, 180 of 190 us; bench/RESULTS.md). A table past kKeptAngleBytes is the
-/// call's own.
+/// The angle table for these positions, frequencies and factor (compared by their bits): the calling thread's last
+/// one of this dtype when they are the same. A model's layers rotate q and k at the same positions, twice a layer
+/// each step, and a prompt's table is most of a call (at 542 positions, 180 of 190 us; bench/RESULTS.md). A table
+/// past kKeptAngleBytes is the call's own.
 template <typename T>
 std::shared_ptr<const RotaryAngleRows<T>> angle_rows(const at::Tensor& positions, const at::Tensor& inv_freq,
                                                      double factor) {
@@ -49,7 +49,8 @@ std::shared_ptr<const RotaryAngleRows<T>> angle_rows(const at::Tensor& positions
   };
   thread_local Kept kept;
   const at::Tensor p = positions.to(at::kLong).contiguous(), f = inv_freq.contiguous();
-  if (kept.table && kept.factor == factor && same_bytes(kept.positions, p) && same_bytes(kept.inv_freq, f)) {
+  if (kept.table && std::memcmp(&kept.factor, &factor, sizeof factor) == 0 && same_bytes(kept.positions, p) &&
+      same_bytes(kept.inv_freq, f)) {
     return kept.table;
   }
   auto table = std::make_shared<const RotaryAngleRows<T>>(p, f, factor);
