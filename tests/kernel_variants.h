@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdio>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -48,6 +49,24 @@ class AmxTilesScope {
   AmxTilesScope& operator=(const AmxTilesScope&) = delete;
 };
 
+/// Where this process cannot run AMX's tiles, why; empty where it can. On a machine that has AMX but whose tiles
+/// this build or the environment turned off, the calling test fails too: a test leaves an AMX case out only for
+/// missing hardware.
+inline std::string amx_absence() {
+  const ops::cpu::AmxAvailability& a = ops::cpu::amx_availability();
+  if (a.available) return {};
+  EXPECT_TRUE(a.machine_lacks) << "this machine has AMX, but its cases cannot run: " << a.reason;
+  return "no AMX tiles here (" + a.reason + ")";
+}
+
+/// amx_absence() as a note in the test's output that says what was left out; true where AMX's tiles run.
+inline bool amx_runs_here(const char* left_out) {
+  const std::string absence = amx_absence();
+  if (absence.empty()) return true;
+  std::printf("[ NOTE     ] %s: %s\n", absence.c_str(), left_out);
+  return false;
+}
+
 struct KernelParam {
   ops::cpu::Capability capability;
   torch::Dtype dtype;
@@ -84,12 +103,12 @@ inline std::vector<KernelParam> kernel_grid(bool blas_products = false, bool amx
 
 /// A fixture that runs each test under its parameter's kernel variant. A variant this CPU lacks runs as the
 /// best one it has; the test records which one actually ran. The AMX case skips, saying so, where the CPU (or
-/// the kernel) offers no AMX tiles: it has no lower route of its own to stand for.
+/// its kernel) offers no AMX tiles (amx_absence()): it has no lower route of its own to stand for.
 class KernelVariantTest : public ::testing::TestWithParam<KernelParam> {
  protected:
   void SetUp() override {
     if (GetParam().amx && !ops::cpu::hardware_has_amx()) {
-      GTEST_SKIP() << "this CPU (or its kernel) offers no AMX tiles: the AMX route cannot run here";
+      GTEST_SKIP() << amx_absence() << ": the AMX route cannot run here";
     }
     scope_ = std::make_unique<CapabilityScope>(GetParam().capability);
     ops::cpu::force_float_products(GetParam().products);

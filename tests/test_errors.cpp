@@ -5,12 +5,17 @@
 
 #include "support.h"
 
+#include "common/environment.h"
+
 #include <attn/ops/decode_attention.h>
 #include <attn/ops/flash_attention.h>
 #include <attn/ops/linear_rows.h>
 #include <torch/version.h>
 
+#include <cstdlib>
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace attn::test {
 namespace {
@@ -202,6 +207,47 @@ TEST(BadInputs, InferenceOpsRefuseAnInputThatNeedsAGradient) {
   const torch::Tensor x = torch::randn({2, 4});
   EXPECT_LT((ops::linear_rows(x, w).to(torch::kDouble) - torch::matmul(x.to(torch::kDouble), w.to(torch::kDouble).t()))
                 .abs().max().item<double>(), 1e-5);
+}
+
+/// Collects TORCH_WARN's messages while it lives, in place of the handler that prints them.
+class CollectedWarnings : public c10::WarningHandler {
+ public:
+  CollectedWarnings() : guard_(this) {}
+#if TORCH_VERSION_MAJOR >= 2
+  void process(const c10::Warning& warning) override { messages.push_back(warning.msg()); }
+#else
+  void process(const c10::SourceLocation&, const std::string& msg, const bool) override { messages.push_back(msg); }
+#endif
+  std::vector<std::string> messages;
+
+ private:
+#if TORCH_VERSION_MAJOR >= 2
+  c10::WarningUtils::WarningHandlerGuard guard_;
+#else
+  c10::Warning::WarningHandlerGuard guard_;
+#endif
+};
+
+// An ATTN_* setting outside its choices (a typo, "OFF" for "off") is ignored with a warning that names the
+// setting, the value and the choices, rather than silently leaving the route as it was.
+TEST(BadInputs, AnEnvironmentSettingOutsideItsChoicesWarnsAndIsIgnored) {
+  constexpr const char* kName = "ATTN_TEST_SETTING";
+  const auto read = [&](const char* value) {
+    if (value) setenv(kName, value, 1); else unsetenv(kName);
+    CollectedWarnings warnings;
+    const char* choice = common::environment_choice(kName, {"on", "off"});
+    unsetenv(kName);
+    return std::make_pair(choice ? std::string(choice) : std::string("(none)"), warnings.messages);
+  };
+  EXPECT_EQ(read("off"), std::make_pair(std::string("off"), std::vector<std::string>{}));
+  EXPECT_EQ(read("on"), std::make_pair(std::string("on"), std::vector<std::string>{}));
+  EXPECT_EQ(read(nullptr), std::make_pair(std::string("(none)"), std::vector<std::string>{}));
+  EXPECT_EQ(read(""), std::make_pair(std::string("(none)"), std::vector<std::string>{}));
+  const auto [choice, messages] = read("OFF");
+  EXPECT_EQ(choice, "(none)");
+  ASSERT_EQ(messages.size(), 1u);
+  EXPECT_NE(messages[0].find("attn: ATTN_TEST_SETTING=OFF is not one of on, off; it is ignored"), std::string::npos)
+      << messages[0];
 }
 
 TEST(BadInputs, MixedCpuAndCudaDevices) {

@@ -470,15 +470,13 @@ TEST(Linear, KernelInfoNamesTheBfloat16RowsProducts) {
     EXPECT_EQ(cpu_kernel_info().bfloat16_linear_rows, "widened");
     return;
   }
-  if (ops::cpu::hardware_has_amx()) {
+  if (amx_runs_here("the pairs and widening were checked")) {
     Bf16RouteScope amx(/*amx=*/true);
     EXPECT_EQ(cpu_kernel_info().bfloat16_linear_rows, "amx");
     EXPECT_NE(cpu_kernel_info().summary.find("linear rows on AMX tiles from"), std::string::npos)
         << cpu_kernel_info().summary;
     EXPECT_FALSE(ops::cpu::linear_rows_take_amx(at::kBFloat16, ops::cpu::kAmxLinearMinRows - 1));
     EXPECT_FALSE(ops::cpu::linear_rows_take_amx(at::kFloat, ops::cpu::kAmxLinearMinRows));
-  } else {
-    std::printf("[ NOTE     ] this CPU (or its kernel) offers no AMX tiles: the pairs and widening were checked\n");
   }
   {
     Bf16RouteScope pairs(/*amx=*/false);

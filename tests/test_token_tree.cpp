@@ -59,11 +59,7 @@ TEST(TokenTreeAttention, EachCandidateMatchesItsPathAloneInFloat64) {
   const std::vector<int64_t> prefix = {300, 7};
   std::vector<std::pair<torch::Dtype, bool>> routes{
       {torch::kFloat32, false}, {torch::kBFloat16, false}, {torch::kInt8, false}};
-  if (ops::cpu::hardware_has_amx()) {
-    routes.emplace_back(torch::kBFloat16, true);
-  } else {
-    std::printf("[ NOTE     ] this CPU (or its kernel) offers no AMX tiles: the tree's AMX case was skipped\n");
-  }
+  if (amx_runs_here("the tree's AMX case was left out")) routes.emplace_back(torch::kBFloat16, true);
   for (const auto& [dtype, amx] : routes) {
     SCOPED_TRACE(std::string(c10::toString(dtype)) + (amx ? " on AMX's tiles" : ""));
     const AmxTilesScope tiles(amx);

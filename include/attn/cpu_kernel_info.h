@@ -15,8 +15,13 @@ struct CpuKernelInfo {
   /// first use.
   bool bfloat16_route = false;
   /// Whether those bfloat16 products, forward and backward, run on AMX's tiles: where the CPU has AMX-BF16 and
-  /// Linux grants this process the tile state, unless ATTN_AMX=off.
+  /// AVX512-BF16, the OS has enabled the tile state, Linux grants it to this process, attn was built with AMX
+  /// kernels and ATTN_CPU_CAPABILITY leaves the avx512_bf16 variant, unless ATTN_AMX=off.
   bool amx_tiles = false;
+  /// Why amx_tiles is false (empty where it is true), the first of those that fails, e.g. "this CPU lists no
+  /// AMX-BF16 and AMX-TILE in CPUID", "ATTN_AMX=off", or "the CPU has AMX, but Linux refused this process the
+  /// tile state (arch_prctl ARCH_REQ_XCOMP_PERM: ...)". On a CPU that lists AMX, the summary says it too.
+  std::string amx_unused_reason;
   /// That measurement: the FLOP rate of AVX512-BF16's pair product (vdpbf16ps) over the float FMA's, in
   /// register-only loops; the route is taken at 1.5 or more (0 where not measured).
   double bfloat16_pair_speed = 0.0;

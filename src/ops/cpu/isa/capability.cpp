@@ -4,9 +4,13 @@
 
 #include "ops/cpu/isa/capability.h"
 
+#include "common/environment.h"
+
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #if defined(__linux__) && defined(__GNUC__) && defined(__x86_64__)
 #include <cpuid.h>
@@ -35,7 +39,7 @@ Capability detect_hardware() {
 #endif
 #endif
   // The environment may lower the choice (never raise it past what the CPU has).
-  if (const char* env = std::getenv("ATTN_CPU_CAPABILITY")) {
+  if (const char* env = capability_setting()) {
     if (std::strcmp(env, "default") == 0) best = Capability::Default;
     if (std::strcmp(env, "avx2") == 0 && best >= Capability::Avx512) best = Capability::Avx2;
     if (std::strcmp(env, "avx512") == 0 && best == Capability::Avx512Bf16) best = Capability::Avx512;
@@ -53,6 +57,12 @@ int forced_within_limit() {
 }
 
 }  // namespace
+
+const char* capability_setting() {
+  static const char* const setting =
+      common::environment_choice("ATTN_CPU_CAPABILITY", {"default", "avx2", "avx512", "avx512_bf16"});
+  return setting;
+}
 
 Capability hardware_capability_limit() {
   static const Capability limit = detect_hardware();
@@ -78,29 +88,75 @@ bool hardware_has_int8_dot() {
 #endif
 }
 
-bool hardware_has_amx() {
-#if defined(ATTN_HAVE_AMX) && defined(__linux__) && defined(__GNUC__) && defined(__x86_64__)
-  static const bool has = [] {
-    // The AMX route runs on the AVX-512 variant with AVX512-BF16 (its softmax and packing).
-    if (hardware_capability_limit() != Capability::Avx512Bf16 || !amx_state_enabled()) return false;
-    // Linux hands out the 8 KiB tile state on request only (since 5.16): without it the first tile
-    // instruction faults.
-    constexpr long kArchReqXcompPerm = 0x1023;
-    constexpr long kXfeatureXtiledata = 18;
-    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-  }();
-  return has;
+namespace {
+
+/// Whether the CPU lists AMX's bfloat16 tiles (CPUID leaf 7: AMX-BF16 and AMX-TILE).
+[[maybe_unused]] bool cpu_lists_amx() {
+#if defined(__linux__) && defined(__GNUC__) && defined(__x86_64__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  return ((edx >> 22) & 1u) && ((edx >> 24) & 1u);
 #else
   return false;
 #endif
 }
 
+AmxAvailability find_amx_availability() {
+  AmxAvailability a;
+#if defined(__linux__) && defined(__GNUC__) && defined(__x86_64__)
+  if (!cpu_lists_amx()) {
+    a.reason = "this CPU lists no AMX-BF16 and AMX-TILE in CPUID";
+    return a;
+  }
+  if (!amx_state_enabled()) {
+    a.reason = "the CPU has AMX, but its operating system or hypervisor has not enabled the tile state (XCR0)";
+    return a;
+  }
+#ifndef ATTN_HAVE_AMX
+  a.machine_lacks = false;
+  a.reason = "the CPU has AMX, but this build of attn has no AMX kernels (its compiler lacks -mamx-tile -mamx-bf16)";
+  return a;
+#else
+  // The AMX route runs on the AVX-512 variant with AVX512-BF16 (its softmax and packing).
+  if (hardware_capability_limit() != Capability::Avx512Bf16) {
+    a.machine_lacks = !hardware_has_avx512_bf16();
+    a.reason = a.machine_lacks ? "the CPU has AMX but not AVX512-BF16, which the AMX route's softmax and packing need"
+                               : "the CPU has AMX, but ATTN_CPU_CAPABILITY lowered the kernels below avx512_bf16";
+    return a;
+  }
+  // Linux hands out the 8 KiB tile state on request only (since 5.16): without it the first tile instruction
+  // faults. A refusal is reported here and the kernels take another route.
+  constexpr long kArchReqXcompPerm = 0x1023;
+  constexpr long kXfeatureXtiledata = 18;
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) {
+    a.reason = std::string("the CPU has AMX, but Linux refused this process the tile state (arch_prctl "
+                           "ARCH_REQ_XCOMP_PERM: ") + std::strerror(errno) + ")";
+    return a;
+  }
+  a.available = true;
+  a.machine_lacks = false;
+  return a;
+#endif
+#else
+  a.reason = "attn uses AMX on x86-64 Linux only";
+  return a;
+#endif
+}
+
+}  // namespace
+
+const AmxAvailability& amx_availability() {
+  static const AmxAvailability availability = find_amx_availability();
+  return availability;
+}
+
+bool hardware_has_amx() { return amx_availability().available; }
+
 bool amx_state_enabled() {
 #if defined(__linux__) && defined(__GNUC__) && defined(__x86_64__)
   static const bool has = [] {
+    if (!cpu_lists_amx()) return false;
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
-    if (!((edx >> 22) & 1u) || !((edx >> 24) & 1u)) return false;  // AMX-BF16, AMX-TILE
     if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !((ecx >> 27) & 1u)) return false;  // OSXSAVE: XGETBV works
     unsigned xcr0_low = 0, xcr0_high = 0;
     __asm__ volatile("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));

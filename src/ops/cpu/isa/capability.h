@@ -2,6 +2,8 @@
 // What this CPU can run, asked in one place (isa/capability.cpp): the instruction-set variant the kernels take.
 // Tests force each variant; isa/dispatch.h runs the active one.
 
+#include <string>
+
 namespace attn::ops::cpu {
 
 /// The instruction sets the kernels are compiled for. Avx512Bf16 runs the AVX-512 variant on a CPU that also
@@ -13,6 +15,9 @@ enum class Capability { Default, Avx2, Avx512, Avx512Bf16 };
 Capability active_capability();
 /// The widest this CPU and build support (after ATTN_CPU_CAPABILITY).
 Capability hardware_capability_limit();
+/// ATTN_CPU_CAPABILITY's value, read once: "default", "avx2", "avx512" or "avx512_bf16" (which takes the
+/// bfloat16 pairs without measuring them, products/route.h); nullptr where unset or not one of those.
+const char* capability_setting();
 /// Forces a capability up to hardware_capability_limit() (tests run every variant); `reset_capability()`
 /// undoes it.
 void force_capability(Capability capability);
@@ -26,7 +31,19 @@ bool hardware_has_int8_dot();
 /// Whether this CPU and build have AMX's bfloat16 tile products (products/amx_panels.h) and Linux lets this
 /// process use the tiles: the first call asks for the tile state (arch_prctl ARCH_REQ_XCOMP_PERM), once per
 /// process; a refusal (an older kernel, a hypervisor that hides the state) makes this false, never a crash.
+/// amx_availability() says why not.
 bool hardware_has_amx();
+/// hardware_has_amx(), and where it is false, why: the first of the CPU without AMX, an OS or hypervisor that
+/// has not enabled the tile state, a build without AMX kernels, a CPU without AVX512-BF16 or ATTN_CPU_CAPABILITY
+/// below avx512_bf16, and Linux refusing the tile state (with its error).
+struct AmxAvailability {
+  bool available = false;
+  /// Whether the reason is the machine's (its CPU, OS, hypervisor or kernel) rather than this build's or the
+  /// environment's: tests may skip an AMX case only for the machine's.
+  bool machine_lacks = true;
+  std::string reason;  ///< empty where available
+};
+const AmxAvailability& amx_availability();
 /// Whether the CPU lists AMX's bfloat16 tiles (CPUID) and the OS has enabled their state (XCR0's XTILECFG and
 /// XTILEDATA), whatever this build compiled and ATTN_CPU_CAPABILITY say: where oneDNN, under LibTorch's bfloat16
 /// GEMM, multiplies on them (ops/torch_bfloat16_gemm.h). A hypervisor that hides AMX clears either.

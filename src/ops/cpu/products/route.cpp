@@ -3,6 +3,7 @@
 
 #include "ops/cpu/products/route.h"
 
+#include "common/environment.h"
 #include "ops/cpu/isa/capability.h"
 
 #ifdef ATTN_HAVE_BF16_DOT
@@ -28,8 +29,8 @@ const RouteTiming& route_timing() {
     RouteTiming t;
 #ifdef ATTN_HAVE_BF16_DOT
     if (hardware_capability_limit() == Capability::Avx512Bf16) {
-      const char* env = std::getenv("ATTN_CPU_CAPABILITY");
-      t.forced_by_environment = env && std::strcmp(env, "avx512_bf16") == 0;
+      const char* setting = capability_setting();
+      t.forced_by_environment = setting && std::strcmp(setting, "avx512_bf16") == 0;
       if (!t.forced_by_environment) t.speed = pair_product_speed();
     }
 #endif
@@ -73,7 +74,7 @@ FloatProducts float_products() {
   const int f = forced_products.load();
   if (f >= 0) return static_cast<FloatProducts>(f);
   static const FloatProducts chosen = [] {
-    const char* env = std::getenv("ATTN_FLOAT_PRODUCTS");
+    const char* env = common::environment_choice("ATTN_FLOAT_PRODUCTS", {"tiles", "blas"});
     return env && std::strcmp(env, "blas") == 0 ? FloatProducts::Blas : FloatProducts::Tiles;
   }();
   return chosen;
@@ -87,16 +88,19 @@ namespace {
 std::atomic<int> forced_amx{-1};
 }  // namespace
 
-bool amx_route_chosen() {
-  if (!hardware_has_amx() || active_capability() != Capability::Avx512Bf16) return false;
+const char* amx_route_declined() {
+  if (!hardware_has_amx()) return amx_availability().reason.c_str();
+  if (active_capability() != Capability::Avx512Bf16) return "a kernel variant below avx512_bf16 is forced";
   const int f = forced_amx.load();
-  if (f >= 0) return f == 1;
+  if (f >= 0) return f == 1 ? nullptr : "forced off (force_amx_tiles)";
   static const bool off = [] {
-    const char* env = std::getenv("ATTN_AMX");
+    const char* env = common::environment_choice("ATTN_AMX", {"on", "off"});
     return env && std::strcmp(env, "off") == 0;
   }();
-  return !off;
+  return off ? "ATTN_AMX=off" : nullptr;
 }
+
+bool amx_route_chosen() { return amx_route_declined() == nullptr; }
 
 void force_amx_tiles(bool on) { forced_amx.store(on ? 1 : 0); }
 void reset_amx_tiles() { forced_amx.store(-1); }
@@ -111,7 +115,7 @@ bool int8_dot_route_chosen() {
   const int f = forced_int8.load();
   if (f >= 0) return static_cast<Int8Products>(f) == Int8Products::Dot;
   static const bool widen = [] {
-    const char* env = std::getenv("ATTN_INT8_PRODUCTS");
+    const char* env = common::environment_choice("ATTN_INT8_PRODUCTS", {"dot", "widen"});
     return env && std::strcmp(env, "widen") == 0;
   }();
   return !widen;
@@ -147,7 +151,7 @@ bool linear_rows_prefetch_weights(int64_t rows) {
   const int f = forced_prefetch.load();
   if (f >= 0) return f == 1;
   static const int environment = [] {
-    const char* env = std::getenv("ATTN_WEIGHT_PREFETCH");
+    const char* env = common::environment_choice("ATTN_WEIGHT_PREFETCH", {"on", "off"});
     if (env && std::strcmp(env, "on") == 0) return 1;
     if (env && std::strcmp(env, "off") == 0) return 0;
     return -1;

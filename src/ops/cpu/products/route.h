@@ -72,6 +72,9 @@ double bf16_pair_speed();
 /// AVX512-BF16 is active, unless ATTN_AMX=off or forced off. Not measured first, as the pairs are: one tile
 /// product is 16 · 16 · 32 multiply-adds, 32 times a vdpbf16ps's.
 bool amx_route_chosen();
+/// Why amx_route_chosen() is false (amx_availability()'s reason, a lower variant forced, ATTN_AMX=off or
+/// forced off), or nullptr where it is true.
+const char* amx_route_declined();
 /// Forces the AMX route on (where the CPU can) or off (tests run both); `reset_amx_tiles()` undoes it.
 void force_amx_tiles(bool on);
 void reset_amx_tiles();
