@@ -199,7 +199,10 @@ stage_amx() {
     return 0
   fi
   local rc=0
-  local filter='*Bf16*:*AmxRoute*:*ProductRoute*:*FusedKernel*/avx512_bf16*:*Variants*Fused_BFloat16*'
+  # Every case with an AMX part: the route's own, the fused kernel's, the variants' and varlen's bfloat16 cases,
+  # the decode kernel's and the token tree's, and the few-row linear kernel's.
+  local filter='*Bf16*:*AmxRoute*:*ProductRoute*:Amx.*:*FusedKernel*/avx512_bf16*:*Variants*Fused_BFloat16*'
+  filter+=':*Varlen*Fused_BFloat16*:*_amx:*VariantDecode*:*TokenTree*:*LinearRows*:*Linear.*'
   OMP_NUM_THREADS=$jobs timeout 200 "$build/tests/attn_tests" --gtest_filter="${GPU_CHECK_AMX_TESTS:-$filter}" \
     > "$out/amx-tests.log" 2>&1 || rc=1
   grep -E '^\[  (PASSED|FAILED|SKIPPED) |tests? from .* ran|AMX|bfloat16 route on' "$out/amx-tests.log" | head -60

@@ -49,8 +49,7 @@ bool skip_without_bf16_route() {
 /// bfloat16's own routes that this CPU runs, as Bf16RouteScope's `amx`: the pairs, and AMX's tiles where it has
 /// them (saying so where it has not).
 std::vector<bool> own_routes() {
-  if (ops::cpu::hardware_has_amx()) return {false, true};
-  std::printf("[ NOTE     ] this CPU (or its kernel) offers no AMX tiles: only the pairs route was checked\n");
+  if (amx_runs_here("only the pairs route was checked")) return {false, true};
   return {false};
 }
 
@@ -134,14 +133,20 @@ TEST(ProductRoute, ChosenFromTheDtypeTheCpuAndTheSettings) {
 // named in cpu_kernel_info(), and off when forced off (or on a lower variant); never on a CPU without them.
 TEST(AmxRoute, ChosenWhereTheCpuHasTilesAndNamedInKernelInfo) {
   using ops::cpu::ProductRoute;
-  if (!ops::cpu::hardware_has_amx()) {
-    std::printf("[ NOTE     ] this CPU (or its kernel) offers no AMX tiles: the route cannot run here\n");
+  if (!amx_runs_here("the route cannot run here")) {
     ops::cpu::force_amx_tiles(true);
     EXPECT_FALSE(ops::cpu::amx_route_chosen());
     EXPECT_FALSE(cpu_kernel_info().amx_tiles);
     EXPECT_NE(ops::cpu::flash_product_route(at::kBFloat16, true), ProductRoute::AmxTiles);
     EXPECT_FALSE(ops::cpu::decode_takes_amx(at::kBFloat16, at::kBFloat16, 64));
     EXPECT_EQ(cpu_kernel_info().bfloat16_decode, "widened");
+    // The reason is the availability's, in the info; the summary repeats it only on a CPU that lists AMX.
+    const std::string& reason = ops::cpu::amx_availability().reason;
+    EXPECT_FALSE(reason.empty());
+    EXPECT_EQ(cpu_kernel_info().amx_unused_reason, reason);
+    EXPECT_EQ(cpu_kernel_info().summary.find("AMX tiles unused: " + reason) != std::string::npos,
+              ops::cpu::amx_state_enabled())
+        << cpu_kernel_info().summary;
     ops::cpu::reset_amx_tiles();
     return;
   }
@@ -159,6 +164,8 @@ TEST(AmxRoute, ChosenWhereTheCpuHasTilesAndNamedInKernelInfo) {
     EXPECT_TRUE(info.bfloat16_route);
     EXPECT_EQ(info.variant, "avx512_bf16");
     EXPECT_NE(info.summary.find("AMX tiles"), std::string::npos) << info.summary;
+    EXPECT_EQ(info.amx_unused_reason, "");
+    EXPECT_EQ(info.summary.find("unused"), std::string::npos) << info.summary;
     // The decode kernel: a bfloat16 query over a bfloat16 cache, from kAmxDecodeMinRows rows per K/V head.
     EXPECT_EQ(info.bfloat16_decode, "amx");
     EXPECT_NE(info.summary.find("bfloat16 decode on AMX tiles from 16 query rows"), std::string::npos) << info.summary;
@@ -172,6 +179,9 @@ TEST(AmxRoute, ChosenWhereTheCpuHasTilesAndNamedInKernelInfo) {
     EXPECT_EQ(ops::cpu::flash_product_route(at::kBFloat16, true), ProductRoute::BfloatPairs);
     EXPECT_FALSE(cpu_kernel_info().amx_tiles);
     EXPECT_EQ(cpu_kernel_info().bfloat16_decode, "widened");
+    EXPECT_EQ(cpu_kernel_info().amx_unused_reason, "forced off (force_amx_tiles)");
+    EXPECT_NE(cpu_kernel_info().summary.find("AMX tiles unused: forced off"), std::string::npos)
+        << cpu_kernel_info().summary;
   }
   // The AVX-512 variant without AVX512-BF16 widens, tiles or not.
   CapabilityScope widened(Capability::Avx512);
@@ -475,7 +485,7 @@ Matrix amx_left_operand(int64_t rows, int64_t cols, int64_t ld, uint64_t seed) {
 }
 
 TEST(Amx, PanelsProductMatchesFloat64) {
-  if (!ops::cpu::hardware_has_amx()) GTEST_SKIP() << "this CPU (or its kernel) offers no AMX tiles";
+  if (!ops::cpu::hardware_has_amx()) GTEST_SKIP() << amx_absence();
   uint64_t seed = 300;
   for (int64_t m : {1, 5, 16, 17, 32, 33, 70}) {
     for (int64_t width : {8, 24, 64, 66, 130}) {
@@ -508,7 +518,7 @@ TEST(Amx, PanelsProductMatchesFloat64) {
 }
 
 TEST(Amx, RowPairsProductMatchesFloat64) {
-  if (!ops::cpu::hardware_has_amx()) GTEST_SKIP() << "this CPU (or its kernel) offers no AMX tiles";
+  if (!ops::cpu::hardware_has_amx()) GTEST_SKIP() << amx_absence();
   uint64_t seed = 600;
   for (int64_t m : {1, 15, 16, 17, 32, 40, 130}) {
     for (int64_t k : {1, 31, 32, 33, 64, 100}) {
@@ -620,6 +630,42 @@ TEST(Bf16Route, PrefillOverACacheOnEachRoute) {
   }
 }
 
+// A prefill over a KVCache whose rows hold different prefixes (400 and 100 earlier positions, then 300 new
+// ones each): attention_with_kv_cache gives the general backends the cache rule as a mask (backends/cache.cpp),
+// and the fused kernel takes it on each of bfloat16's own routes, against float64 on the same bfloat16 values.
+TEST(Bf16Route, RaggedPrefillThroughTheCacheOnEachRoute) {
+  if (skip_without_bf16_route()) return;
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(13);
+  const int64_t B = 2, H = 6, H_kv = 2, tq = 300, d = 64, capacity = 1024;
+  const std::vector<int64_t> earlier{400, 100}, lengths{700, 400};
+  KVCache cache(KVCacheOptions(1, B, H_kv, d, capacity).dtype(torch::kBFloat16));
+  const torch::Tensor k = torch::randn({B, H_kv, 700, d}).to(torch::kBFloat16);
+  const torch::Tensor v = torch::randn({B, H_kv, 700, d}).to(torch::kBFloat16);
+  cache.append(0, k.narrow(2, 0, 400), v.narrow(2, 0, 400), earlier);
+  // Row b's new keys follow its own prefix: row 1's are k[1, :, 100:400].
+  const torch::Tensor new_k = torch::stack({k[0].narrow(1, 400, tq), k[1].narrow(1, 100, tq)});
+  const torch::Tensor new_v = torch::stack({v[0].narrow(1, 400, tq), v[1].narrow(1, 100, tq)});
+  cache.append(0, new_k, new_v);
+  ASSERT_EQ(cache.lengths(0).to(torch::kLong).data_ptr<int64_t>()[1], 400);
+  const torch::Tensor q = torch::randn({B, H, tq, d}).to(torch::kBFloat16);
+  const torch::Tensor expected = std::get<0>(float64_attention(
+      q.to(torch::kFloat64), k.to(torch::kFloat64).repeat_interleave(H / H_kv, 1),
+      v.to(torch::kFloat64).repeat_interleave(H / H_kv, 1), cache_allowed_pairs(earlier, lengths, tq, 700, true),
+      1.0 / std::sqrt(double(d))));
+  // Row 1 holds 400 keys: its keys past 400 in k are not in the cache, and the reference masks them.
+  const double size = expected.abs().mean().item<double>();
+  for (const bool amx : own_routes()) {
+    SCOPED_TRACE(amx ? "AMX tiles" : "pairs");
+    Bf16RouteScope route(amx);
+    const torch::Tensor got = attention_with_kv_cache(q, cache, 0, longs(earlier),
+                                                      SdpaOptions().causal(true).backend(Backend::Fused));
+    const torch::Tensor error = (got.to(torch::kFloat64) - expected).abs();
+    EXPECT_LE(error.max().item<double>(), 0.1 * size);
+    EXPECT_LE(error.mean().item<double>(), 4e-3 * size);
+  }
+}
+
 // The decode kernel's steps of many query rows per K/V head (a group of 8 times 4 tokens: 32 rows), widened
 // and on AMX's tiles, against float64 on the same bfloat16 values: a contiguous cache and a paged one whose
 // blocks of 5 rows are gathered (the tiles then read a copy), lengths across the 256-key splits. The tiles round
@@ -651,11 +697,7 @@ TEST(Bf16Route, DecodeStepsOfManyRowsOnEachRoute) {
       1.0 / std::sqrt(double(d))));
   const double size = expected.abs().mean().item<double>();
   std::vector<bool> tiles{false};
-  if (ops::cpu::hardware_has_amx()) {
-    tiles.push_back(true);
-  } else {
-    std::printf("[ NOTE     ] this CPU (or its kernel) offers no AMX tiles: only the widened decode was checked\n");
-  }
+  if (amx_runs_here("only the widened decode was checked")) tiles.push_back(true);
   for (const bool amx : tiles) {
     const AmxTilesScope scope(amx);
     ASSERT_EQ(cpu_kernel_info().bfloat16_decode, amx ? "amx" : "widened");
@@ -811,16 +853,20 @@ TEST(Bf16Route, BackwardOpWithAFloatGradOutputWidens) {
   torch::manual_seed(8);
   const auto bf = [](at::IntArrayRef shape) { return torch::randn(shape).to(torch::kBFloat16); };
   const torch::Tensor q = bf({1, 2, 40, 16}), k = bf({1, 2, 60, 16}), v = bf({1, 2, 60, 16});
-  CapabilityScope scope(Capability::Avx512Bf16);
-  const auto [out, lse] = ops::flash_attention(q, k, v);
   const torch::Tensor grad_float = torch::randn({1, 2, 40, 16});
-  const auto widened = ops::flash_attention_backward(grad_float, q, k, v, out, lse);
-  const auto paired = ops::flash_attention_backward(grad_float.to(torch::kBFloat16), q, k, v, out, lse);
-  for (const auto& [a, b] : {std::pair{std::get<0>(widened), std::get<0>(paired)},
-                             {std::get<1>(widened), std::get<1>(paired)}, {std::get<2>(widened), std::get<2>(paired)}}) {
-    EXPECT_EQ(a.scalar_type(), torch::kBFloat16);
-    const torch::Tensor x = a.to(torch::kFloat64), y = b.to(torch::kFloat64);
-    EXPECT_LE((x - y).abs().mean().item<double>(), 1e-2 * y.abs().mean().item<double>());
+  for (const bool amx : own_routes()) {
+    SCOPED_TRACE(amx ? "AMX tiles" : "pairs");
+    Bf16RouteScope route(amx);
+    const auto [out, lse] = ops::flash_attention(q, k, v);
+    const auto widened = ops::flash_attention_backward(grad_float, q, k, v, out, lse);
+    const auto on_route = ops::flash_attention_backward(grad_float.to(torch::kBFloat16), q, k, v, out, lse);
+    for (const auto& [a, b] : {std::pair{std::get<0>(widened), std::get<0>(on_route)},
+                               {std::get<1>(widened), std::get<1>(on_route)},
+                               {std::get<2>(widened), std::get<2>(on_route)}}) {
+      EXPECT_EQ(a.scalar_type(), torch::kBFloat16);
+      const torch::Tensor x = a.to(torch::kFloat64), y = b.to(torch::kFloat64);
+      EXPECT_LE((x - y).abs().mean().item<double>(), 1e-2 * y.abs().mean().item<double>());
+    }
   }
 }
 

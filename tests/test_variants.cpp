@@ -11,6 +11,7 @@
 // The dtype runs compare against the float64 formula on the same inputs rounded to that dtype.
 
 #include "kernel_variants.h"
+#include "ops/cpu/products/route.h"
 #include "support.h"
 
 #include <attn/functional.h>
@@ -336,23 +337,32 @@ std::string backend_dtype_name(const ::testing::TestParamInfo<BackendDtype>& inf
          (info.param.bfloat16_route ? "_bfloat16_route" : "") + (info.param.amx ? "_amx" : "");
 }
 
-/// The route a case runs under: one of the bfloat16 routes forced, or the one this CPU prefers.
+/// The route a case runs under: one of the bfloat16 routes forced, or the one this CPU prefers. Where the CPU
+/// has the forced route, the fused kernel's bfloat16 products take it (else the case would test another route).
 std::unique_ptr<Bf16RouteScope> route_scope(const BackendDtype& p) {
   if (!p.bfloat16_route) return nullptr;
-  return std::make_unique<Bf16RouteScope>(p.amx);
+  auto scope = std::make_unique<Bf16RouteScope>(p.amx);
+  if (ops::cpu::hardware_capability_limit() == ops::cpu::Capability::Avx512Bf16) {
+    EXPECT_EQ(ops::cpu::flash_product_route(at::kBFloat16, /*pairs_fit=*/true),
+              p.amx ? ops::cpu::ProductRoute::AmxTiles : ops::cpu::ProductRoute::BfloatPairs);
+  }
+  return scope;
 }
 
 // ------------------------------------------------------------------------------------------------------------
 // Math and Fused against the float64 reference
 
-class Variants : public ::testing::TestWithParam<BackendDtype> {
+/// A backend and dtype per case; the AMX case skips, saying why (amx_absence()), where the machine has no AMX tiles.
+class BackendDtypeTest : public ::testing::TestWithParam<BackendDtype> {
  protected:
   void SetUp() override {
     if (GetParam().amx && !ops::cpu::hardware_has_amx()) {
-      GTEST_SKIP() << "this CPU (or its kernel) offers no AMX tiles: the AMX route cannot run here";
+      GTEST_SKIP() << amx_absence() << ": the AMX route cannot run here";
     }
   }
 };
+
+class Variants : public BackendDtypeTest {};
 
 TEST_P(Variants, ForwardAndGradientsMatchFloat64Reference) {
   const auto route = route_scope(GetParam());
@@ -372,6 +382,7 @@ TEST_P(Variants, ForwardAndGradientsMatchFloat64Reference) {
 // A query that may attend to no key (the window or causal band past the keys, or every key padded) gets an
 // exactly zero output row and exactly zero d query, with or without sinks, and no gradient is NaN.
 TEST_P(Variants, RowsWithoutKeysGiveZerosAndFiniteGradients) {
+  const auto route = route_scope(GetParam());
   const Backend backend = GetParam().backend;
   const torch::Dtype dtype = GetParam().dtype;
   const std::vector<VariantCase> cases = {
@@ -601,11 +612,12 @@ std::vector<VarlenCase> varlen_cases() {
   };
 }
 
-class Varlen : public ::testing::TestWithParam<BackendDtype> {};
+class Varlen : public BackendDtypeTest {};
 
 // (a) and (c): the packed output and the gradients of the packed q, k, v (and sinks) equal those of each sequence
 // run alone (float64, Backend::Math, on the same rounded inputs).
 TEST_P(Varlen, MatchesEachSequenceAlone) {
+  const auto route = route_scope(GetParam());
   const Backend backend = GetParam().backend;
   const torch::Dtype dtype = GetParam().dtype;
   uint64_t seed = 4000;
@@ -651,6 +663,7 @@ TEST_P(Varlen, MatchesEachSequenceAlone) {
 // as keys) on the valid rows. With equal query and key lengths, bottom-right per sequence and in the padded
 // batch are the same diagonal.
 TEST_P(Varlen, MatchesThePaddedBatchOnTheValidRows) {
+  const auto route = route_scope(GetParam());
   const Backend backend = GetParam().backend;
   const torch::Dtype dtype = GetParam().dtype;
   const std::vector<int64_t> lengths = {7, 1, 300, 0, 130};
@@ -693,8 +706,12 @@ TEST_P(Varlen, MatchesThePaddedBatchOnTheValidRows) {
 INSTANTIATE_TEST_SUITE_P(Backends, Varlen,
                          ::testing::Values(BackendDtype{Backend::Math, torch::kFloat64},
                                            BackendDtype{Backend::Math, torch::kFloat32},
+                                           BackendDtype{Backend::Math, torch::kBFloat16},
                                            BackendDtype{Backend::Fused, torch::kFloat64},
-                                           BackendDtype{Backend::Fused, torch::kFloat32}
+                                           BackendDtype{Backend::Fused, torch::kFloat32},
+                                           BackendDtype{Backend::Fused, torch::kBFloat16},
+                                           BackendDtype{Backend::Fused, torch::kBFloat16, true},
+                                           BackendDtype{Backend::Fused, torch::kBFloat16, true, true}
 #if TORCH_VERSION_MAJOR >= 2
                                            ,
                                            BackendDtype{Backend::Fused, torch::kHalf}
@@ -956,11 +973,7 @@ TEST(VariantDecode, DecodeKernelAndCacheRouteMatchFloat64Reference) {
     bool amx;  // bfloat16: AMX's tiles on (where the CPU has them) or off
   };
   std::vector<Route> routes{{torch::kFloat64, false}, {torch::kFloat32, false}, {torch::kBFloat16, false}};
-  if (ops::cpu::hardware_has_amx()) {
-    routes.push_back({torch::kBFloat16, true});
-  } else {
-    std::printf("[ NOTE     ] this CPU (or its kernel) offers no AMX tiles: the decode kernel's AMX case was skipped\n");
-  }
+  if (amx_runs_here("the decode kernel's AMX case was left out")) routes.push_back({torch::kBFloat16, true});
   const std::vector<Variant> variants{
       Variant("causal window 63").with_causal().with_window(63, 0),
       Variant("softcap").with_causal().with_softcap(2.0),
