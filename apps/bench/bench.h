@@ -198,8 +198,10 @@ struct Ceilings {
 void print_table(const std::vector<Record>& records, const Ceilings& ceilings);
 /// The comparisons within this run: fused vs its peers, attn_mha vs torch_mha, causal vs not, training memory.
 void print_ratios(const std::vector<Record>& records, const Ceilings& ceilings);
-/// A JSON list with one object per record that ran or failed (skipped ones are left out).
-std::string to_json(const std::vector<Record>& records, const Ceilings& ceilings, const std::string& device);
+/// A JSON list with one object per record that ran or failed (skipped ones are left out); on the CPU each names
+/// the kernel routes (cpu_kernel: attn::cpu_kernel_info().summary, empty on a GPU).
+std::string to_json(const std::vector<Record>& records, const Ceilings& ceilings, const std::string& device,
+                    const std::string& cpu_kernel);
 
 // --- blas_info.cpp ---
 /// Which BLAS LibTorch's matrix products run on, e.g. "OpenBLAS 0.3.21 (openmp), kernels SkylakeX"; plus a

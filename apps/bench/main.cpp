@@ -122,6 +122,18 @@ is LibTorch's scaled_dot_product_attention (on LibTorch 2.x its fused CPU flash 
   attn-bench --suite gpu --device cuda     # the GPU tables
   attn-bench --routes --device cuda        # what runs where
 
+The CPU kernel's routes (named on stderr at the start, at the table's end and in --json's "cpu_kernel") can be
+forced for a comparison, e.g. ATTN_AMX=off attn-bench --suite peer --filter bfloat16:
+  ATTN_AMX=on|off                    bfloat16 on AMX's tiles, where the CPU has them (default on)
+  ATTN_CPU_CAPABILITY=default|avx2|avx512|avx512_bf16
+                                     a lower instruction-set variant; avx512_bf16 takes the bfloat16 pairs
+                                     without measuring them
+  ATTN_FLOAT_PRODUCTS=tiles|blas     the fused kernel's float products on attn's tiles or on BLAS
+  ATTN_INT8_PRODUCTS=dot|widen       an int8 cache's products on AVX512-VNNI dot products or widened
+  ATTN_BF16_GEMM=native|widen        bfloat16 linear of many rows on LibTorch's bfloat16 GEMM or widened
+  ATTN_WEIGHT_PREFETCH=on|off        attn::linear's few-row kernel prefetching its weights
+A value outside these is ignored, with a warning (docs/backends.md and docs/decoding.md say more).
+
 Exit status: 0 when the run completed (a configuration that failed is a row with an error, not a failed
 run), 1 when it could not run or write --json, 2 for bad usage.
 )",
@@ -319,7 +331,8 @@ int run_suite(const BenchOptions& options, const char* argv0) {
   fmt::print(stderr, "attn-bench: {} configurations in {:.0f} s: {} failed, {} skipped\n", records.size(), seconds,
              failed, skipped);
   if (!options.json_path.empty()) {
-    attn::io::write_file_atomically(options.json_path, bench::to_json(records, ceilings, device));
+    attn::io::write_file_atomically(options.json_path, bench::to_json(records, ceilings, device,
+                                                                device == "cpu" ? attn::cpu_kernel_info().summary : ""));
     fmt::print(stderr, "attn-bench: wrote {}\n", options.json_path);
   }
   return 0;

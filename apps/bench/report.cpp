@@ -346,7 +346,8 @@ void print_ratios(const std::vector<Record>& records, const Ceilings& ceilings) 
     }
 }
 
-std::string to_json(const std::vector<Record>& records, const Ceilings& ceilings, const std::string& device) {
+std::string to_json(const std::vector<Record>& records, const Ceilings& ceilings, const std::string& device,
+                    const std::string& cpu_kernel) {
   std::vector<std::string> objects;
   for (const Record& r : records) {
     if (!r.skipped.empty()) continue;
@@ -364,6 +365,7 @@ std::string to_json(const std::vector<Record>& records, const Ceilings& ceilings
     if (r.measurement && !r.measurement->alternated_with.empty())
       o += fmt::format(", \"alternated_with\": {}, \"alternated_speedup\": {}",
                        json_string(r.measurement->alternated_with), json_number(r.measurement->alternated_speedup));
+    if (!cpu_kernel.empty()) o += ", \"cpu_kernel\": " + json_string(cpu_kernel);
     if (!r.error.empty()) o += ", \"error\": " + json_string(r.error);
     objects.push_back(o + "}");
   }
