@@ -14,7 +14,10 @@ Both in float32, then both in bfloat16. Each side runs --repeats times, alternat
 rounds follow one short untimed run: the prompt and one decoding step); medians are reported.
 The decode bound: the bytes one decoding step must read (every weight matrix once, the embedding once as the
 tied LM head, and the KV cache at the mean context), divided by the read bandwidth measured here (the sum of a
-2 GiB float32 tensor, on the same threads).
+2 GiB float32 tensor, on the same threads). A shared machine's bandwidth moves within minutes (a Zen 4 guest
+read 57 and 34 GB/s a minute apart), so it is measured just before and just after each attn round, and each
+round's decode is set against the mean of those two; the table gives the median of the rounds' ratios and the
+range of the bandwidths.
 
 Embedding (all-MiniLM-L6-v2): the 100 sentences of tests/reference/make_embedding_references.py, ten times
 over (1,000 sentences), batches of 32: attn-embed --input against SentenceTransformer.encode.
@@ -39,14 +42,20 @@ def package_folder(name):
     return list(importlib.util.find_spec(name).submodule_search_locations)[0]
 
 
-def read_bandwidth(threads):
-    x = torch.ones(512 * 2**20)  # 2 GiB: far past the last-level cache
-    times = []
-    for _ in range(5):
-        start = time.perf_counter()
-        x.sum()
-        times.append(time.perf_counter() - start)
-    return x.numel() * 4 / statistics.median(times)
+class ReadBandwidth:
+    """The read bandwidth of this machine now: the median of 5 sums over a 2 GiB float32 tensor (far past the
+    last-level cache), allocated once for the whole run."""
+
+    def __init__(self):
+        self.x = torch.ones(512 * 2**20)
+
+    def __call__(self):
+        times = []
+        for _ in range(5):
+            start = time.perf_counter()
+            self.x.sum()
+            times.append(time.perf_counter() - start)
+        return self.x.numel() * 4 / statistics.median(times)
 
 
 def prompt_of_tokens(tokenizer, text, count):
@@ -120,8 +129,8 @@ def main():
     with open(os.path.join(ROOT, "tests", "reference", "long_prompt.txt"), encoding="utf-8") as f:
         prompt = prompt_of_tokens(tokenizer, f.read(), args.prompt_tokens)
     ids = tokenizer(prompt, add_special_tokens=False, return_tensors="pt").input_ids
-    bandwidth = read_bandwidth(args.threads)
-    print(f"bench-models: {args.threads} threads, read bandwidth {bandwidth / 1e9:.1f} GB/s; prompt "
+    read_bandwidth = ReadBandwidth()
+    print(f"bench-models: {args.threads} threads, read bandwidth {read_bandwidth() / 1e9:.1f} GB/s; prompt "
           f"{ids.shape[1]} tokens, {args.new_tokens} new", file=sys.stderr)
 
     rows = []
@@ -131,37 +140,45 @@ def main():
             f.write(prompt)
         for dtype_name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
             model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32).to(dtype).eval()
-            ours, theirs = [], []
+            ours, theirs, bandwidths = [], [], []
+            step_bytes = decode_bytes(model.config, 4 if dtype == torch.float32 else 2,
+                                      ids.shape[1] + args.new_tokens / 2)
             # Both sides timed warm: transformers' rounds share one process, so it runs once untimed first, and
             # each attn-generate process runs the prompt once untimed (--warmup 1) before its timed run.
             transformers_run(model, ids, 2)
             for r in range(args.repeats):
+                before = read_bandwidth()
                 prefill_tokens, prefill, steps, decode = attn_generate_run(generate_app, args.smollm2, prompt_file,
                                                                           args.new_tokens, args.threads, dtype_name)
+                bandwidth = (before + read_bandwidth()) / 2
                 assert prefill_tokens == ids.shape[1], (prefill_tokens, ids.shape[1])
                 ours.append((prefill, decode / steps))
+                bandwidths.append(bandwidth)
                 t_prefill, t_decode = transformers_run(model, ids, args.new_tokens)
                 theirs.append((t_prefill, t_decode / (args.new_tokens - 1)))
                 print(f"bench-models: {dtype_name} round {r + 1}/{args.repeats}: attn prefill {prefill:.3f} s, "
-                      f"{decode / steps * 1e3:.1f} ms/token; transformers {t_prefill:.3f} s, "
+                      f"{decode / steps * 1e3:.1f} ms/token ({step_bytes / (decode / steps) / bandwidth:.0%} of "
+                      f"the bound at {bandwidth / 1e9:.1f} GB/s); transformers {t_prefill:.3f} s, "
                       f"{t_decode / (args.new_tokens - 1) * 1e3:.1f} ms/token", file=sys.stderr)
             a_prefill = statistics.median(p for p, _ in ours)
             a_step = statistics.median(s for _, s in ours)
             t_prefill = statistics.median(p for p, _ in theirs)
             t_step = statistics.median(s for _, s in theirs)
-            step_bytes = decode_bytes(model.config, 4 if dtype == torch.float32 else 2,
-                                      ids.shape[1] + args.new_tokens / 2)
-            bound = bandwidth / step_bytes
+            # Each round against the bandwidth read around it: the bound moves with the machine.
+            of_bound = statistics.median(step_bytes / s / bw for (_, s), bw in zip(ours, bandwidths))
             rows.append((dtype_name, ids.shape[1] / a_prefill, ids.shape[1] / t_prefill, 1 / a_step, 1 / t_step,
-                         step_bytes, bound))
+                         step_bytes, statistics.median(bandwidths), min(bandwidths), max(bandwidths), of_bound))
             del model
 
     print(f"\n| dtype | attn prefill tok/s | transformers prefill tok/s | ratio | attn decode tok/s | "
-          f"transformers decode tok/s | ratio | bytes/token | bound tok/s | attn / bound |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for dtype_name, ap, tp, ad, td, step_bytes, bound in rows:
+          f"transformers decode tok/s | ratio | bytes/token | read GB/s (range) | bound tok/s | attn / bound |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for dtype_name, ap, tp, ad, td, step_bytes, bw, bw_low, bw_high, of_bound in rows:
         print(f"| {dtype_name} | {ap:.0f} | {tp:.0f} | {ap / tp:.2f}x | {ad:.1f} | {td:.1f} | {ad / td:.2f}x | "
-              f"{step_bytes / 2**20:.0f} MiB | {bound:.1f} | {ad / bound:.0%} |")
+              f"{step_bytes / 2**20:.0f} MiB | {bw / 1e9:.1f} ({bw_low / 1e9:.1f}-{bw_high / 1e9:.1f}) | "
+              f"{bw / step_bytes:.1f} | {of_bound:.0%} |")
+    print("\nattn / bound: the median over rounds of each round's decode rate over the bound at the bandwidth "
+          "read just before and after it; bound tok/s: at the median bandwidth.")
 
     # Embedding.
     from make_embedding_references import minilm_folder, sentences
