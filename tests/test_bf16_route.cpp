@@ -145,7 +145,7 @@ TEST(AmxRoute, ChosenWhereTheCpuHasTilesAndNamedInKernelInfo) {
     EXPECT_FALSE(reason.empty());
     EXPECT_EQ(cpu_kernel_info().amx_unused_reason, reason);
     EXPECT_EQ(cpu_kernel_info().summary.find("AMX tiles unused: " + reason) != std::string::npos,
-              ops::cpu::amx_state_enabled())
+              ops::cpu::amx_availability().cpu_lists)
         << cpu_kernel_info().summary;
     ops::cpu::reset_amx_tiles();
     return;

@@ -199,7 +199,7 @@ void print_table(const std::vector<Record>& records, const Ceilings& ceilings);
 /// The comparisons within this run: fused vs its peers, attn_mha vs torch_mha, causal vs not, training memory.
 void print_ratios(const std::vector<Record>& records, const Ceilings& ceilings);
 /// A JSON list with one object per record that ran or failed (skipped ones are left out); on the CPU each names
-/// the kernel routes (cpu_kernel: attn::cpu_kernel_info().summary, empty on a GPU).
+/// the kernel routes (cpu_kernel: attn::cpu_kernel_info().summary; left out on a GPU).
 std::string to_json(const std::vector<Record>& records, const Ceilings& ceilings, const std::string& device,
                     const std::string& cpu_kernel);
 

@@ -122,7 +122,7 @@ is LibTorch's scaled_dot_product_attention (on LibTorch 2.x its fused CPU flash 
   attn-bench --suite gpu --device cuda     # the GPU tables
   attn-bench --routes --device cuda        # what runs where
 
-The CPU kernel's routes (named on stderr at the start, at the table's end and in --json's "cpu_kernel") can be
+The CPU kernel's routes (named on stderr at the start, on stdout after the table and in --json's "cpu_kernel") can be
 forced for a comparison, e.g. ATTN_AMX=off attn-bench --suite peer --filter bfloat16:
   ATTN_AMX=on|off                    bfloat16 on AMX's tiles, where the CPU has them (default on)
   ATTN_CPU_CAPABILITY=default|avx2|avx512|avx512_bf16
@@ -132,7 +132,7 @@ forced for a comparison, e.g. ATTN_AMX=off attn-bench --suite peer --filter bflo
   ATTN_INT8_PRODUCTS=dot|widen       an int8 cache's products on AVX512-VNNI dot products or widened
   ATTN_BF16_GEMM=native|widen        bfloat16 linear of many rows on LibTorch's bfloat16 GEMM or widened
   ATTN_WEIGHT_PREFETCH=on|off        attn::linear's few-row kernel prefetching its weights
-A value outside these is ignored, with a warning (docs/backends.md and docs/decoding.md say more).
+A value outside these is ignored, with a warning where the setting is read (docs/backends.md, docs/decoding.md).
 
 Exit status: 0 when the run completed (a configuration that failed is a row with an error, not a failed
 run), 1 when it could not run or write --json, 2 for bad usage.

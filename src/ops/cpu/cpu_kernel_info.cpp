@@ -15,7 +15,9 @@ CpuKernelInfo cpu_kernel_info() {
   using ops::cpu::Capability;
   CpuKernelInfo info;
   const Capability active = ops::cpu::active_capability();
-  info.amx_tiles = ops::cpu::amx_route_chosen();
+  // One reading of the AMX rule, so that the flag and the reason agree.
+  const char* amx_declined = ops::cpu::amx_route_declined();
+  info.amx_tiles = amx_declined == nullptr;
   info.bfloat16_route = info.amx_tiles || ops::cpu::bf16_route_chosen();
   info.variant = info.bfloat16_route                     ? "avx512_bf16"
                  : active == Capability::Avx512Bf16 ? "avx512"
@@ -25,7 +27,7 @@ CpuKernelInfo cpu_kernel_info() {
   if (info.bfloat16_pair_speed > 0) {
     std::snprintf(measured, sizeof(measured), ": AVX512-BF16 measured %.2fx", info.bfloat16_pair_speed);
   }
-  if (const char* declined = ops::cpu::amx_route_declined()) info.amx_unused_reason = declined;
+  if (amx_declined) info.amx_unused_reason = amx_declined;
   if (info.amx_tiles) {
     info.summary = info.variant + " (bfloat16 multiplied on AMX tiles)";
   } else if (info.bfloat16_route) {
@@ -36,7 +38,7 @@ CpuKernelInfo cpu_kernel_info() {
     info.summary = info.variant + " (bfloat16 widened to float: no AVX512-BF16)";
   }
   // Only where the CPU has AMX: a machine without it need not say so in every log line.
-  if (!info.amx_tiles && ops::cpu::amx_state_enabled()) info.summary += ", AMX tiles unused: " + info.amx_unused_reason;
+  if (!info.amx_tiles && ops::cpu::amx_availability().cpu_lists) info.summary += ", AMX tiles unused: " + info.amx_unused_reason;
   const bool tiles = ops::cpu::flash_product_route(at::kFloat, /*pairs_fit=*/true) == ops::cpu::ProductRoute::FloatTiles;
   info.float_products = tiles ? "tiles" : "blas";
   info.summary += info.float_products == "tiles" ? ", float products on attn's tiles" : ", float products on BLAS";

@@ -108,6 +108,7 @@ AmxAvailability find_amx_availability() {
     a.reason = "this CPU lists no AMX-BF16 and AMX-TILE in CPUID";
     return a;
   }
+  a.cpu_lists = true;
   if (!amx_state_enabled()) {
     a.reason = "the CPU has AMX, but its operating system or hypervisor has not enabled the tile state (XCR0)";
     return a;
@@ -119,8 +120,9 @@ AmxAvailability find_amx_availability() {
 #else
   // The AMX route runs on the AVX-512 variant with AVX512-BF16 (its softmax and packing).
   if (hardware_capability_limit() != Capability::Avx512Bf16) {
-    a.machine_lacks = !hardware_has_avx512_bf16();
-    a.reason = a.machine_lacks ? "the CPU has AMX but not AVX512-BF16, which the AMX route's softmax and packing need"
+    a.machine_lacks = !(hardware_has_avx512_core() && hardware_has_avx512_bf16());
+    a.reason = a.machine_lacks ? "the CPU has AMX but not AVX-512 (F, BW, VL, DQ) with AVX512-BF16, which the AMX "
+                                 "route's softmax and packing need"
                                : "the CPU has AMX, but ATTN_CPU_CAPABILITY lowered the kernels below avx512_bf16";
     return a;
   }
@@ -129,8 +131,9 @@ AmxAvailability find_amx_availability() {
   constexpr long kArchReqXcompPerm = 0x1023;
   constexpr long kXfeatureXtiledata = 18;
   if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) {
+    const int error = errno;
     a.reason = std::string("the CPU has AMX, but Linux refused this process the tile state (arch_prctl "
-                           "ARCH_REQ_XCOMP_PERM: ") + std::strerror(errno) + ")";
+                           "ARCH_REQ_XCOMP_PERM: ") + std::strerror(error) + ")";
     return a;
   }
   a.available = true;

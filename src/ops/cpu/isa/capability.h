@@ -38,6 +38,8 @@ bool hardware_has_amx();
 /// below avx512_bf16, and Linux refusing the tile state (with its error).
 struct AmxAvailability {
   bool available = false;
+  /// Whether the CPU lists AMX's bfloat16 tiles (CPUID), whether or not they can run.
+  bool cpu_lists = false;
   /// Whether the reason is the machine's (its CPU, OS, hypervisor or kernel) rather than this build's or the
   /// environment's: tests may skip an AMX case only for the machine's.
   bool machine_lacks = true;
