@@ -67,6 +67,14 @@ inline bool amx_runs_here(const char* left_out) {
   return false;
 }
 
+/// In a parameterised fixture's SetUp: an AMX case (`amx`) skips, saying why, where this process cannot run AMX's
+/// tiles; it has no lower route of its own to stand for.
+inline void skip_amx_case_without_tiles(bool amx) {
+  if (!amx) return;
+  const std::string absence = amx_absence();
+  if (!absence.empty()) GTEST_SKIP() << absence << ": the AMX route cannot run here";
+}
+
 struct KernelParam {
   ops::cpu::Capability capability;
   torch::Dtype dtype;
@@ -102,14 +110,13 @@ inline std::vector<KernelParam> kernel_grid(bool blas_products = false, bool amx
 }
 
 /// A fixture that runs each test under its parameter's kernel variant. A variant this CPU lacks runs as the
-/// best one it has; the test records which one actually ran. The AMX case skips, saying so, where the CPU (or
-/// its kernel) offers no AMX tiles (amx_absence()): it has no lower route of its own to stand for.
+/// best one it has; the test records which one actually ran. The AMX case skips where the machine has no AMX
+/// tiles (skip_amx_case_without_tiles).
 class KernelVariantTest : public ::testing::TestWithParam<KernelParam> {
  protected:
   void SetUp() override {
-    if (GetParam().amx && !ops::cpu::hardware_has_amx()) {
-      GTEST_SKIP() << amx_absence() << ": the AMX route cannot run here";
-    }
+    skip_amx_case_without_tiles(GetParam().amx);
+    if (IsSkipped()) return;
     scope_ = std::make_unique<CapabilityScope>(GetParam().capability);
     ops::cpu::force_float_products(GetParam().products);
     ops::cpu::force_amx_tiles(GetParam().amx);

@@ -352,13 +352,11 @@ std::unique_ptr<Bf16RouteScope> route_scope(const BackendDtype& p) {
 // ------------------------------------------------------------------------------------------------------------
 // Math and Fused against the float64 reference
 
-/// A backend and dtype per case; the AMX case skips, saying why (amx_absence()), where the machine has no AMX tiles.
+/// A backend and dtype per case; the AMX case skips where the machine has no AMX tiles (skip_amx_case_without_tiles).
 class BackendDtypeTest : public ::testing::TestWithParam<BackendDtype> {
  protected:
   void SetUp() override {
-    if (GetParam().amx && !ops::cpu::hardware_has_amx()) {
-      GTEST_SKIP() << amx_absence() << ": the AMX route cannot run here";
-    }
+    skip_amx_case_without_tiles(GetParam().amx);
   }
 };
 

@@ -38,7 +38,9 @@ CpuKernelInfo cpu_kernel_info() {
     info.summary = info.variant + " (bfloat16 widened to float: no AVX512-BF16)";
   }
   // Only where the CPU has AMX: a machine without it need not say so in every log line.
-  if (!info.amx_tiles && ops::cpu::amx_availability().cpu_lists) info.summary += ", AMX tiles unused: " + info.amx_unused_reason;
+  if (!info.amx_tiles && ops::cpu::amx_availability().cpu_lists) {
+    info.summary += ", AMX tiles unused: " + info.amx_unused_reason;
+  }
   const bool tiles = ops::cpu::flash_product_route(at::kFloat, /*pairs_fit=*/true) == ops::cpu::ProductRoute::FloatTiles;
   info.float_products = tiles ? "tiles" : "blas";
   info.summary += info.float_products == "tiles" ? ", float products on attn's tiles" : ", float products on BLAS";
