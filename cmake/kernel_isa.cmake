@@ -10,6 +10,12 @@
 set(ATTN_KERNEL_VARIANTS all CACHE STRING
     "Which instruction-set variants of the CPU kernels to build: all (the default) or host (those this CPU runs)")
 set_property(CACHE ATTN_KERNEL_VARIANTS PROPERTY STRINGS all host)
+
+# ATTN_AMX_EMULATION runs AMX's tile instructions in software (src/ops/cpu/products/amx_emulation.cpp), so that the
+# AMX route's code runs, and its tests with it, on a CPU with AVX512-BF16 but no AMX: the sanitizer build
+# (scripts/sanitize-and-fuzz.sh) turns it on. A tile product takes microseconds there: never for a library that
+# is installed or shipped.
+option(ATTN_AMX_EMULATION "Test builds only: AMX's tile instructions in software, on CPUs with AVX512-BF16" OFF)
 if(NOT ATTN_KERNEL_VARIANTS MATCHES "^(all|host)$")
   message(FATAL_ERROR "attn: ATTN_KERNEL_VARIANTS is '${ATTN_KERNEL_VARIANTS}'; expected all or host")
 endif()
@@ -103,15 +109,33 @@ function(attn_add_kernel_variants target)
     attn_add_extension_files(${target} avx512bf16 ATTN_HAVE_BF16_DOT ATTN_COMPILER_HAS_AVX512BF16 avx512_bf16)
     attn_add_extension_files(${target} avx512vnni ATTN_HAVE_INT8_DOT ATTN_COMPILER_HAS_AVX512VNNI avx512_vnni)
     # AMX's tile products (products/*_amx.cpp), a route of bfloat16 pairs: built only beside the pairs route.
+    # Emulated (ATTN_AMX_EMULATION), they are wanted where the CPU has the pairs route, AMX or not.
     if(ATTN_COMPILER_HAS_AVX512BF16)
-      attn_add_extension_files(${target} amx ATTN_HAVE_AMX ATTN_COMPILER_HAS_AMX "amx_tile;amx_bf16"
+      if(ATTN_AMX_EMULATION)
+        set(amx_cpu_flags avx512_bf16)
+      else()
+        set(amx_cpu_flags amx_tile amx_bf16)
+      endif()
+      attn_add_extension_files(${target} amx ATTN_HAVE_AMX ATTN_COMPILER_HAS_AMX "${amx_cpu_flags}"
                                -mamx-tile -mamx-bf16 -mavx512bf16)
+      if(ATTN_AMX_EMULATION AND ATTN_COMPILER_HAS_AMX)
+        target_sources(${target} PRIVATE ${dir}/products/amx_emulation.cpp)
+        set_source_files_properties(${dir}/products/amx_emulation.cpp PROPERTIES
+          COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mfma"
+          SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUSION ON)
+        target_compile_definitions(${target} PRIVATE ATTN_AMX_EMULATION)
+        message(STATUS "attn: AMX's tile instructions emulated in software (ATTN_AMX_EMULATION: a test build)")
+      endif()
     else()
       set(ATTN_COMPILER_HAS_AMX FALSE)
     endif()
   else()
     set(ATTN_COMPILER_HAS_AVX512BF16 FALSE)
     set(ATTN_COMPILER_HAS_AMX FALSE)
+  endif()
+  if(ATTN_AMX_EMULATION AND NOT ATTN_COMPILER_HAS_AMX)
+    message(STATUS "attn: ATTN_AMX_EMULATION is on, but no AMX route is built (it needs the AVX-512 variant with "
+                   "AVX512-BF16, a compiler that takes -mamx-tile -mamx-bf16, and under host a CPU with AVX512-BF16)")
   endif()
   # The tests of the micro-kernel are compiled where it is.
   set(ATTN_HAVE_BF16_DOT ${ATTN_COMPILER_HAS_AVX512BF16} CACHE INTERNAL "the bfloat16 route is compiled")

@@ -54,10 +54,12 @@ source tests/sanitizers/env.sh
 
 # --- 2. Build: one clang tree with the sanitizers everywhere and the fuzzers (RelWithDebInfo: optimised, with
 # line numbers in the reports). Only the kernel variants this CPU runs (ATTN_KERNEL_VARIANTS=host): a sanitizer
-# checks code as it runs, and the GCC lanes compile every variant.
+# checks code as it runs, and the GCC lanes compile every variant. AMX's tile instructions run in software
+# (ATTN_AMX_EMULATION), so that on a CPU with AVX512-BF16, AMX or not, the AMX route's cases run here too, and the
+# sanitizers see each tile load and store as the memory it reads and writes.
 CC=clang-14 CXX=clang++-14 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DATTN_SANITIZE=ON -DATTN_BUILD_FUZZERS=ON \
-  -DATTN_KERNEL_VARIANTS=host >/dev/null
+  -DATTN_KERNEL_VARIANTS=host -DATTN_AMX_EMULATION=ON >/dev/null
 cmake --build "$BUILD_DIR" -j "$JOBS"
 phase_done "build (clang-14, ASan+UBSan)" "ok"
 

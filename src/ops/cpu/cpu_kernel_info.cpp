@@ -29,7 +29,9 @@ CpuKernelInfo cpu_kernel_info() {
   }
   if (amx_declined) info.amx_unused_reason = amx_declined;
   if (info.amx_tiles) {
-    info.summary = info.variant + " (bfloat16 multiplied on AMX tiles)";
+    info.summary = info.variant + (ops::cpu::amx_availability().emulated
+                                       ? " (bfloat16 multiplied on AMX tiles emulated in software: a test build)"
+                                       : " (bfloat16 multiplied on AMX tiles)");
   } else if (info.bfloat16_route) {
     info.summary = info.variant + " (bfloat16 multiplied as bfloat16 pairs" + measured + ")";
   } else if (ops::cpu::hardware_capability_limit() == Capability::Avx512Bf16) {
@@ -37,8 +39,8 @@ CpuKernelInfo cpu_kernel_info() {
   } else {
     info.summary = info.variant + " (bfloat16 widened to float: no AVX512-BF16)";
   }
-  // Only where the CPU has AMX: a machine without it need not say so in every log line.
-  if (!info.amx_tiles && ops::cpu::amx_availability().cpu_lists) {
+  // Only where the CPU has AMX (or a test build emulates it): a machine without it need not say so in every line.
+  if (!info.amx_tiles && (ops::cpu::amx_availability().cpu_lists || ops::cpu::amx_availability().emulated)) {
     info.summary += ", AMX tiles unused: " + info.amx_unused_reason;
   }
   const bool tiles = ops::cpu::flash_product_route(at::kFloat, /*pairs_fit=*/true) == ops::cpu::ProductRoute::FloatTiles;

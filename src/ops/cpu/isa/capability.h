@@ -44,6 +44,9 @@ struct AmxAvailability {
   /// environment's: tests may skip an AMX case only for the machine's.
   bool machine_lacks = true;
   std::string reason;  ///< empty where available
+  /// Whether this is a test build whose tile instructions run in software (CMake's ATTN_AMX_EMULATION,
+  /// products/amx_emulation.h): available then on a CPU with AVX512-BF16, AMX or not.
+  bool emulated = false;
 };
 const AmxAvailability& amx_availability();
 /// Whether the CPU lists AMX's bfloat16 tiles (CPUID) and the OS has enabled their state (XCR0's XTILECFG and

@@ -1,8 +1,13 @@
 #pragma once
 // AMX's tile configuration as attn's products use it: palette 1, eight tiles of 16 rows × 64 bytes. Include only
-// in files compiled with AMX enabled (products/*_amx.cpp). Internal linkage, one copy per including file.
+// in files compiled with AMX enabled (products/*_amx.cpp). Internal linkage, one copy per including file. In a
+// test build under ATTN_AMX_EMULATION, the tile intrinsics run in software (products/amx_emulation.h).
 
 #include <cstdint>
+
+#ifdef ATTN_AMX_EMULATION
+#include "ops/cpu/products/amx_emulation.h"
+#endif
 
 namespace attn::ops::cpu {
 namespace {
