@@ -31,7 +31,8 @@ bool hardware_has_int8_dot();
 /// Whether this CPU and build have AMX's bfloat16 tile products (products/amx_panels.h) and Linux lets this
 /// process use the tiles: the first call asks for the tile state (arch_prctl ARCH_REQ_XCOMP_PERM), once per
 /// process; a refusal (an older kernel, a hypervisor that hides the state) makes this false, never a crash.
-/// amx_availability() says why not.
+/// amx_availability() says why not. A test build that emulates the tiles (ATTN_AMX_EMULATION) has them wherever
+/// the AVX-512 variant with AVX512-BF16 runs.
 bool hardware_has_amx();
 /// hardware_has_amx(), and where it is false, why: the first of the CPU without AMX, an OS or hypervisor that
 /// has not enabled the tile state, a build without AMX kernels, a CPU without AVX512-BF16 or ATTN_CPU_CAPABILITY
