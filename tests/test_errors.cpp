@@ -13,7 +13,10 @@
 #include <torch/version.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <functional>
+#include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -229,25 +232,61 @@ class CollectedWarnings : public c10::WarningHandler {
 };
 
 // An ATTN_* setting outside its choices (a typo, "OFF" for "off") is ignored with a warning that names the
-// setting, the value and the choices, rather than silently leaving the route as it was.
+// setting, the value and the choices, rather than silently leaving the route as it was; every setting of the
+// table is checked, including one whose route this machine never decides (ATTN_AMX without AMX).
 TEST(BadInputs, AnEnvironmentSettingOutsideItsChoicesWarnsAndIsIgnored) {
-  constexpr const char* kName = "ATTN_TEST_SETTING";
-  const auto read = [&](const char* value) {
-    if (value) setenv(kName, value, 1); else unsetenv(kName);
-    CollectedWarnings warnings;
-    const char* choice = common::environment_choice(kName, {"on", "off"});
-    unsetenv(kName);
-    return std::make_pair(choice ? std::string(choice) : std::string("(none)"), warnings.messages);
+  struct Saved {
+    std::string name;
+    std::optional<std::string> value;
   };
-  EXPECT_EQ(read("off"), std::make_pair(std::string("off"), std::vector<std::string>{}));
-  EXPECT_EQ(read("on"), std::make_pair(std::string("on"), std::vector<std::string>{}));
-  EXPECT_EQ(read(nullptr), std::make_pair(std::string("(none)"), std::vector<std::string>{}));
-  EXPECT_EQ(read(""), std::make_pair(std::string("(none)"), std::vector<std::string>{}));
-  const auto [choice, messages] = read("OFF");
-  EXPECT_EQ(choice, "(none)");
-  ASSERT_EQ(messages.size(), 1u);
-  EXPECT_NE(messages[0].find("attn: ATTN_TEST_SETTING=OFF is not one of on, off; it is ignored"), std::string::npos)
-      << messages[0];
+  std::vector<Saved> saved;
+  for (const EnvironmentSetting& s : environment_settings()) {
+    const char* v = std::getenv(s.name.c_str());
+    saved.push_back({s.name, v ? std::optional<std::string>(v) : std::nullopt});
+    unsetenv(s.name.c_str());
+  }
+  setenv("ATTN_AMX", "OFF", 1);
+  setenv("ATTN_FLOAT_PRODUCTS", "blas", 1);
+  setenv("ATTN_WEIGHT_PREFETCH", "", 1);
+  const std::vector<std::string> sentences = common::settings_outside_their_choices();
+  std::vector<std::string> warned;
+  {
+    CollectedWarnings warnings;
+    common::warn_of_settings_outside_their_choices();
+    warned = warnings.messages;
+  }
+  const char* amx = common::environment_choice("ATTN_AMX");
+  const char* products = common::environment_choice("ATTN_FLOAT_PRODUCTS");
+  const char* prefetch = common::environment_choice("ATTN_WEIGHT_PREFETCH");
+  setenv("ATTN_AMX", "off", 1);
+  const char* amx_off = common::environment_choice("ATTN_AMX");
+  for (const Saved& s : saved) {
+    if (s.value) setenv(s.name.c_str(), s.value->c_str(), 1); else unsetenv(s.name.c_str());
+  }
+  ASSERT_EQ(sentences, std::vector<std::string>{"attn: ATTN_AMX=OFF is not one of on, off; it is ignored"});
+  ASSERT_EQ(warned.size(), 1u);
+  EXPECT_NE(warned[0].find(sentences[0]), std::string::npos) << warned[0];
+  EXPECT_EQ(amx, nullptr);
+  EXPECT_STREQ(products, "blas");
+  EXPECT_EQ(prefetch, nullptr);  // empty counts as unset
+  EXPECT_STREQ(amx_off, "off");
+  // A name outside the table is the library's own mistake.
+  EXPECT_THROW(common::environment_choice("ATTN_NOT_A_SETTING"), c10::Error);
+}
+
+// The settings' one table (common/environment.cpp) is what the library reads and attn-bench --help prints;
+// docs/backends.md lists them by hand, so each must be there as NAME=choice|choice.
+TEST(BadInputs, TheBackendsDocListsEveryEnvironmentSettingWithItsChoices) {
+  std::ifstream file(std::string(ATTN_DOCS_DIR) + "/backends.md");
+  ASSERT_TRUE(file) << ATTN_DOCS_DIR << "/backends.md";
+  const std::string doc((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(environment_settings().empty());
+  for (const EnvironmentSetting& s : environment_settings()) {
+    std::string listed = s.name + "=";
+    for (size_t i = 0; i < s.choices.size(); ++i) listed += (i ? "|" : "") + s.choices[i];
+    EXPECT_NE(doc.find("`" + listed + "`"), std::string::npos) << "docs/backends.md lacks `" << listed << "`";
+    EXPECT_FALSE(s.meaning.empty()) << s.name;
+  }
 }
 
 TEST(BadInputs, MixedCpuAndCudaDevices) {

@@ -9,6 +9,7 @@
 #include "app_main.h"
 #include "command_line.h"
 
+#include <attn/cpu_kernel_info.h>
 #include <attn/device.h>
 #include <attn/io/files.h>
 
@@ -49,6 +50,23 @@ struct BenchOptions {
   std::string run_one;         // hidden: measure this one configuration and print its result line (the child)
   std::string alternate_with;  // hidden, with run_one: and this peer, their reps in turn
 };
+
+/// The route settings, one a line, from the library's own table.
+std::string environment_settings_help() {
+  std::string lines;
+  for (const attn::EnvironmentSetting& setting : attn::environment_settings()) {
+    std::string choices;
+    for (const std::string& choice : setting.choices) choices += (choices.empty() ? "" : "|") + choice;
+    const std::string assignment = setting.name + "=" + choices;
+    // The meaning in the column after the longest short assignment, or on a line of its own.
+    if (assignment.size() < 35) {
+      lines += fmt::format("  {:<35}{}\n", assignment, setting.meaning);
+    } else {
+      lines += fmt::format("  {}\n  {:<35}{}\n", assignment, "", setting.meaning);
+    }
+  }
+  return lines;
+}
 
 std::string usage() {
   std::string suites;
@@ -124,20 +142,12 @@ is LibTorch's scaled_dot_product_attention (on LibTorch 2.x its fused CPU flash 
 
 The CPU kernel's routes (named on stderr at the start, on stdout after the table and in --json's "cpu_kernel") can be
 forced for a comparison, e.g. ATTN_AMX=off attn-bench --suite peer --filter bfloat16:
-  ATTN_AMX=on|off                    bfloat16 on AMX's tiles, where the CPU has them (default on)
-  ATTN_CPU_CAPABILITY=default|avx2|avx512|avx512_bf16
-                                     a lower instruction-set variant; avx512_bf16 takes the bfloat16 pairs
-                                     without measuring them
-  ATTN_FLOAT_PRODUCTS=tiles|blas     the fused kernel's float products on attn's tiles or on BLAS
-  ATTN_INT8_PRODUCTS=dot|widen       an int8 cache's products on AVX512-VNNI dot products or widened
-  ATTN_BF16_GEMM=native|widen        bfloat16 linear of many rows on LibTorch's bfloat16 GEMM or widened
-  ATTN_WEIGHT_PREFETCH=on|off        attn::linear's few-row kernel prefetching its weights
-A value outside these is ignored, with a warning where the setting is read (docs/backends.md, docs/decoding.md).
+{}A value outside these is ignored, with a warning that names the choices (docs/backends.md, docs/decoding.md).
 
 Exit status: 0 when the run completed (a configuration that failed is a row with an error, not a failed
 run), 1 when it could not run or write --json, 2 for bad usage.
 )",
-                     suites, bench::kMaxScoreBytes / (1 << 30));
+                     suites, bench::kMaxScoreBytes / (1 << 30), environment_settings_help());
 }
 
 BenchOptions parse_args(int argc, char** argv) {

@@ -3,6 +3,7 @@
 // kernels, and whether their loops run threaded. For logs and benchmarks (attn-bench prints it).
 
 #include <string>
+#include <vector>
 
 namespace attn {
 
@@ -58,5 +59,16 @@ struct CpuKernelInfo {
   std::string summary;
 };
 CpuKernelInfo cpu_kernel_info();
+
+/// One of the ATTN_* environment settings that force a CPU kernel route, for a comparison or to pin results
+/// across machines (docs/backends.md). Each is read once per process, where its route is decided; the first
+/// time any is read, every one set outside its choices is ignored with a warning that names them.
+struct EnvironmentSetting {
+  std::string name;                  ///< e.g. "ATTN_AMX"
+  std::vector<std::string> choices;  ///< e.g. {"on", "off"}
+  std::string meaning;               ///< one line
+};
+/// Every such setting, from the table the library reads them by.
+std::vector<EnvironmentSetting> environment_settings();
 
 }  // namespace attn

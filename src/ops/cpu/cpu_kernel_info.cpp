@@ -3,6 +3,7 @@
 
 #include <attn/cpu_kernel_info.h>
 
+#include "common/environment.h"
 #include "ops/cpu/isa/capability.h"
 #include "ops/cpu/products/route.h"
 #include "ops/torch_bfloat16_gemm.h"
@@ -83,6 +84,14 @@ CpuKernelInfo cpu_kernel_info() {
   info.summary += ", tile loops on the calling thread (built without OpenMP)";
 #endif
   return info;
+}
+
+std::vector<EnvironmentSetting> environment_settings() {
+  std::vector<EnvironmentSetting> out;
+  for (const common::Setting& s : common::settings()) {
+    out.push_back({s.name, std::vector<std::string>(s.choices.begin(), s.choices.end()), s.meaning});
+  }
+  return out;
 }
 
 }  // namespace attn

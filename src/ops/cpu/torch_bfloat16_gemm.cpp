@@ -33,7 +33,7 @@ bool torch_bfloat16_gemm_trails_float() {
   const int f = forced_trails.load();
   if (f >= 0) return f == 1;
   static const bool trails = [] {
-    const char* env = common::environment_choice("ATTN_BF16_GEMM", {"native", "widen"});
+    const char* env = common::environment_choice("ATTN_BF16_GEMM");
     if (env && std::strcmp(env, "widen") == 0) return true;
     if (env && std::strcmp(env, "native") == 0) return false;
     if (!cpu::hardware_has_avx512_core() || !cpu::hardware_has_avx512_bf16() || cpu::amx_state_enabled()) {

@@ -59,8 +59,7 @@ int forced_within_limit() {
 }  // namespace
 
 const char* capability_setting() {
-  static const char* const setting =
-      common::environment_choice("ATTN_CPU_CAPABILITY", {"default", "avx2", "avx512", "avx512_bf16"});
+  static const char* const setting = common::environment_choice("ATTN_CPU_CAPABILITY");
   return setting;
 }
 

@@ -74,7 +74,7 @@ FloatProducts float_products() {
   const int f = forced_products.load();
   if (f >= 0) return static_cast<FloatProducts>(f);
   static const FloatProducts chosen = [] {
-    const char* env = common::environment_choice("ATTN_FLOAT_PRODUCTS", {"tiles", "blas"});
+    const char* env = common::environment_choice("ATTN_FLOAT_PRODUCTS");
     return env && std::strcmp(env, "blas") == 0 ? FloatProducts::Blas : FloatProducts::Tiles;
   }();
   return chosen;
@@ -94,7 +94,7 @@ const char* amx_route_declined() {
   const int f = forced_amx.load();
   if (f >= 0) return f == 1 ? nullptr : "forced off (force_amx_tiles)";
   static const bool off = [] {
-    const char* env = common::environment_choice("ATTN_AMX", {"on", "off"});
+    const char* env = common::environment_choice("ATTN_AMX");
     return env && std::strcmp(env, "off") == 0;
   }();
   return off ? "ATTN_AMX=off" : nullptr;
@@ -115,7 +115,7 @@ bool int8_dot_route_chosen() {
   const int f = forced_int8.load();
   if (f >= 0) return static_cast<Int8Products>(f) == Int8Products::Dot;
   static const bool widen = [] {
-    const char* env = common::environment_choice("ATTN_INT8_PRODUCTS", {"dot", "widen"});
+    const char* env = common::environment_choice("ATTN_INT8_PRODUCTS");
     return env && std::strcmp(env, "widen") == 0;
   }();
   return !widen;
@@ -151,7 +151,7 @@ bool linear_rows_prefetch_weights(int64_t rows) {
   const int f = forced_prefetch.load();
   if (f >= 0) return f == 1;
   static const int environment = [] {
-    const char* env = common::environment_choice("ATTN_WEIGHT_PREFETCH", {"on", "off"});
+    const char* env = common::environment_choice("ATTN_WEIGHT_PREFETCH");
     if (env && std::strcmp(env, "on") == 0) return 1;
     if (env && std::strcmp(env, "off") == 0) return 0;
     return -1;
