@@ -847,6 +847,93 @@ TEST(Bf16Route, NonFiniteRowsPastATilesBandStayOut) {
   }
 }
 
+// A scale of zero or below: a plain tile's scores cannot stay unscaled with their maxima taken before the scale
+// (a negative scale turns the largest score into the smallest), so the route scales them first. Forward and
+// backward on each route, against float64 on the same rounded values.
+TEST(Bf16Route, ScalesOfZeroAndBelowOnEachRoute) {
+  if (skip_without_bf16_route()) return;
+  torch::manual_seed(6);
+  const auto bf = [](const torch::Tensor& t) { return t.to(torch::kBFloat16); };
+  const torch::Tensor q = bf(torch::randn({1, 2, 80, 64})), k = bf(torch::randn({1, 2, 200, 64})),
+                      v = bf(torch::randn({1, 2, 200, 64})), cotangent = bf(torch::randn({1, 2, 80, 64}));
+  for (const double scale : {0.0, -0.3}) {
+    const auto grads = [&](torch::Dtype dtype, Backend backend) {
+      const auto leaf = [&](const torch::Tensor& t) { return t.to(dtype).clone().requires_grad_(); };
+      torch::Tensor ql = leaf(q), kl = leaf(k), vl = leaf(v);
+      const torch::Tensor out = scaled_dot_product_attention(ql, kl, vl, SdpaOptions().scale(scale).backend(backend));
+      (out * cotangent.to(dtype)).sum().backward();
+      return std::vector<torch::Tensor>{out.to(torch::kFloat64), ql.grad().to(torch::kFloat64),
+                                        kl.grad().to(torch::kFloat64), vl.grad().to(torch::kFloat64)};
+    };
+    const auto expected = grads(torch::kFloat64, Backend::Math);
+    for (const bool amx : own_routes()) {
+      SCOPED_TRACE(std::string(amx ? "AMX tiles" : "pairs") + ", scale " + std::to_string(scale));
+      Bf16RouteScope route(amx);
+      const auto actual = grads(torch::kBFloat16, Backend::Fused);
+      const char* names[] = {"output", "d query", "d key", "d value"};
+      for (int i = 0; i < 4; ++i) {
+        // At scale 0, d query and d key are 0 in float64 up to rounding: their bound is the cotangent's size.
+        const double size = scale == 0.0 && (i == 1 || i == 2) ? 1.0 : expected[i].abs().mean().item<double>();
+        EXPECT_LE((actual[i] - expected[i]).abs().mean().item<double>(), 4e-3 * size) << names[i];
+        EXPECT_LE((actual[i] - expected[i]).abs().max().item<double>(), 0.1 * size) << names[i];
+      }
+    }
+  }
+}
+
+// Without a mask, a NaN or Inf in the values reaches every query's output as in float64 (each key's weight is
+// above zero): the route's plain tiles must not turn an Inf into NaN, nor drop it.
+TEST(Bf16Route, NonFiniteValuesWithoutAMaskReachTheOutputAsInFloat64) {
+  if (skip_without_bf16_route()) return;
+  torch::manual_seed(7);
+  const torch::Tensor q = torch::randn({1, 2, 40, 16}), k = torch::randn({1, 2, 100, 16});
+  torch::Tensor v = torch::randn({1, 2, 100, 16});
+  v.index_put_({0, 0, 5, 0}, INFINITY);
+  v.index_put_({0, 0, 70, 1}, -INFINITY);
+  v.index_put_({0, 1, 99, 3}, NAN);
+  const auto bf = [](const torch::Tensor& t) { return t.to(torch::kBFloat16); };
+  const torch::Tensor expected = scaled_dot_product_attention(bf(q).to(torch::kFloat64), bf(k).to(torch::kFloat64),
+                                                              bf(v).to(torch::kFloat64), SdpaOptions().backend(Backend::Math));
+  ASSERT_TRUE(torch::isinf(expected.select(3, 0)).select(1, 0).all().item<bool>());
+  ASSERT_TRUE(torch::isnan(expected.select(3, 3)).select(1, 1).all().item<bool>());
+  const torch::Tensor finite = torch::isfinite(expected);
+  for (const bool amx : own_routes()) {
+    SCOPED_TRACE(amx ? "AMX tiles" : "pairs");
+    Bf16RouteScope route(amx);
+    const torch::Tensor out =
+        scaled_dot_product_attention(bf(q), bf(k), bf(v), SdpaOptions().backend(Backend::Fused)).to(torch::kFloat64);
+    EXPECT_TRUE(torch::equal(torch::isnan(out), torch::isnan(expected)));
+    EXPECT_TRUE(torch::equal(torch::isinf(out) & (out > 0), torch::isinf(expected) & (expected > 0)));
+    EXPECT_TRUE(torch::equal(torch::isinf(out) & (out < 0), torch::isinf(expected) & (expected < 0)));
+    const torch::Tensor error = (out - expected).masked_select(finite).abs();
+    EXPECT_LE(error.max().item<double>(), 0.1 * expected.masked_select(finite).abs().mean().item<double>());
+  }
+}
+
+// Values of width zero (d_v = 0, which the contract allows): an empty output, and gradients of zero for the
+// queries and keys, forward and backward on each route.
+TEST(Bf16Route, ValuesOfWidthZeroOnEachRoute) {
+  if (skip_without_bf16_route()) return;
+  torch::manual_seed(8);
+  const auto leaf = [](const torch::Tensor& t) { return t.to(torch::kBFloat16).requires_grad_(); };
+  for (const bool amx : own_routes()) {
+    SCOPED_TRACE(amx ? "AMX tiles" : "pairs");
+    Bf16RouteScope route(amx);
+    for (const bool causal : {false, true}) {
+      const torch::Tensor q = leaf(torch::randn({1, 2, 50, 32})), k = leaf(torch::randn({1, 2, 70, 32})),
+                          v = leaf(torch::randn({1, 2, 70, 0}));
+      const torch::Tensor out =
+          scaled_dot_product_attention(q, k, v, SdpaOptions().causal(causal).backend(Backend::Fused));
+      EXPECT_EQ(out.sizes(), (std::vector<int64_t>{1, 2, 50, 0}));
+      out.sum().backward();
+      ASSERT_TRUE(q.grad().defined() && k.grad().defined() && v.grad().defined());
+      EXPECT_EQ(q.grad().count_nonzero().item<int64_t>(), 0);
+      EXPECT_EQ(k.grad().count_nonzero().item<int64_t>(), 0);
+      EXPECT_EQ(v.grad().sizes(), v.sizes());
+    }
+  }
+}
+
 // The backward op called directly with a float32 dO for bfloat16 inputs: dO cannot be read as pairs, so it
 // widens, and the gradients agree with those of the same dO rounded to bfloat16 on the route.
 TEST(Bf16Route, BackwardOpWithAFloatGradOutputWidens) {

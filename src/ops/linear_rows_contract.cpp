@@ -1,5 +1,6 @@
 #include "ops/linear_rows_contract.h"
 
+#include "common/checks.h"
 #include "common/dtypes.h"
 
 #include <attn/ops/linear_rows.h>

@@ -12,7 +12,9 @@
 
 namespace attn::ops::cpu {
 
-/// Output rows (weight rows) a call of amx_linear_rows takes at a time: four C tiles.
+/// Output rows (weight rows) a call of amx_linear_rows takes at a time: two C tiles. Its products are written
+/// for up to four (a group of 64), which runs only if this grows; the software tiles of a test build
+/// (ATTN_AMX_EMULATION) check such a change, but not its speed.
 inline constexpr int64_t kAmxLinearGroup = 32;
 
 /// y[r · ldy + o] = bfloat16(bias[o] + Σ_i x[r, i] · w[o · ldw + i]) for r < rows (<= 16) and o < out: x is the
