@@ -10,15 +10,15 @@
 set(ATTN_KERNEL_VARIANTS all CACHE STRING
     "Which instruction-set variants of the CPU kernels to build: all (the default) or host (those this CPU runs)")
 set_property(CACHE ATTN_KERNEL_VARIANTS PROPERTY STRINGS all host)
+if(NOT ATTN_KERNEL_VARIANTS MATCHES "^(all|host)$")
+  message(FATAL_ERROR "attn: ATTN_KERNEL_VARIANTS is '${ATTN_KERNEL_VARIANTS}'; expected all or host")
+endif()
 
 # ATTN_AMX_EMULATION runs AMX's tile instructions in software (src/ops/cpu/products/amx_emulation.cpp), so that the
 # AMX route's code runs, and its tests with it, on a CPU with AVX512-BF16 but no AMX: the sanitizer build
 # (scripts/sanitize-and-fuzz.sh) turns it on. A tile product takes microseconds there: never for a library that
 # is installed or shipped.
 option(ATTN_AMX_EMULATION "Test builds only: AMX's tile instructions in software, on CPUs with AVX512-BF16" OFF)
-if(NOT ATTN_KERNEL_VARIANTS MATCHES "^(all|host)$")
-  message(FATAL_ERROR "attn: ATTN_KERNEL_VARIANTS is '${ATTN_KERNEL_VARIANTS}'; expected all or host")
-endif()
 
 # The building CPU's /proc/cpuinfo flags, read once, for host.
 if(ATTN_KERNEL_VARIANTS STREQUAL "host")

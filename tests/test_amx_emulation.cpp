@@ -1,7 +1,11 @@
 // AMX's tile instructions in software (src/ops/cpu/products/amx_emulation.h), which a test build under
 // ATTN_AMX_EMULATION runs the AMX route on: the instructions' arithmetic against float64 and against what Intel's
-// manual says TDPBF16PS does with denormals, and the faults the CPU would raise. Compiled only in such a build.
+// manual says TDPBF16PS does with denormals, and the faults the CPU would raise. Compiled only in such a build;
+// the software is compiled for AVX-512 as the route is, so a CPU without AVX512-BF16 skips these, saying so (the
+// suite Amx, a CPU extension's: cmake/gtest_suites_discover.cmake).
 
+#include "kernel_variants.h"
+#include "ops/cpu/isa/capability.h"
 #include "ops/cpu/products/amx_emulation.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +18,7 @@
 #include <random>
 #include <vector>
 
+namespace attn::test {
 namespace {
 
 namespace emulation = attn::ops::cpu::amx_emulation;
@@ -40,7 +45,8 @@ c10::BFloat16 from_bits(uint16_t bits) {
   return v;
 }
 
-TEST(AmxEmulation, ProductMatchesFloat64WithDenormalsAsTheInstructionTreatsThem) {
+TEST(Amx, EmulatedProductMatchesFloat64WithDenormalsAsTheInstructionTreatsThem) {
+  if (!ops::cpu::hardware_has_amx()) GTEST_SKIP() << amx_absence();
   std::mt19937 rng(32);
   std::normal_distribution<float> normal;
   std::vector<c10::BFloat16> a(kRows * 2 * kPairs), b(kPairs * 2 * kColumns);
@@ -95,7 +101,8 @@ TEST(AmxEmulation, ProductMatchesFloat64WithDenormalsAsTheInstructionTreatsThem)
   }
 }
 
-TEST(AmxEmulation, StoresOnlyTheConfiguredRowsAndBytes) {
+TEST(Amx, EmulatedStoresWriteOnlyTheConfiguredRowsAndBytes) {
+  if (!ops::cpu::hardware_has_amx()) GTEST_SKIP() << amx_absence();
   std::vector<uint8_t> config = three_tiles();
   config[48 + 0] = 3;       // C: 3 rows
   const uint16_t bytes = 8;  // of 2 floats
@@ -115,7 +122,8 @@ TEST(AmxEmulation, StoresOnlyTheConfiguredRowsAndBytes) {
   }
 }
 
-TEST(AmxEmulation, FaultsWhereTheCpuWould) {
+TEST(Amx, EmulatedTilesFaultWhereTheCpuWould) {
+  if (!ops::cpu::hardware_has_amx()) GTEST_SKIP() << amx_absence();
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   std::vector<float> buffer(kRows * kColumns);
   const std::vector<uint8_t> config = three_tiles();
@@ -145,3 +153,4 @@ TEST(AmxEmulation, FaultsWhereTheCpuWould) {
 }
 
 }  // namespace
+}  // namespace attn::test
