@@ -109,15 +109,15 @@ function(attn_add_kernel_variants target)
     attn_add_extension_files(${target} avx512bf16 ATTN_HAVE_BF16_DOT ATTN_COMPILER_HAS_AVX512BF16 avx512_bf16)
     attn_add_extension_files(${target} avx512vnni ATTN_HAVE_INT8_DOT ATTN_COMPILER_HAS_AVX512VNNI avx512_vnni)
     # AMX's tile products (products/*_amx.cpp), a route of bfloat16 pairs: built only beside the pairs route.
-    # Emulated (ATTN_AMX_EMULATION), they are wanted where the CPU has the pairs route, AMX or not.
+    # Emulated (ATTN_AMX_EMULATION), they are wanted where the CPU has the pairs route, AMX or not, and compiled
+    # without AMX's flags, so that clang refuses a tile intrinsic the software does not stand in for.
     if(ATTN_COMPILER_HAS_AVX512BF16)
       if(ATTN_AMX_EMULATION)
-        set(amx_cpu_flags avx512_bf16)
+        attn_add_extension_files(${target} amx ATTN_HAVE_AMX ATTN_COMPILER_HAS_AMX avx512_bf16 -mavx512bf16)
       else()
-        set(amx_cpu_flags amx_tile amx_bf16)
+        attn_add_extension_files(${target} amx ATTN_HAVE_AMX ATTN_COMPILER_HAS_AMX "amx_tile;amx_bf16"
+                                 -mamx-tile -mamx-bf16 -mavx512bf16)
       endif()
-      attn_add_extension_files(${target} amx ATTN_HAVE_AMX ATTN_COMPILER_HAS_AMX "${amx_cpu_flags}"
-                               -mamx-tile -mamx-bf16 -mavx512bf16)
       if(ATTN_AMX_EMULATION AND ATTN_COMPILER_HAS_AMX)
         target_sources(${target} PRIVATE ${dir}/products/amx_emulation.cpp)
         set_source_files_properties(${dir}/products/amx_emulation.cpp PROPERTIES
@@ -135,7 +135,7 @@ function(attn_add_kernel_variants target)
   endif()
   if(ATTN_AMX_EMULATION AND NOT ATTN_COMPILER_HAS_AMX)
     message(STATUS "attn: ATTN_AMX_EMULATION is on, but no AMX route is built (it needs the AVX-512 variant with "
-                   "AVX512-BF16, a compiler that takes -mamx-tile -mamx-bf16, and under host a CPU with AVX512-BF16)")
+                   "AVX512-BF16, and under host a CPU with AVX512-BF16)")
   endif()
   # The tests of the micro-kernel are compiled where it is.
   set(ATTN_HAVE_BF16_DOT ${ATTN_COMPILER_HAS_AVX512BF16} CACHE INTERNAL "the bfloat16 route is compiled")

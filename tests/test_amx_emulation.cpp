@@ -101,6 +101,32 @@ TEST(Amx, EmulatedProductMatchesFloat64WithDenormalsAsTheInstructionTreatsThem) 
   }
 }
 
+// Intel's order, not the running sum's: the pairs' first products in one sum and their second in another, each
+// from zero. Two pairs of ±1.5 · 2^127 overflow each sum, one to +Inf and one to -Inf, whose sum is NaN; added
+// one after another they would cancel to 0.
+TEST(Amx, EmulatedProductSumsThePairsInTheManualsOrder) {
+  if (!ops::cpu::hardware_has_amx()) GTEST_SKIP() << amx_absence();
+  std::vector<c10::BFloat16> a(kRows * 2 * kPairs, c10::BFloat16(0.0f)), b(kPairs * 2 * kColumns, c10::BFloat16(0.0f));
+  const float big = 1.5f * std::ldexp(1.0f, 127);
+  for (int k = 0; k < 2; ++k) {
+    a[2 * k] = c10::BFloat16(big);        // row 0, pair k, first
+    a[2 * k + 1] = c10::BFloat16(-big);   // row 0, pair k, second
+    b[k * 2 * kColumns + 0] = c10::BFloat16(1.0f);  // pair k, column 0, first
+    b[k * 2 * kColumns + 1] = c10::BFloat16(1.0f);  // pair k, column 0, second
+  }
+  std::vector<float> c(kRows * kColumns, 0.0f);
+  const std::vector<uint8_t> config = three_tiles();
+  emulation::load_config(config.data());
+  emulation::load(0, c.data(), kColumns * sizeof(float));
+  emulation::load(1, a.data(), 2 * kPairs * sizeof(c10::BFloat16));
+  emulation::load(2, b.data(), 2 * kColumns * sizeof(c10::BFloat16));
+  emulation::dot_bf16(0, 1, 2);
+  emulation::store(0, c.data(), kColumns * sizeof(float));
+  emulation::release();
+  EXPECT_TRUE(std::isnan(c[0])) << c[0];
+  EXPECT_EQ(c[1], 0.0f);
+}
+
 TEST(Amx, EmulatedStoresWriteOnlyTheConfiguredRowsAndBytes) {
   if (!ops::cpu::hardware_has_amx()) GTEST_SKIP() << amx_absence();
   std::vector<uint8_t> config = three_tiles();
@@ -147,6 +173,23 @@ TEST(Amx, EmulatedTilesFaultWhereTheCpuWould) {
         emulation::dot_bf16(0, 1, 2);
       },
       "B's rows differ from A's pairs per row");
+  std::vector<uint8_t> two_bytes = config;
+  const uint16_t two = 2;
+  std::memcpy(two_bytes.data() + 16, &two, sizeof two);
+  EXPECT_DEATH(
+      {
+        emulation::load_config(two_bytes.data());
+        emulation::load(0, buffer.data(), 64);
+      },
+      "its bytes per row are not whole dwords");
+  std::vector<uint8_t> late_start = config;
+  late_start[1] = 16;  // the start row, past tile 0's 16 rows
+  EXPECT_DEATH(
+      {
+        emulation::load_config(late_start.data());
+        emulation::store(0, buffer.data(), 64);
+      },
+      "start row is past its rows");
   std::vector<uint8_t> palette_2 = config;
   palette_2[0] = 2;
   EXPECT_DEATH(emulation::load_config(palette_2.data()), "only palette 1 exists");

@@ -21,6 +21,8 @@ constexpr int kMaxRowBytes = 64;
 
 struct TileState {
   bool configured = false;
+  /// The row a restarted load or store resumes at (LDTILECFG's byte 1); 0 after each tile instruction.
+  uint8_t start_row = 0;
   uint8_t rows[kTiles] = {};
   uint16_t row_bytes[kTiles] = {};
   alignas(64) uint8_t data[kTiles][kMaxRows][kMaxRowBytes] = {};
@@ -47,6 +49,9 @@ void check_tile(const char* instruction, int tile) {
 
 void zero_tile(int tile) { std::memset(state.data[tile], 0, sizeof(state.data[tile])); }
 
+/// A denormal input read as zero of its sign (DAZ).
+inline float read_as_normal(float value) { return std::fabs(value) < FLT_MIN ? std::copysign(0.0f, value) : value; }
+
 /// bfloat16 widened to float, a denormal read as zero of its sign.
 inline float widened(uint16_t bits) {
   const uint32_t word = (bits & 0x7F80u) != 0 ? static_cast<uint32_t>(bits) << 16 : static_cast<uint32_t>(bits & 0x8000u) << 16;
@@ -55,8 +60,15 @@ inline float widened(uint16_t bits) {
   return value;
 }
 
-/// A denormal result flushed to zero of its sign.
-inline float flushed(float value) { return std::fabs(value) < FLT_MIN ? std::copysign(0.0f, value) : value; }
+/// A denormal result flushed to zero of its sign (FTZ).
+inline float flushed(float value) { return read_as_normal(value); }
+
+/// The checks TILELOADD and TILESTORED add: whole dwords a row, and a restart row inside the tile.
+void check_rows_move(const char* instruction, int tile) {
+  check_tile(instruction, tile);
+  if (state.row_bytes[tile] % 4 != 0) fault(instruction, "its bytes per row are not whole dwords", tile);
+  if (state.start_row >= state.rows[tile]) fault(instruction, "the configuration's start row is past its rows", tile);
+}
 
 }  // namespace
 
@@ -69,6 +81,7 @@ void load_config(const void* config) {
     if (bytes[i] != 0) fault("ldtilecfg", "bytes 2-15 are reserved and must be zero");
   }
   TileState next;
+  next.start_row = bytes[1];
   for (int t = 0; t < 16; ++t) {
     uint16_t row_bytes;
     std::memcpy(&row_bytes, bytes + 16 + 2 * t, sizeof row_bytes);
@@ -89,21 +102,30 @@ void load_config(const void* config) {
 void release() { state = TileState(); }
 
 void load(int tile, const void* base, std::ptrdiff_t stride) {
-  check_tile("tileloadd", tile);
-  zero_tile(tile);
+  check_rows_move("tileloadd", tile);
+  // The rows from start_row on, each its bytes and zero past them; the rows past the tile's zero. (A restarted
+  // load keeps the rows before start_row that it had loaded.)
   const auto* from = static_cast<const uint8_t*>(base);
-  for (int r = 0; r < state.rows[tile]; ++r) std::memcpy(state.data[tile][r], from + r * stride, state.row_bytes[tile]);
+  for (int r = state.start_row; r < kMaxRows; ++r) {
+    std::memset(state.data[tile][r], 0, kMaxRowBytes);
+    if (r < state.rows[tile]) std::memcpy(state.data[tile][r], from + r * stride, state.row_bytes[tile]);
+  }
+  state.start_row = 0;
 }
 
 void store(int tile, void* base, std::ptrdiff_t stride) {
-  check_tile("tilestored", tile);
+  check_rows_move("tilestored", tile);
   auto* to = static_cast<uint8_t*>(base);
-  for (int r = 0; r < state.rows[tile]; ++r) std::memcpy(to + r * stride, state.data[tile][r], state.row_bytes[tile]);
+  for (int r = state.start_row; r < state.rows[tile]; ++r) {
+    std::memcpy(to + r * stride, state.data[tile][r], state.row_bytes[tile]);
+  }
+  state.start_row = 0;
 }
 
 void zero(int tile) {
   check_tile("tilezero", tile);
   zero_tile(tile);
+  state.start_row = 0;
 }
 
 void dot_bf16(int dst, int a, int b) {
@@ -119,8 +141,11 @@ void dot_bf16(int dst, int a, int b) {
   if (state.rows[a] != rows) fault(name, "A's rows differ from the destination's", a);
   if (state.rows[b] != pairs) fault(name, "B's rows differ from A's pairs per row", b);
   if (state.row_bytes[b] != state.row_bytes[dst]) fault(name, "B's bytes per row differ from the destination's", b);
+  // Intel's order: per row, the pairs' first products summed in one float lane and their second in another, each
+  // from zero, fused multiply-adds with denormals read as zero and flushed; then the two lanes' sum, then that
+  // added to the destination's value (rounded, denormals read as zero and flushed at each add).
   for (int m = 0; m < rows; ++m) {
-    float sums[kMaxRowBytes / 4] = {};
+    float firsts[kMaxRowBytes / 4] = {}, seconds[kMaxRowBytes / 4] = {}, sums[kMaxRowBytes / 4] = {};
     uint16_t a_row[kMaxRowBytes / 2];
     std::memcpy(sums, state.data[dst][m], 4 * columns);
     std::memcpy(a_row, state.data[a][m], sizeof a_row);
@@ -129,14 +154,18 @@ void dot_bf16(int dst, int a, int b) {
       std::memcpy(b_row, state.data[b][k], sizeof b_row);
       const float a0 = widened(a_row[2 * k]), a1 = widened(a_row[2 * k + 1]);
       for (int n = 0; n < columns; ++n) {
-        const float first = flushed(std::fma(a0, widened(b_row[2 * n]), sums[n]));
-        sums[n] = flushed(std::fma(a1, widened(b_row[2 * n + 1]), first));
+        firsts[n] = flushed(std::fma(a0, widened(b_row[2 * n]), firsts[n]));
+        seconds[n] = flushed(std::fma(a1, widened(b_row[2 * n + 1]), seconds[n]));
       }
+    }
+    for (int n = 0; n < columns; ++n) {
+      sums[n] = flushed(read_as_normal(sums[n]) + flushed(firsts[n] + seconds[n]));
     }
     std::memset(state.data[dst][m], 0, kMaxRowBytes);
     std::memcpy(state.data[dst][m], sums, 4 * columns);
   }
   for (int m = rows; m < kMaxRows; ++m) std::memset(state.data[dst][m], 0, kMaxRowBytes);
+  state.start_row = 0;
 }
 
 }  // namespace attn::ops::cpu::amx_emulation
