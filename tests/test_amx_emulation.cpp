@@ -39,6 +39,21 @@ std::vector<uint8_t> three_tiles(int b_rows = kPairs) {
   return config;
 }
 
+/// c + a · b on tiles 0 (c), 1 (a: 16 rows of 16 pairs) and 2 (b: 16 rows of 16 pairs) of three_tiles().
+std::vector<float> product_on_tiles(const std::vector<float>& c, const std::vector<c10::BFloat16>& a,
+                                    const std::vector<c10::BFloat16>& b) {
+  const std::vector<uint8_t> config = three_tiles();
+  emulation::load_config(config.data());
+  emulation::load(0, c.data(), kColumns * sizeof(float));
+  emulation::load(1, a.data(), 2 * kPairs * sizeof(c10::BFloat16));
+  emulation::load(2, b.data(), 2 * kColumns * sizeof(c10::BFloat16));
+  emulation::dot_bf16(0, 1, 2);
+  std::vector<float> out(c.size(), -1.0f);
+  emulation::store(0, out.data(), kColumns * sizeof(float));
+  emulation::release();
+  return out;
+}
+
 c10::BFloat16 from_bits(uint16_t bits) {
   c10::BFloat16 v;
   v.x = bits;
@@ -82,15 +97,7 @@ TEST(Amx, EmulatedProductMatchesFloat64WithDenormalsAsTheInstructionTreatsThem) 
   ASSERT_GT(expected[0], 0.0f);
   ASSERT_GT(expected[1 * kColumns + 1], 0.0f);
 
-  const std::vector<uint8_t> config = three_tiles();
-  emulation::load_config(config.data());
-  emulation::load(0, c.data(), kColumns * sizeof(float));
-  emulation::load(1, a.data(), 2 * kPairs * sizeof(c10::BFloat16));
-  emulation::load(2, b.data(), 2 * kColumns * sizeof(c10::BFloat16));
-  emulation::dot_bf16(0, 1, 2);
-  std::vector<float> out(c.size(), -1.0f);
-  emulation::store(0, out.data(), kColumns * sizeof(float));
-  emulation::release();
+  const std::vector<float> out = product_on_tiles(c, a, b);
 
   EXPECT_EQ(out[0], 0.0f) << "a denormal bfloat16 input is read as zero";
   EXPECT_EQ(out[1 * kColumns + 1], 0.0f) << "a denormal float sum is flushed to zero";
@@ -114,15 +121,7 @@ TEST(Amx, EmulatedProductSumsThePairsInTheManualsOrder) {
     b[k * 2 * kColumns + 0] = c10::BFloat16(1.0f);  // pair k, column 0, first
     b[k * 2 * kColumns + 1] = c10::BFloat16(1.0f);  // pair k, column 0, second
   }
-  std::vector<float> c(kRows * kColumns, 0.0f);
-  const std::vector<uint8_t> config = three_tiles();
-  emulation::load_config(config.data());
-  emulation::load(0, c.data(), kColumns * sizeof(float));
-  emulation::load(1, a.data(), 2 * kPairs * sizeof(c10::BFloat16));
-  emulation::load(2, b.data(), 2 * kColumns * sizeof(c10::BFloat16));
-  emulation::dot_bf16(0, 1, 2);
-  emulation::store(0, c.data(), kColumns * sizeof(float));
-  emulation::release();
+  const std::vector<float> c = product_on_tiles(std::vector<float>(kRows * kColumns, 0.0f), a, b);
   EXPECT_TRUE(std::isnan(c[0])) << c[0];
   EXPECT_EQ(c[1], 0.0f);
 }
