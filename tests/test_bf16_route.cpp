@@ -913,11 +913,21 @@ TEST(Bf16Route, NonFiniteValuesWithoutAMaskReachTheOutputAsInFloat64) {
   }
 }
 
-// Values of width zero (d_v = 0, which the contract allows): an empty output, and gradients of zero for the
-// queries and keys, forward and backward on each route.
+// Values of width zero (d_v = 0, which the contract allows): an empty output, the log-sum-exp of float64's scores,
+// and gradients of zero for the queries and keys, forward and backward, in float32 and on each bfloat16 route.
 TEST(Bf16Route, ValuesOfWidthZeroOnEachRoute) {
-  if (skip_without_bf16_route()) return;
   torch::manual_seed(8);
+  const torch::Tensor q = torch::randn({1, 2, 50, 32}), k = torch::randn({1, 2, 70, 32});
+  for (const torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16}) {
+    const torch::Tensor qd = q.to(dtype), kd = k.to(dtype);
+    const torch::Tensor scores = torch::matmul(qd.to(torch::kFloat64), kd.to(torch::kFloat64).transpose(-2, -1)) /
+                                 std::sqrt(32.0);
+    const auto [out, lse] = ops::flash_attention(qd, kd, torch::zeros({1, 2, 70, 0}, dtype));
+    EXPECT_EQ(out.sizes(), (std::vector<int64_t>{1, 2, 50, 0}));
+    EXPECT_LE((lse.to(torch::kFloat64) - torch::logsumexp(scores, -1)).abs().max().item<double>(), 1e-4)
+        << c10::toString(dtype);
+  }
+  if (skip_without_bf16_route()) return;
   const auto leaf = [](const torch::Tensor& t) { return t.to(torch::kBFloat16).requires_grad_(); };
   for (const bool amx : own_routes()) {
     SCOPED_TRACE(amx ? "AMX tiles" : "pairs");

@@ -117,6 +117,15 @@ struct KernelCall {
   ProductRoute route;
 };
 
+/// Zeros of `t`'s dtype and sizes but a last dimension of 1: values (and their output and its gradient) of width
+/// zero run as one column of zeros, since an empty tensor may have no storage for the kernels' row pointers to
+/// point into. The log-sum-exp does not depend on the values, and zero dO and O give zero dQ and dK.
+at::Tensor one_column_of_zeros(const at::Tensor& t) {
+  std::vector<int64_t> sizes = t.sizes().vec();
+  sizes.back() = 1;
+  return at::zeros(sizes, t.options());
+}
+
 template <typename T, typename In = T>
 FlashProblem<T, In> make_problem(const KernelCall& call, const at::Tensor& q, const at::Tensor& k,
                                  const at::Tensor& v) {
@@ -138,6 +147,10 @@ FlashProblem<T, In> make_problem(const KernelCall& call, const at::Tensor& q, co
 std::tuple<at::Tensor, at::Tensor> flash_attention_cpu(const at::Tensor& query, const at::Tensor& key,
                                                        const at::Tensor& value, const FlashArguments& arguments) {
   const FlashSizes s = check_forward_args(kForwardOp, query, key, value, arguments);
+  if (s.dv == 0) {
+    const auto [out, lse] = flash_attention_cpu(query, key, one_column_of_zeros(value), arguments);
+    return {out.narrow(-1, 0, 0), lse};
+  }
   // The pairs of Q·Kᵀ run along d_k.
   const ProductRoute route = flash_product_route(query.scalar_type(), s.dk % 2 == 0);
   const KernelCall call(s, arguments, compute_type(query), route);
@@ -172,6 +185,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> flash_attention_backw
     const at::Tensor& grad_output, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
     const at::Tensor& output, const at::Tensor& logsumexp, const FlashArguments& arguments) {
   const FlashSizes s = check_backward_args(grad_output, query, key, value, output, logsumexp, arguments);
+  if (s.dv == 0) {
+    const auto [grad_q, grad_k, grad_v, grad_sinks] =
+        flash_attention_backward_cpu(one_column_of_zeros(grad_output), query, key, one_column_of_zeros(value),
+                                     one_column_of_zeros(output), logsumexp, arguments);
+    return {grad_q, grad_k, grad_v.narrow(-1, 0, 0), grad_sinks};
+  }
   // The pairs route reads the inputs as bfloat16 pairs, dO and O included (a dO or O of another dtype widens);
   // d_v is the length of dO·Vᵀ's pairs, so it must be even as well.
   const ProductRoute route = flash_product_route(
