@@ -47,8 +47,8 @@ inline AmxPacked amx_pack(const View4<const c10::BFloat16>& x, int64_t batch, in
   packed.heads = heads;
   packed.words = layout == AmxLayout::ColumnPanels ? amx_panel_words(rows, width) : amx_row_pair_words(rows, width);
   packed.data.allocate(batch * heads * packed.words);
-  // No rows or no width: nothing to pack, and the data pointer may be null (no row to address).
-  if (rows == 0 || width == 0) return packed;
+  // No rows: nothing to pack, and the data pointer may be null (no row to address).
+  if (rows == 0) return packed;
   at::parallel_for(0, batch * heads, 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const c10::BFloat16* src = x.row(i / heads, i % heads, 0);
@@ -70,7 +70,6 @@ struct AmxRows {
   std::pair<const c10::BFloat16*, int64_t> of(const View4<const c10::BFloat16>& x, int64_t width, int64_t tb,
                                               int64_t th, int64_t ti, int64_t trows) {
     const int64_t ld = amx_pair_blocks(width) * 2 * kAmxTilePairs;
-    if (width == 0) return {nullptr, 0};  // no pair blocks to read (and maybe no data to address)
     if (width == ld && trows % 16 == 0) return {x.row(tb, th, ti), x.si};
     if (b != tb || h != th || i != ti || rows != trows) {
       data.assign((trows + 15) / 16 * 16 * ld, c10::BFloat16(0.0f));
@@ -90,7 +89,7 @@ inline int64_t amx_panels(int64_t n) { return (n + kAmxPanel - 1) / kAmxPanel; }
 inline const uint32_t* amx_panels_at(const AmxPacked& packed, const View4<const c10::BFloat16>& x, int64_t b,
                                      int64_t h, int64_t row, int64_t n, int64_t width,
                                      CacheLineVector<uint32_t>& scratch) {
-  if (row % kAmxPanel == 0 || width == 0) return packed.of(b, h) + amx_panel_offset(row, width);
+  if (row % kAmxPanel == 0) return packed.of(b, h) + amx_panel_offset(row, width);
   scratch.resize(amx_panel_words(n, width));
   amx_pack_column_panels(x.row(b, h, row), x.si, n, width, scratch.data());
   return scratch.data();
@@ -111,7 +110,7 @@ inline AmxRowPairs amx_row_pairs_at(const AmxPacked& packed, const View4<const c
                                     int64_t h, int64_t row, int64_t n, int64_t width, int64_t all_rows,
                                     CacheLineVector<uint32_t>& scratch) {
   AmxRowPairs out;
-  if (n == 0 || width == 0) return out;  // an empty product (and maybe no data to address)
+  if (n == 0) return out;  // an empty product (and maybe no data to address)
   if (row % kAmxKeyChunk != 0) {
     scratch.resize(amx_row_pair_words(n, width));
     amx_pack_row_pairs(x.row(b, h, row), x.si, n, width, scratch.data());

@@ -76,7 +76,7 @@ class FloatTileProducts : public ProbabilitiesInTile<float> {
     const int64_t panels = (rows + Transposed::kKeys - 1) / Transposed::kKeys;
     out.head_size = panels * Transposed::kKeys * width;
     out.data.allocate(batch * heads * out.head_size);
-    if (rows == 0 || width == 0) return out;
+    if (rows == 0) return out;
     at::parallel_for(0, batch * heads * panels, 1, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         const int64_t bh = i / panels, j = (i % panels) * Transposed::kKeys;

@@ -134,8 +134,8 @@ class PairProducts {
     // lanes that are never stored; zeros all the same).
     t.data.allocate(batch * heads * t.pairs * t.ld + kPairLanes);
     std::fill_n(t.data.data() + batch * heads * t.pairs * t.ld, kPairLanes, 0u);
-    // No rows or no width: nothing to pack, and the data pointer may be null (no row to address).
-    if (rows == 0 || width == 0) return t;
+    // No rows: nothing to pack, and the data pointer may be null (no row to address).
+    if (rows == 0) return t;
     at::parallel_for(0, batch * heads, 1, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         pack_transposed_in_pairs(x.row(i / heads, i % heads, 0), x.si, rows, width,
@@ -152,7 +152,7 @@ class PairProducts {
     t.pairs = (rows + 1) / 2;
     t.heads = heads;
     t.data.allocate(batch * heads * t.pairs * t.ld);
-    if (rows == 0 || width == 0) return t;
+    if (rows == 0) return t;
     at::parallel_for(0, batch * heads, 1, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         pack_rows_in_pairs(x.row(i / heads, i % heads, 0), x.si, rows, width, t.data.data() + i * t.pairs * t.ld,
