@@ -28,16 +28,20 @@ constexpr int64_t kBlock = 2 * kAmxTilePairs;  // elements of k per tile row
 /// 512 bytes ahead of its loads.
 constexpr int64_t kPrefetchBlocks = 16;
 
-/// Up to four C tiles (16 weight rows each, against the 16 rows of x in B) accumulated over the whole of k:
-/// A tiles (4, 5) are 16 weight rows read where they lie, B (6) the panel of x for the block. `kTiles` C tiles
-/// (1 to 4) are used; the weights' rows are `a_stride` bytes apart. A tile load's 16 rows are 16 streams, which
-/// the hardware does not prefetch for it: each row is prefetched kPrefetchBlocks blocks ahead (`blocks_in_row`
-/// blocks lie in a row; none past it).
+/// `kTiles` C tiles (1 to 4; 16 weight rows each, against the 16 rows of x in B) from zero over the whole of
+/// k, stored to c[0, kTiles): A tiles (4, 5) are 16 weight rows read where they lie, B (6) the panel of x for the
+/// block; the weights' rows are `a_stride` bytes apart. A tile load's 16 rows are 16 streams, which the hardware
+/// does not prefetch for it: each row is prefetched kPrefetchBlocks blocks ahead (`blocks_in_row` blocks lie in
+/// a row; none past it).
 template <int kTiles>
 void group_products(const uint32_t* x_panel, int64_t blocks, const c10::BFloat16* w, int64_t a_stride,
-                    int64_t blocks_in_row) {
+                    int64_t blocks_in_row, float (*c)[256]) {
   const int64_t row_elements = a_stride / 2;
   const char* rows = reinterpret_cast<const char*>(w);
+  _tile_zero(0);
+  if constexpr (kTiles > 1) _tile_zero(1);
+  if constexpr (kTiles > 2) _tile_zero(2);
+  if constexpr (kTiles > 3) _tile_zero(3);
   for (int64_t kb = 0; kb < blocks; ++kb) {
     if (kb + kPrefetchBlocks < blocks_in_row) {
       const char* ahead = rows + (kb + kPrefetchBlocks) * kBlock * 2;
@@ -59,6 +63,10 @@ void group_products(const uint32_t* x_panel, int64_t blocks, const c10::BFloat16
       _tile_dpbf16ps(3, 5, 6);
     }
   }
+  _tile_stored(0, c[0], kTileBytes);
+  if constexpr (kTiles > 1) _tile_stored(1, c[1], kTileBytes);
+  if constexpr (kTiles > 2) _tile_stored(2, c[2], kTileBytes);
+  if constexpr (kTiles > 3) _tile_stored(3, c[3], kTileBytes);
 }
 
 /// C tile t (yᵀ: 16 weight rows by the 16 rows of x) stored, transposed, its bias added, rounded into y.
@@ -101,20 +109,12 @@ void amx_linear_rows(const uint32_t* x_panel, int64_t rows, int64_t in, const c1
       a_stride = ld * 2;
       a_blocks = blocks;
     }
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
     switch (tiles) {
-      case 1: group_products<1>(x_panel, a_blocks, a, a_stride, a_blocks); break;
-      case 2: group_products<2>(x_panel, a_blocks, a, a_stride, a_blocks); break;
-      case 3: group_products<3>(x_panel, a_blocks, a, a_stride, a_blocks); break;
-      default: group_products<4>(x_panel, a_blocks, a, a_stride, a_blocks); break;
+      case 1: group_products<1>(x_panel, a_blocks, a, a_stride, a_blocks, c); break;
+      case 2: group_products<2>(x_panel, a_blocks, a, a_stride, a_blocks, c); break;
+      case 3: group_products<3>(x_panel, a_blocks, a, a_stride, a_blocks, c); break;
+      default: group_products<4>(x_panel, a_blocks, a, a_stride, a_blocks, c); break;
     }
-    _tile_stored(0, c[0], kTileBytes);
-    _tile_stored(1, c[1], kTileBytes);
-    _tile_stored(2, c[2], kTileBytes);
-    _tile_stored(3, c[3], kTileBytes);
     for (int64_t t = 0; t < tiles; ++t) {
       const int64_t o = o0 + t * 16;
       store_transposed(c[t], rows, std::min<int64_t>(16, out - o), bias ? bias + o : nullptr, y + o, ldy);
