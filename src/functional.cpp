@@ -133,8 +133,8 @@ std::vector<torch::Tensor> linear_many(const torch::Tensor& input, const std::ve
     const torch::Tensor& weight = weights[k];
     const torch::Tensor bias = biases.empty() ? torch::Tensor() : biases[k];
     TORCH_CHECK(weight.defined(), fn, ": weights[", k, "] must be a defined tensor");
-    const std::string index = "[" + std::to_string(k) + "]";
-    check_linear_weight(fn, input, weight, "weights" + index, bias, "biases" + index);
+    // c10::str, not operator+ on std::string: GCC 12 warns falsely (-Wstringop-overflow) on the latter here.
+    check_linear_weight(fn, input, weight, c10::str("weights[", k, "]"), bias, c10::str("biases[", k, "]"));
   }
   return backends::project_rows_many(input, weights,
                                      biases.empty() ? std::vector<torch::Tensor>(weights.size()) : biases);
