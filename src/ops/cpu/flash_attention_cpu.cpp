@@ -117,12 +117,13 @@ struct KernelCall {
   ProductRoute route;
 };
 
-/// Zeros of `t`'s dtype and sizes but a last dimension of 1: values (and their output and its gradient) of width
-/// zero run as one column of zeros, since an empty tensor may have no storage for the kernels' row pointers to
-/// point into. The log-sum-exp does not depend on the values, and zero dO and O give zero dQ and dK.
-at::Tensor one_column_of_zeros(const at::Tensor& t) {
+/// Zeros of `t`'s dtype and sizes but a last dimension of 2: values (and their output and its gradient) of width
+/// zero run as two columns of zeros, since an empty tensor may have no storage for the kernels' row pointers to
+/// point into; two, so that the bfloat16 routes, which read d_v in pairs, still take the call. The log-sum-exp
+/// does not depend on the values, and zero dO and O give zero dQ and dK.
+at::Tensor two_columns_of_zeros(const at::Tensor& t) {
   std::vector<int64_t> sizes = t.sizes().vec();
-  sizes.back() = 1;
+  sizes.back() = 2;
   return at::zeros(sizes, t.options());
 }
 
@@ -130,6 +131,8 @@ template <typename T, typename In = T>
 FlashProblem<T, In> make_problem(const KernelCall& call, const at::Tensor& q, const at::Tensor& k,
                                  const at::Tensor& v) {
   const FlashSizes& s = call.s;
+  // The products need d_k and d_v positive (products/operands.h); the entries below run d_v = 0 as zeros.
+  TORCH_INTERNAL_ASSERT(s.dk > 0 && s.dv > 0, "flash kernel reached with d_k = ", s.dk, ", d_v = ", s.dv);
   FlashProblem<T, In> p;
   p.route = call.route;
   p.batch = s.batch, p.heads = s.heads, p.tq = s.tq, p.tk = s.tk, p.dk = s.dk, p.dv = s.dv;
@@ -148,7 +151,7 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_cpu(const at::Tensor& query, 
                                                        const at::Tensor& value, const FlashArguments& arguments) {
   const FlashSizes s = check_forward_args(kForwardOp, query, key, value, arguments);
   if (s.dv == 0) {
-    const auto [out, lse] = flash_attention_cpu(query, key, one_column_of_zeros(value), arguments);
+    const auto [out, lse] = flash_attention_cpu(query, key, two_columns_of_zeros(value), arguments);
     return {out.narrow(-1, 0, 0), lse};
   }
   // The pairs of Q·Kᵀ run along d_k.
@@ -187,8 +190,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> flash_attention_backw
   const FlashSizes s = check_backward_args(grad_output, query, key, value, output, logsumexp, arguments);
   if (s.dv == 0) {
     const auto [grad_q, grad_k, grad_v, grad_sinks] =
-        flash_attention_backward_cpu(one_column_of_zeros(grad_output), query, key, one_column_of_zeros(value),
-                                     one_column_of_zeros(output), logsumexp, arguments);
+        flash_attention_backward_cpu(two_columns_of_zeros(grad_output), query, key, two_columns_of_zeros(value),
+                                     two_columns_of_zeros(output), logsumexp, arguments);
     return {grad_q, grad_k, grad_v.narrow(-1, 0, 0), grad_sinks};
   }
   // The pairs route reads the inputs as bfloat16 pairs, dO and O included (a dO or O of another dtype widens);

@@ -16,6 +16,7 @@ namespace attn::ops::cpu {
 /// for up to four (a group of 64), which runs only if this grows; the software tiles of a test build
 /// (ATTN_AMX_EMULATION) check such a change, but not its speed.
 inline constexpr int64_t kAmxLinearGroup = 32;
+static_assert(kAmxLinearGroup % 16 == 0 && kAmxLinearGroup <= 64, "amx_linear_rows has four C tiles of 16 rows");
 
 /// y[r · ldy + o] = bfloat16(bias[o] + Σ_i x[r, i] · w[o · ldw + i]) for r < rows (<= 16) and o < out: x is the
 /// call's x as column panels (amx_pack_column_panels of the [rows, in] x, width in), bias may be nullptr. The

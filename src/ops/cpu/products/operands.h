@@ -11,7 +11,7 @@
 namespace attn::ops::cpu {
 
 /// q [B, H, Tq, dk], k [B, H_kv, Tk, dk] and v [B, H_kv, Tk, dv], each row contiguous; dk and dv are positive
-/// (the op runs values of width zero as one column of zeros), so every row has data to address. In is their
+/// (the op runs values of width zero as two columns of zeros), so every row has data to address. In is their
 /// element type: T itself, or bfloat16 for T = float on the pairs route, whose products accumulate in float.
 template <typename T, typename In = T>
 struct TileOperands {
