@@ -5,7 +5,8 @@ Builds scripts/op-times.cpp against the build's LibTorch, runs attn-generate und
 tokens (alternated, --repeats times each), and prints per decoding step: each top-level operation's count and
 time (the medians of the runs' differences, divided by N), their sum, and the step's own time from
 attn-generate's report. What the operations' sum leaves of the step is the work between operations: the app's
-own loops (RMSNorm), tensor bookkeeping, allocation. Needs only the standard library and a C++ compiler.
+own loops (RMSNorm), tensor bookkeeping, allocation, and part of the hook's own cost (about half a microsecond an
+operation on a Zen 4, mostly outside the timed span). Needs only the standard library and a C++ compiler.
 
   python3 scripts/decode-op-times.py --build build --model models/smollm2 --dtype bfloat16
 """
@@ -28,8 +29,12 @@ def parse_args():
     p.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"))
     p.add_argument("--tokens", type=int, default=200, help="decoding steps timed (default: 200)")
     p.add_argument("--repeats", type=int, default=3, help="runs of each length (default: 3)")
-    p.add_argument("--threads", type=int, default=os.cpu_count())
-    return p.parse_args()
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="CPU threads (default: every core)")
+    args = p.parse_args()
+    for name in ("tokens", "repeats", "threads"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    return args
 
 
 def torch_prefix(build):
@@ -57,7 +62,10 @@ def build_hook(build, out_dir):
     command = ["g++", "-O2", "-std=c++20", "-shared", "-fPIC", os.path.join(ROOT, "scripts", "op-times.cpp"), "-o",
                hook, *flags, "-ltorch_cpu", "-lc10"]
     print("decode-op-times: building the hook:", " ".join(command), file=sys.stderr)
-    subprocess.run(command, check=True)
+    try:
+        subprocess.run(command, check=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        sys.exit(f"decode-op-times: could not build the hook ({e}); it needs g++ and the LibTorch headers of {build}")
     return hook
 
 
@@ -86,19 +94,22 @@ def main():
         sys.exit(f"decode-op-times: {app} not found: build the apps first (make build)")
     with tempfile.TemporaryDirectory() as tmp:
         hook = build_hook(args.build, tmp)
-        per_step = {}  # name -> [(count, seconds) per pair of runs]
+        rounds = []  # per pair of runs: name -> (count, seconds) per step
         step_times = []
         for r in range(args.repeats):
             print(f"decode-op-times: round {r + 1}/{args.repeats}", file=sys.stderr)
             short, _, _ = run(app, hook, args, 1)
             long, steps, seconds = run(app, hook, args, args.tokens + 1)
             step_times.append(seconds / steps)
+            round_ops = {}
             for name in set(short) | set(long):
                 c0, s0 = short.get(name, (0, 0.0))
                 c1, s1 = long.get(name, (0, 0.0))
-                per_step.setdefault(name, []).append(((c1 - c0) / args.tokens, (s1 - s0) / args.tokens))
+                round_ops[name] = ((c1 - c0) / args.tokens, (s1 - s0) / args.tokens)
+            rounds.append(round_ops)
     rows = []
-    for name, pairs in per_step.items():
+    for name in set().union(*rounds):
+        pairs = [r.get(name, (0.0, 0.0)) for r in rounds]  # an operation missing from a round ran 0 times in it
         count = statistics.median(c for c, _ in pairs)
         if count > 0:
             rows.append((statistics.median(s for _, s in pairs), count, name))

@@ -5,9 +5,10 @@
 //
 //   LD_PRELOAD=op-times.so attn-generate ...   # stderr ends with "op-times NAME COUNT SECONDS" lines
 //
-// It hooks RecordFunction (LibTorch's profiler callbacks), which every dispatched operation passes through, so
-// it needs nothing from the program it runs in; the callbacks cost about half a microsecond an operation on a Zen 4
-// (bench/RESULTS.md).
+// It hooks RecordFunction (LibTorch's profiler callbacks), which every dispatched operation passes through but a
+// few that LibTorch leaves unobserved (aten::size and the like), so it needs nothing from the program it runs in.
+// An operation that a worker thread dispatches inside another's parallel loop counts as top-level on that thread.
+// The callbacks cost about half a microsecond an operation on a Zen 4 (bench/RESULTS.md).
 
 #include <ATen/record_function.h>
 
