@@ -106,8 +106,8 @@ AmxAvailability find_amx_availability() {
   // A test build: the tiles are software, so only the variant they run in is needed, and no tile state.
   a.emulated = true;
   a.cpu_lists = cpu_lists_amx();
-  a.machine_lacks = !(hardware_has_avx512_core() && hardware_has_avx512_bf16());
   if (hardware_capability_limit() != Capability::Avx512Bf16) {
+    a.machine_lacks = !(hardware_has_avx512_core() && hardware_has_avx512_bf16());
     a.reason = a.machine_lacks ? "this CPU lacks AVX-512 (F, BW, VL, DQ) with AVX512-BF16, which the emulated AMX "
                                  "route's softmax and packing need"
                                : "ATTN_CPU_CAPABILITY lowered the kernels below avx512_bf16";
