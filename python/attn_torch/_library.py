@@ -1,5 +1,6 @@
 """Finding and loading libattn.so, the library that registers the torch.ops.attn operators."""
 import os
+import struct
 from pathlib import Path
 
 import torch
@@ -43,6 +44,63 @@ def library_path():
     return bundled
 
 
+def _dynamic_strings(path):
+    """The DT_NEEDED names and the DT_SONAME (or None) of the ELF shared library at `path`; ([], None) where it is
+    not a 64-bit little-endian ELF file with a dynamic section (then the loader's own error speaks)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return [], None
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return [], None
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    needed, soname = [], None
+    for _, kind, _, _, offset, size, link, _, _, entsize in sections:
+        if kind != 6:  # SHT_DYNAMIC; its sh_link is the string table's section
+            continue
+        strings = sections[link][4]
+        for at in range(offset, offset + size, entsize or 16):
+            tag, value = struct.unpack_from("<qQ", data, at)
+            if tag in (1, 14):  # DT_NEEDED, DT_SONAME
+                name = data[strings + value:data.index(b"\0", strings + value)].decode()
+                if tag == 1:
+                    needed.append(name)
+                else:
+                    soname = name
+    return needed, soname
+
+
+def _loaded_c10():
+    """The path of the libc10 that this process's torch mapped, or None (no /proc, or not found)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            for line in maps:
+                path = line.split(maxsplit=5)[-1].strip()
+                if os.path.basename(path).startswith("libc10.so"):
+                    return path
+    except OSError:
+        pass
+    return None
+
+
+def _check_same_torch(path):
+    """Refuses a libattn.so linked against another torch's libc10 than the one in this process. The dynamic linker
+    would load that second torch beside the first (Debian's libc10.so.1.13 and a wheel's libc10.so have different
+    names), and two torches in one process abort or crash before any Python error can be raised."""
+    c10 = _loaded_c10()
+    if c10 is None:
+        return
+    ours = _dynamic_strings(c10)[1] or os.path.basename(c10)
+    wanted = [name for name in _dynamic_strings(path)[0] if name.startswith("libc10.so")]
+    if wanted and ours not in wanted:
+        raise ImportError(
+            f"attn_torch: {path} was built against another torch: it needs {wanted[0]}, where this torch "
+            f"({torch.__version__} at {os.path.dirname(torch.__file__)}) is {ours} ({c10}). Loading it would put two "
+            f"torches in one process. Use the library built for this torch, or rebuild it (docs/python.md)")
+
+
 def _ops_registered():
     try:
         torch.ops.attn.flash_attention
@@ -68,6 +126,7 @@ def load_library():
         raise ImportError(f"attn_torch: torch.ops.attn is already registered in this process by another "
                           f"library (loaded: {sorted(torch.ops.loaded_libraries)}); attn_torch would load "
                           f"{path}. Load only one libattn.so per process")
+    _check_same_torch(path)
     try:
         torch.ops.load_library(str(path))
     except OSError as error:

@@ -14,6 +14,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 
 import torch
 import torch.nn.functional as F
@@ -71,7 +72,7 @@ def sdpa64(q, k, v, mask=None, scale=None, causal=False):
 
 
 # ------------------------------------------------------------------------------------------------------------
-def test_import(library):
+def test_import(library, cxx):
     import attn_torch
     expect("import: the library loaded is ATTN_LIBRARY's",
            os.path.realpath(attn_torch.library_path()) == os.path.realpath(library),
@@ -86,6 +87,21 @@ def test_import(library):
     expect("import: a missing ATTN_LIBRARY is an ImportError that names it",
            run.returncode != 0 and "ImportError" in run.stderr and "ATTN_LIBRARY=/nonexistent" in run.stderr,
            run.stderr.strip().splitlines()[-1][:160] if run.stderr.strip() else "no error")
+    # A library linked against another torch's libc10 (here a stub named libc10.so.0.0) is refused before it is
+    # loaded: loading one beside this torch puts two torches in the process, which aborts or crashes it.
+    with tempfile.TemporaryDirectory() as tmp:
+        c10 = os.path.join(tmp, "libc10.so.0.0")
+        other = os.path.join(tmp, "libattn.so")
+        subprocess.run([cxx, "-shared", "-fPIC", "-x", "c++", os.devnull, "-Wl,-soname,libc10.so.0.0", "-o", c10],
+                       check=True)
+        subprocess.run([cxx, "-shared", "-fPIC", "-x", "c++", os.devnull, "-o", other, "-Wl,--no-as-needed", "-x", "none", c10],
+                       check=True)
+        env = dict(os.environ, ATTN_LIBRARY=other, PYTHONPATH=PYTHON_DIR, LD_LIBRARY_PATH=tmp)
+        run = subprocess.run([sys.executable, "-c", "import attn_torch"], env=env, capture_output=True, text=True)
+        expect("import: a library built against another torch is an ImportError that names both libc10s",
+               run.returncode == 1 and "ImportError" in run.stderr and "built against another torch" in run.stderr
+               and "libc10.so.0.0" in run.stderr,
+               f"rc {run.returncode}: " + (run.stderr.strip().splitlines()[-1][:200] if run.stderr.strip() else ""))
 
 
 def test_wrappers():
@@ -356,11 +372,12 @@ def test_register():
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--library", required=True, help="path to libattn.so (set as ATTN_LIBRARY)")
+    parser.add_argument("--cxx", default="c++", help="a C++ compiler, to build a stub library (default: c++)")
     args = parser.parse_args()
     os.environ["ATTN_LIBRARY"] = args.library
     sys.path.insert(0, PYTHON_DIR)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-    test_import(args.library)
+    test_import(args.library, args.cxx)
     test_wrappers()
     test_transformers_interface()
     test_register()
