@@ -123,13 +123,11 @@ void KVCache::append(int64_t layer, const torch::Tensor& key, const torch::Tenso
                   common::dtype_name(kbuf), " on ", kbuf.device(), "; build the cache with the model's dtype and device");
     }
   }
-  std::vector<int64_t> n = counts.empty() ? std::vector<int64_t>(B, T) : counts;
-  TORCH_CHECK(static_cast<int64_t>(n.size()) == B, kCache, "::append: counts must have one entry per batch row (",
-              B, "), got ", n.size());
+  const std::vector<int64_t> n = counts.empty() ? std::vector<int64_t>(B, T) : counts;
+  common::check_row_counts("attn::KVCache::append", "counts", n, B, T);
   int64_t* len = lengths_[layer].data_ptr<int64_t>();
   // Every check before any write: an overflow leaves the cache as it was.
   for (int64_t b = 0; b < B; ++b) {
-    TORCH_CHECK(n[b] >= 0 && n[b] <= T, kCache, "::append: counts[", b, "] must be in [0, T = ", T, "], got ", n[b]);
     TORCH_CHECK(len[b] + n[b] <= capacity(), kCache, "::append: row ", b, " holds ", len[b], " of ", capacity(),
                 " positions and cannot take ", n[b], " more; nothing was written (build the cache with a larger "
                 "capacity, or truncate/reset it)");

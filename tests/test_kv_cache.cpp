@@ -357,6 +357,13 @@ TEST(CachedDecoding, RefusesAMismatchedCache) {
   EXPECT_EQ(values_of(small.lengths(0)), (std::vector<int64_t>{0, 0}));
   KVCache ok(KVCacheOptions(1, 2, 2, 8, 10));
   EXPECT_ERROR_CONTAINS(m->forward_with_cache(x, ok, 0, {1}), "new_lengths must have one entry per batch row (2)");
+  EXPECT_ERROR_CONTAINS(m->forward_with_cache(x, ok, 0, {2, 4}),
+                        "attn::MultiHeadAttention: new_lengths[1] must be in [0, T = 3], got 4");
+  EXPECT_ERROR_CONTAINS(m->forward_with_cache(torch::randn({2, 3, 40}), ok, 0),
+                        "attn::MultiHeadAttention: x must have last dimension 48, got shape [2, 3, 40]");
+  EXPECT_ERROR_CONTAINS(ok.append(0, torch::randn({2, 2, 3, 8}), torch::randn({2, 2, 3, 8}), {1, -1}),
+                        "attn::KVCache::append: counts[1] must be in [0, T = 3], got -1");
+  EXPECT_EQ(values_of(ok.lengths(0)), (std::vector<int64_t>{0, 0}));
   EXPECT_ERROR_CONTAINS(m->forward_with_cache(x[0], ok, 0), "with a KV cache, x must be batched [B, T, 48]");
   EXPECT_ERROR_CONTAINS(MultiHeadAttention(MultiHeadAttentionOptions(48, 6).num_kv_heads(4)),
                         "num_kv_heads (4) must divide num_heads (6)");

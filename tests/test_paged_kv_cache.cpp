@@ -412,7 +412,7 @@ TEST(KVCacheErgonomics, OptionsFromTheModuleAndOneModulePerLayer) {
 
   // A call refused before it wrote anything claims nothing; copies of a cache share its claims.
   KVCache fresh(o);
-  EXPECT_ERROR_CONTAINS(mha->forward_with_cache(torch::randn({2, 3, 48}), fresh, 0), "query is Float");
+  EXPECT_ERROR_CONTAINS(mha->forward_with_cache(torch::randn({2, 3, 48}), fresh, 0), "x is Float");
   other->forward_with_cache(x, fresh, 0);
   KVCache copy = fresh;
   EXPECT_ERROR_CONTAINS(mha->forward_with_cache(x, copy, 0), "cache layer 0 was already written by another module");

@@ -13,6 +13,15 @@ void check_layer_index(const char* cls, const char* method, int64_t layer, int64
               ": layer must be in [0, ", num_layers, ") for this cache of ", num_layers, " layers, got ", layer);
 }
 
+void check_row_counts(const char* fn, const char* arg, const std::vector<int64_t>& counts, int64_t batch, int64_t T) {
+  TORCH_CHECK(static_cast<int64_t>(counts.size()) == batch, fn, ": ", arg, " must have one entry per batch row (",
+              batch, "), got ", counts.size());
+  for (size_t b = 0; b < counts.size(); ++b) {
+    TORCH_CHECK(counts[b] >= 0 && counts[b] <= T, fn, ": ", arg, "[", b, "] must be in [0, T = ", T, "], got ",
+                counts[b]);
+  }
+}
+
 void check_integer(const char* fn, const char* arg, const at::Tensor& t) {
   TORCH_CHECK(t.defined() && at::isIntegralType(t.scalar_type(), /*includeBool=*/false), fn, ": ", arg,
               " must be an integer tensor, got ", t.defined() ? dtype_name(t) : "an undefined tensor");

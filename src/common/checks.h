@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 
 #include <string>
+#include <vector>
 
 namespace attn::common {
 
@@ -21,6 +22,10 @@ void check_positive(const char* fn, const char* option, int64_t value);
 void check_layer_index(const char* caller, int64_t layer, int64_t num_layers);
 /// The same for a method of a cache class, named "cls::method" in the message (built only for one).
 void check_layer_index(const char* cls, const char* method, int64_t layer, int64_t num_layers);
+
+/// How many of T new positions each batch row takes (a right-padded ragged batch): one count per row, each in
+/// [0, T]; the message names `fn` and `arg`, the caller's own names for them.
+void check_row_counts(const char* fn, const char* arg, const std::vector<int64_t>& counts, int64_t batch, int64_t T);
 
 /// True when `mask` broadcasts to `target` without growing it (numpy rules, aligned on the right). Sizes may be
 /// symbolic (torch.compile's and torch.export's traces): each comparison then guards, none specialises a size.

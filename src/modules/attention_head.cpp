@@ -30,7 +30,9 @@ void AttentionHeadImpl::pretty_print(std::ostream& stream) const {
          << ", bias=" << modules::bool_name(options.bias()) << modules::describe(options.attention()) << ")";
 }
 
-torch::Tensor AttentionHeadImpl::forward(const torch::Tensor& x) { return forward(x, x, x); }
+torch::Tensor AttentionHeadImpl::forward(const torch::Tensor& x) {
+  return std::get<0>(attend(x, x, x, {}, /*need_weights=*/false, /*one_input=*/true));
+}
 
 torch::Tensor AttentionHeadImpl::forward(const torch::Tensor& q_in, const torch::Tensor& k_in,
                                          const torch::Tensor& v_in, const AttentionMasks& masks) {
@@ -48,10 +50,12 @@ std::tuple<torch::Tensor, torch::Tensor> AttentionHeadImpl::forward_with_weights
 std::tuple<torch::Tensor, torch::Tensor> AttentionHeadImpl::attend(const torch::Tensor& q_in,
                                                                    const torch::Tensor& k_in,
                                                                    const torch::Tensor& v_in,
-                                                                   const AttentionMasks& masks, bool need_weights) {
-  const modules::ModuleLayout layout{
+                                                                   const AttentionMasks& masks, bool need_weights,
+                                                                   bool one_input) {
+  const modules::ModuleLayout named{
       kAttentionHead, "q_in", "k_in", "v_in",
       {options.d_in(), options.d_in(), options.d_in(), /*num_heads=*/1, options.d_k(), options.d_v()}};
+  const modules::ModuleLayout layout = one_input ? modules::one_input(named) : named;
   return modules::attend_heads(layout, q_in, k_in, v_in, {*q_proj, *k_proj, *v_proj}, masks,
                                modules::sdpa_options(options.attention(), is_training(), {}), need_weights);
 }

@@ -43,7 +43,7 @@ class AttentionHeadImpl : public torch::nn::Cloneable<AttentionHeadImpl> {
  private:
   std::tuple<torch::Tensor, torch::Tensor> attend(const torch::Tensor& q_in, const torch::Tensor& k_in,
                                                   const torch::Tensor& v_in, const AttentionMasks& masks,
-                                                  bool need_weights);
+                                                  bool need_weights, bool one_input = false);
 };
 
 TORCH_MODULE(AttentionHead);

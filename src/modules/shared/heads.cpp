@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -44,12 +45,20 @@ torch::Tensor lift_pair_mask(const ModuleLayout& layout, const CallShape& shape,
                 mask.dim() == 3 ? " (a 3-D mask is ambiguous; reshape PyTorch's [B*H, Tq, Tk] with "
                                   "view({B, H, Tq, Tk}))"
                                 : "");
-    common::check_mask(layout.module, arg, mask, kind, query, {shape.batch, heads, tq, tk}, "[B|1, H|1, Tq, Tk]");
+    if (mask.dim() == 2) {
+      common::check_mask(layout.module, arg, mask, kind, query, {tq, tk}, "[Tq, Tk]");
+    } else {
+      common::check_mask(layout.module, arg, mask, kind, query, {shape.batch, heads, tq, tk}, "[B|1, H|1, Tq, Tk]");
+    }
     return mask;
   }
   TORCH_CHECK(mask.dim() == 2 || mask.dim() == 3, layout.module, ": ", arg, " must be [Tq, Tk] = [", tq, ", ", tk,
               "] or [H|1, Tq, Tk] for unbatched inputs, got shape ", mask.sizes());
-  common::check_mask(layout.module, arg, mask, kind, query, {heads, tq, tk}, "[H|1, Tq, Tk]");
+  if (mask.dim() == 2) {
+    common::check_mask(layout.module, arg, mask, kind, query, {tq, tk}, "[Tq, Tk]");
+  } else {
+    common::check_mask(layout.module, arg, mask, kind, query, {heads, tq, tk}, "[H|1, Tq, Tk]");
+  }
   return mask.dim() == 3 ? mask.unsqueeze(0) : mask;
 }
 
@@ -59,6 +68,12 @@ torch::Tensor split_heads(const torch::Tensor& x, int64_t heads) {
 }
 
 }  // namespace
+
+ModuleLayout one_input(const ModuleLayout& layout) {
+  ModuleLayout x = layout;
+  x.query_name = x.key_name = x.value_name = "x";
+  return x;
+}
 
 CallShape check_inputs(const ModuleLayout& layout, const torch::Tensor& query, const torch::Tensor& key,
                        const torch::Tensor& value, const torch::Tensor& param) {
@@ -75,7 +90,10 @@ CallShape check_inputs(const ModuleLayout& layout, const torch::Tensor& query, c
   TORCH_CHECK(value.size(-2) == tk, layout.module, ": ", layout.key_name, " and ", layout.value_name,
               " must have the same length, got ", key.sizes(), " and ", value.sizes());
   const int64_t batch = batched ? query.size(0) : 1;
-  if (batched) {
+  if (batched && std::strcmp(layout.key_name, layout.value_name) == 0) {  // one memory gives keys and values
+    TORCH_CHECK(key.size(0) == batch, layout.module, ": ", layout.query_name, " and ", layout.key_name,
+                " must have the same batch size, got ", query.sizes(), " and ", key.sizes());
+  } else if (batched) {
     TORCH_CHECK(key.size(0) == batch && value.size(0) == batch, layout.module, ": ", layout.query_name, ", ",
                 layout.key_name, " and ", layout.value_name, " must have the same batch size, got ", query.sizes(),
                 ", ", key.sizes(), ", ", value.sizes());
@@ -189,7 +207,7 @@ torch::Tensor attend_cache_step(const ModuleLayout& layout, const torch::Tensor&
   const ProjectionWidths& w = layout.widths;
   TORCH_CHECK(x.defined() && x.dim() == 3, layout.module, ": with a KV cache, x must be batched [B, T, ", w.query_in,
               "], got ", x.defined() ? x.sizes() : at::IntArrayRef{});
-  const CallShape shape = check_inputs(layout, x, x, x, projections.q.weight);
+  const CallShape shape = check_inputs(one_input(layout), x, x, x, projections.q.weight);
   TORCH_CHECK(step.batch == shape.batch && step.kv_heads == w.kv_heads() && step.head_dim == w.head_dim_qk &&
                   step.value_dim == w.head_dim_v,
               layout.module, ": the cache holds ", step.layout(), ", but this call needs [", shape.batch, ", ",
@@ -204,8 +222,7 @@ torch::Tensor attend_cache_step(const ModuleLayout& layout, const torch::Tensor&
                 x.device(), "; build the cache with the model's dtype and device (cache_options())");
   }
   const int64_t T = shape.tq;
-  TORCH_CHECK(counts.empty() || static_cast<int64_t>(counts.size()) == shape.batch, layout.module,
-              ": new_lengths must have one entry per batch row (", shape.batch, "), got ", counts.size());
+  if (!counts.empty()) common::check_row_counts(layout.module, "new_lengths", counts, shape.batch, T);
 
   Heads heads = project(layout, shape, x, x, x, projections);
   if (rotary != nullptr) {

@@ -43,6 +43,9 @@ struct ModuleLayout {
   ProjectionWidths widths;
 };
 
+/// `layout` for a call whose one input, x, gives the queries, keys and values (errors name x).
+ModuleLayout one_input(const ModuleLayout& layout);
+
 /// The module's q/k/v projections (their bias may be undefined).
 struct Projections {
   const torch::nn::LinearImpl& q;
