@@ -171,7 +171,7 @@ std::vector<BadInput> weight_file_cases() {
       {"load_missing_file", [=] { io::load_state_dict(**mha, "/nonexistent/attn/weights.pt"); }, "attn::io: cannot open '/nonexistent/attn/weights.pt' for reading"},
       {"load_a_directory", [=] { io::load_state_dict(**mha, "/tmp"); }, "attn::io: '/tmp' is not a regular file"},
       {"save_legacy_format", [=] { io::save_state_dict(**mha, "/tmp/attn_never_written.pt", io::SaveOptions().format(io::WeightFormat::TorchLegacy)); }, "cannot write the torch legacy format; use WeightFormat::TorchZip or WeightFormat::Safetensors"},
-      {"save_into_missing_directory", [=] { io::save_state_dict(**mha, "/nonexistent/attn/out.pt"); }, "cannot open '/nonexistent/attn/out.pt.tmp."},
+      {"save_into_missing_directory", [=] { io::save_state_dict(**mha, "/nonexistent/attn/out.pt"); }, "attn::io: cannot write '/nonexistent/attn/out.pt': opening its temporary file '/nonexistent/attn/out.pt.tmp."},
       {"write_undefined_tensor", [] { io::write_tensors("/tmp/attn_never_written.pt", {{"x", torch::Tensor()}}); }, "tensor 'x' is undefined"},
       {"save_head_under_torch_names", [] { io::save_state_dict(*AttentionHead(4, 4), "/tmp/attn_never_written.pt", io::SaveOptions().names(io::WeightNames::TorchMultiheadAttention)); }, "saves under attn's names only"},
       {"save_concat_heads_under_torch_names", [] { io::save_state_dict(*MultiHeadAttention(MultiHeadAttentionOptions(4, 2).output_projection(false)), "/tmp/attn_never_written.pt", io::SaveOptions().names(io::WeightNames::TorchMultiheadAttention)); }, "torch.nn.MultiheadAttention needs an output projection"},

@@ -4,8 +4,12 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <utility>
 #include <vector>
+
+#include <unistd.h>
 
 namespace attn_apps {
 namespace {
@@ -36,6 +40,17 @@ void CommandLine::add_option(const std::string& name, std::function<void(const s
 void CommandLine::add_file_option(const std::string& name, std::string& file) {
   add_option(name, [name, &file](const std::string& value) {
     if (value.empty()) throw UsageError(fmt::format("{} needs a file name", name));
+    // The file is written at the end of a run: a folder it cannot go into is refused now, not after the work.
+    const std::filesystem::path folder = std::filesystem::path(value).parent_path();
+    const std::string shown = folder.empty() ? "." : folder.string();
+    std::error_code error;
+    if (!std::filesystem::is_directory(folder.empty() ? "." : folder, error)) {
+      throw UsageError(fmt::format("{} {}: the folder '{}' does not exist", name, value, shown));
+    }
+    if (access(shown.c_str(), W_OK | X_OK) != 0) {
+      throw UsageError(fmt::format("{} {}: cannot write into the folder '{}': {}", name, value, shown,
+                                   std::strerror(errno)));
+    }
     file = value;
   });
 }

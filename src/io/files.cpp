@@ -61,7 +61,8 @@ void write_file_atomically(const std::string& path, const std::string& contents)
   // Next to the target, so that rename() stays on one file system; the pid keeps concurrent writers apart.
   const std::string tmp = path + ".tmp." + std::to_string(getpid());
   std::FILE* file = std::fopen(tmp.c_str(), "wb");
-  TORCH_CHECK(file, "attn::io: cannot open '", tmp, "' for writing: ", std::strerror(errno));
+  TORCH_CHECK(file, "attn::io: cannot write '", path, "': opening its temporary file '", tmp, "' failed: ",
+              std::strerror(errno));
   const bool written = std::fwrite(contents.data(), 1, contents.size(), file) == contents.size();
   const int write_errno = errno;
   const bool closed = std::fclose(file) == 0;  // fclose flushes: a full disk may only show up here
