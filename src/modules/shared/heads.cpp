@@ -45,17 +45,15 @@ torch::Tensor lift_pair_mask(const ModuleLayout& layout, const CallShape& shape,
                 mask.dim() == 3 ? " (a 3-D mask is ambiguous; reshape PyTorch's [B*H, Tq, Tk] with "
                                   "view({B, H, Tq, Tk}))"
                                 : "");
-    if (mask.dim() == 2) {
-      common::check_mask(layout.module, arg, mask, kind, query, {tq, tk}, "[Tq, Tk]");
-    } else {
-      common::check_mask(layout.module, arg, mask, kind, query, {shape.batch, heads, tq, tk}, "[B|1, H|1, Tq, Tk]");
-    }
-    return mask;
+  } else {
+    TORCH_CHECK(mask.dim() == 2 || mask.dim() == 3, layout.module, ": ", arg, " must be [Tq, Tk] = [", tq, ", ", tk,
+                "] or [H|1, Tq, Tk] for unbatched inputs, got shape ", mask.sizes());
   }
-  TORCH_CHECK(mask.dim() == 2 || mask.dim() == 3, layout.module, ": ", arg, " must be [Tq, Tk] = [", tq, ", ", tk,
-              "] or [H|1, Tq, Tk] for unbatched inputs, got shape ", mask.sizes());
+  // Checked against the form it was given in, which the message then names.
   if (mask.dim() == 2) {
     common::check_mask(layout.module, arg, mask, kind, query, {tq, tk}, "[Tq, Tk]");
+  } else if (shape.batched) {
+    common::check_mask(layout.module, arg, mask, kind, query, {shape.batch, heads, tq, tk}, "[B|1, H|1, Tq, Tk]");
   } else {
     common::check_mask(layout.module, arg, mask, kind, query, {heads, tq, tk}, "[H|1, Tq, Tk]");
   }
