@@ -345,6 +345,22 @@ TEST(CachedDecoding, RotaryOptionRotatesQueriesAndKeysAfterTheProjections) {
       << printed.str();
 }
 
+// The padding of a ragged step is zero after the output projection too, not out_proj's bias.
+TEST(CachedDecoding, PaddingRowsAreZeroWithAnOutputBias) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(3);
+  auto m = MultiHeadAttention(MultiHeadAttentionOptions(32, 4).num_kv_heads(2).causal(true));
+  m->out_proj->bias.fill_(0.5f);
+  KVCache cache(m->cache_options(/*num_layers=*/1, /*batch=*/2, /*capacity=*/16));
+  const torch::Tensor x = torch::randn({2, 4, 32});
+  const torch::Tensor y = m->forward_with_cache(x, cache, 0, {4, 1});
+  EXPECT_TRUE(torch::equal(y[1].narrow(0, 1, 3), torch::zeros({3, 32})));
+  // The rows that are not padding keep the bias: row 1's first position is its token run alone.
+  const torch::Tensor alone = m(x[1].narrow(0, 0, 1).unsqueeze(0), x[1].narrow(0, 0, 1).unsqueeze(0),
+                                x[1].narrow(0, 0, 1).unsqueeze(0));
+  EXPECT_CLOSE(y[1][0].to(torch::kFloat64), alone[0][0].to(torch::kFloat64), 1e-5);
+}
+
 TEST(CachedDecoding, RefusesAMismatchedCache) {
   auto m = decoder_attention(torch::kFloat32);
   const torch::Tensor x = torch::randn({2, 3, 48});

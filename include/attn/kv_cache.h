@@ -88,8 +88,9 @@ class KVCache {
   /// Speculative decoding's commit: the last `num_candidates` positions of each row, in every layer, hold the
   /// candidates of a TokenTree (MultiHeadAttentionImpl::forward_with_tree appended them). Row b keeps the
   /// candidates accepted[b] (increasing candidate indices, a root-to-node path: TokenTree::path_to) right after
-  /// its prefix and drops the rest. Only the accepted rows move; the prefix is not copied. Checks everything
-  /// before changing anything.
+  /// its prefix and drops the rest. Only the accepted rows move; the prefix is not copied. Checks the indices'
+  /// range and order, and the rows' lengths, before changing anything; the cache holds no tree, so a set that is
+  /// not a path is kept as given (at positions its keys were not rotated for): keep_path cannot be given one.
   void keep_candidates(int64_t num_candidates, const std::vector<std::vector<int64_t>>& accepted);
   /// keep_candidates of the paths of `tree` that end at last[b] (the deepest accepted candidate of row b, or -1
   /// to keep none): the form that cannot keep a set of candidates that is not a root-to-node path.

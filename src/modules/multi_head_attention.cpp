@@ -123,7 +123,8 @@ torch::Tensor MultiHeadAttentionImpl::forward_with_cache(const torch::Tensor& x,
   const SdpaOptions sdpa = modules::sdpa_options(options.attention(), is_training(), score_terms());
   torch::Tensor out = modules::attend_with_cache(layout(), x, {*q_proj, *k_proj, *v_proj}, cache, layer, new_lengths,
                                                  sdpa, rotary.is_empty() ? nullptr : rotary.get(), this);
-  return out_proj ? backends::project_rows(out, out_proj->weight, out_proj->bias) : out;
+  if (out_proj) out = backends::project_rows(out, out_proj->weight, out_proj->bias);
+  return modules::zero_padding_rows(out, new_lengths);
 }
 
 torch::Tensor MultiHeadAttentionImpl::forward_with_cache(const torch::Tensor& x, PagedKVCache& cache, int64_t layer,

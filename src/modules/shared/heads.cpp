@@ -251,13 +251,6 @@ torch::Tensor attend_cache_step(const ModuleLayout& layout, const torch::Tensor&
           ? std::get<0>(backends::attention(layout.module, heads.q, heads.k, heads.v, options, /*need_weights=*/false))
           : attend_stored_rows(layout.module, heads.q, step.keys(), step.values(), step.starts, step.lengths(), options,
                                decode_only);
-  if (!whole) {
-    // Positions past a row's count are padding: zero, not whatever the rule gives them.
-    const torch::Tensor count_tensor = torch::tensor(at::ArrayRef<int64_t>(counts), torch::kLong).to(x.device());
-    const torch::Tensor padding = torch::arange(T, count_tensor.options()).view({1, 1, T, 1}) >=
-                                  count_tensor.view({-1, 1, 1, 1});
-    out = out.masked_fill(padding, 0.0);
-  }
   return merge_heads(out, shape);
 }
 
@@ -285,6 +278,14 @@ CacheStep kv_cache_step(const char* module, KVCache& cache, int64_t layer, const
 }
 
 }  // namespace
+
+torch::Tensor zero_padding_rows(const torch::Tensor& out, const std::vector<int64_t>& counts) {
+  const int64_t T = out.size(1);
+  if (counts.empty() || std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == T; })) return out;
+  const torch::Tensor count_tensor = torch::tensor(at::ArrayRef<int64_t>(counts), torch::kLong).to(out.device());
+  const torch::Tensor padding = torch::arange(T, count_tensor.options()).view({1, T, 1}) >= count_tensor.view({-1, 1, 1});
+  return out.masked_fill(padding, 0.0);
+}
 
 torch::Tensor attend_with_cache(const ModuleLayout& layout, const torch::Tensor& x, const Projections& projections,
                                 KVCache& cache, int64_t layer, const std::vector<int64_t>& counts,
