@@ -174,7 +174,7 @@ BenchOptions parse_args(int argc, char** argv) {
       throw UsageError(fmt::format("--device expects cpu, cuda or cuda:N, got '{}'", value));
     options.device = value;
   });
-  command_line.add_file_option("--json", options.json_path);
+  command_line.add_output_file_option("--json", options.json_path);
   command_line.add_flag("--list", [&] { options.list = true; });
   command_line.add_flag("--routes", [&] { options.routes = true; });
   command_line.add_flag("--alternate", [&] { options.alternate = true; });

@@ -40,15 +40,26 @@ void CommandLine::add_option(const std::string& name, std::function<void(const s
 void CommandLine::add_file_option(const std::string& name, std::string& file) {
   add_option(name, [name, &file](const std::string& value) {
     if (value.empty()) throw UsageError(fmt::format("{} needs a file name", name));
-    // The file is written at the end of a run: a folder it cannot go into is refused now, not after the work.
-    const std::filesystem::path folder = std::filesystem::path(value).parent_path();
-    const std::string shown = folder.empty() ? "." : folder.string();
+    file = value;
+  });
+}
+
+void CommandLine::add_output_file_option(const std::string& name, std::string& file) {
+  add_option(name, [name, &file](const std::string& value) {
+    if (value.empty()) throw UsageError(fmt::format("{} needs a file name", name));
+    const std::filesystem::path parent = std::filesystem::path(value).parent_path();
+    const std::filesystem::path folder = parent.empty() ? std::filesystem::path(".") : parent;
     std::error_code error;
-    if (!std::filesystem::is_directory(folder.empty() ? "." : folder, error)) {
-      throw UsageError(fmt::format("{} {}: the folder '{}' does not exist", name, value, shown));
+    const bool is_folder = std::filesystem::is_directory(folder, error);
+    if (error && error != std::errc::no_such_file_or_directory) {
+      throw UsageError(fmt::format("{} {}: cannot reach the folder '{}': {}", name, value, folder.string(),
+                                   error.message()));
     }
-    if (access(shown.c_str(), W_OK | X_OK) != 0) {
-      throw UsageError(fmt::format("{} {}: cannot write into the folder '{}': {}", name, value, shown,
+    if (!is_folder) {
+      throw UsageError(fmt::format("{} {}: the folder '{}' does not exist", name, value, folder.string()));
+    }
+    if (access(folder.c_str(), W_OK | X_OK) != 0) {
+      throw UsageError(fmt::format("{} {}: cannot write into the folder '{}': {}", name, value, folder.string(),
                                    std::strerror(errno)));
     }
     file = value;

@@ -29,8 +29,11 @@ class CommandLine {
   /// "--name VALUE" or "--name=VALUE". A missing VALUE, or one that starts with "--" (the value forgotten and
   /// the next option taken for it), is a UsageError.
   void add_option(const std::string& name, std::function<void(const std::string& value)> on_value);
-  /// "--name FILE"; an empty FILE is a UsageError.
+  /// "--name FILE" read by the app; an empty FILE is a UsageError.
   void add_file_option(const std::string& name, std::string& file);
+  /// "--name FILE" that the app writes at the end of its run: an empty FILE, or a folder that does not exist or
+  /// cannot be written, is a UsageError at once, before any work.
+  void add_output_file_option(const std::string& name, std::string& file);
   /// "--name" alone; "--name=VALUE" is a UsageError (but for "--name=" and "--name=true", which CLI11 reads as
   /// "--name").
   void add_flag(const std::string& name, std::function<void()> on_flag);

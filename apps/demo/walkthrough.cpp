@@ -116,7 +116,7 @@ DemoOptions parse_args(int argc, char** argv) {
   command_line.add_option("--device", [&](const std::string& value) {
     options.device = value;  // checked by attn::resolve_device, which knows what is available
   });
-  command_line.add_file_option("--svg", options.svg_path);
+  command_line.add_output_file_option("--svg", options.svg_path);
   command_line.add_flag("--causal", [&] { options.causal = true; });
   command_line.add_flag("--no-color", [&] { options.no_color = true; });
   command_line.parse(argc, argv);

@@ -87,7 +87,7 @@ Options parse_args(int argc, char** argv) {
   command_line.add_file_option("--model", o.model);
   command_line.add_option("--sentence", [&](const std::string& value) { o.sentences.push_back(value); });
   command_line.add_file_option("--input", o.input);
-  command_line.add_file_option("--output", o.output);
+  command_line.add_output_file_option("--output", o.output);
   command_line.add_flag("--similarity", [&] { o.similarity = true; });
   command_line.add_option("--batch-size", [&](const std::string& value) {
     o.batch_size = parse_integer<int64_t>("--batch-size", value, 1, 1 << 16, "an integer in 1..65536");

@@ -110,7 +110,7 @@ ExportOptions parse_args(int argc, char** argv) {
       throw UsageError(fmt::format("--module expects mha, head or cross, got '{}'", value));
     o.module = value;
   });
-  command_line.add_file_option("--out", o.out);
+  command_line.add_output_file_option("--out", o.out);
   add_size("--embed-dim", o.embed_dim, kMaxWidth);
   add_size("--head-dim", o.head_dim, kMaxWidth);
   add_size("--kdim", o.kdim, kMaxWidth);
