@@ -89,8 +89,8 @@ CallShape check_inputs(const ModuleLayout& layout, const torch::Tensor& query, c
               " must have the same length, got ", key.sizes(), " and ", value.sizes());
   const int64_t batch = batched ? query.size(0) : 1;
   if (batched && std::strcmp(layout.key_name, layout.value_name) == 0) {  // one memory gives keys and values
-    TORCH_CHECK(key.size(0) == batch, layout.module, ": ", layout.query_name, " and ", layout.key_name,
-                " must have the same batch size, got ", query.sizes(), " and ", key.sizes());
+    TORCH_CHECK(key.size(0) == batch && value.size(0) == batch, layout.module, ": ", layout.query_name, " and ",
+                layout.key_name, " must have the same batch size, got ", query.sizes(), " and ", key.sizes());
   } else if (batched) {
     TORCH_CHECK(key.size(0) == batch && value.size(0) == batch, layout.module, ": ", layout.query_name, ", ",
                 layout.key_name, " and ", layout.value_name, " must have the same batch size, got ", query.sizes(),

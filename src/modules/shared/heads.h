@@ -96,13 +96,13 @@ std::tuple<torch::Tensor, torch::Tensor> attend_heads(const ModuleLayout& layout
 /// valid prefix. Rows beyond counts[b] are padding, their outputs unspecified until the module's own projection
 /// has run and zero_padding_rows zeroes them. Returns [B, T, H * d_v].
 /// `owner` (the module) claims the layer: a second module writing it is refused (KVCache::claim_layer).
-/// out [B, T, E] with the rows t >= counts[b] zero (out itself when counts is empty or every count is T): the
-/// padding of a ragged step, zeroed after the output projection so that it gets no bias either.
-torch::Tensor zero_padding_rows(const torch::Tensor& out, const std::vector<int64_t>& counts);
-
 torch::Tensor attend_with_cache(const ModuleLayout& layout, const torch::Tensor& x, const Projections& projections,
                                 KVCache& cache, int64_t layer, const std::vector<int64_t>& counts,
                                 const SdpaOptions& options, const RotaryEmbeddingImpl* rotary, const void* owner);
+
+/// out [B, T, E] with the rows t >= counts[b] zero (out itself when counts is empty or every count is T): the
+/// padding of a ragged step, zeroed after the output projection so that it gets no bias either.
+torch::Tensor zero_padding_rows(const torch::Tensor& out, const std::vector<int64_t>& counts);
 
 /// Token tree verification: x [B, N, E] holds the tree's N candidates for each row. Rotates candidate i at
 /// position length + depth(i), appends all N to `layer`, and attends with the tree's mask (each candidate sees
