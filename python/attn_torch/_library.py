@@ -1,4 +1,5 @@
 """Finding and loading libattn.so, the library that registers the torch.ops.attn operators."""
+import mmap
 import os
 import struct
 from pathlib import Path
@@ -46,30 +47,34 @@ def library_path():
 
 def _dynamic_strings(path):
     """The DT_NEEDED names and the DT_SONAME (or None) of the ELF shared library at `path`; ([], None) where it is
-    not a 64-bit little-endian ELF file with a dynamic section (then the loader's own error speaks)."""
+    not a readable 64-bit little-endian ELF file with a dynamic section (then the loader's own error speaks)."""
     try:
-        data = Path(path).read_bytes()
-    except OSError:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+                return [], None
+            shoff, = struct.unpack_from("<Q", data, 0x28)
+            shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+            sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+            needed, soname = [], None
+            for _, kind, _, _, offset, size, link, _, _, entsize in sections:
+                if kind != 6:  # SHT_DYNAMIC; its sh_link is the string table's section
+                    continue
+                strings = sections[link][4]
+                for at in range(offset, offset + size, entsize or 16):
+                    tag, value = struct.unpack_from("<qQ", data, at)
+                    if tag in (1, 14):  # DT_NEEDED, DT_SONAME
+                        start = strings + value
+                        end = data.find(b"\0", start)
+                        if end < 0:
+                            raise ValueError("an unterminated string")
+                        name = data[start:end].decode()
+                        if tag == 1:
+                            needed.append(name)
+                        else:
+                            soname = name
+            return needed, soname
+    except (OSError, ValueError, IndexError, OverflowError, struct.error):  # UnicodeDecodeError: a ValueError
         return [], None
-    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
-        return [], None
-    shoff, = struct.unpack_from("<Q", data, 0x28)
-    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
-    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
-    needed, soname = [], None
-    for _, kind, _, _, offset, size, link, _, _, entsize in sections:
-        if kind != 6:  # SHT_DYNAMIC; its sh_link is the string table's section
-            continue
-        strings = sections[link][4]
-        for at in range(offset, offset + size, entsize or 16):
-            tag, value = struct.unpack_from("<qQ", data, at)
-            if tag in (1, 14):  # DT_NEEDED, DT_SONAME
-                name = data[strings + value:data.index(b"\0", strings + value)].decode()
-                if tag == 1:
-                    needed.append(name)
-                else:
-                    soname = name
-    return needed, soname
 
 
 def _loaded_c10():
