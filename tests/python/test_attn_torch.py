@@ -94,8 +94,8 @@ def test_import(library, cxx):
         other = os.path.join(tmp, "libattn.so")
         subprocess.run([cxx, "-shared", "-fPIC", "-x", "c++", os.devnull, "-Wl,-soname,libc10.so.0.0", "-o", c10],
                        check=True)
-        subprocess.run([cxx, "-shared", "-fPIC", "-x", "c++", os.devnull, "-o", other, "-Wl,--no-as-needed", "-x", "none", c10],
-                       check=True)
+        subprocess.run([cxx, "-shared", "-fPIC", "-x", "c++", os.devnull, "-o", other, "-Wl,--no-as-needed",
+                        "-x", "none", c10], check=True)
         env = dict(os.environ, ATTN_LIBRARY=other, PYTHONPATH=PYTHON_DIR, LD_LIBRARY_PATH=tmp)
         run = subprocess.run([sys.executable, "-c", "import attn_torch"], env=env, capture_output=True, text=True)
         expect("import: a library built against another torch is an ImportError that names both libc10s",
