@@ -66,6 +66,12 @@ def flash_attention(query: Tensor, key: Tensor, value: Tensor, *,
     Returns:
         (output, logsumexp): output [B, H, Tq, d_v] in the inputs' dtype; logsumexp [B, H, Tq] of the scaled,
         masked scores, the sink included, float32 (float64 for float64 inputs); -inf for a query with no key.
+        Only output is differentiable: logsumexp carries no gradient (requires_grad False), as in PyTorch's
+        own flash attention, so a loss that uses it gets none through it.
+
+    Under torch.compile, the sizes are symbolic but causal_offset and the window sizes are integers of the
+    schema: each new value compiles a new graph (decoding one token at a time against a growing cache, with
+    causal_offset = Tk - Tq, compiles once per step until Dynamo's recompile limit).
     """
     return torch.ops.attn.flash_attention(
         query, key, value, key_padding_mask, attend_mask, additive_mask, is_causal, causal_offset, scale,
