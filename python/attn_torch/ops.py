@@ -69,9 +69,9 @@ def flash_attention(query: Tensor, key: Tensor, value: Tensor, *,
         Only output is differentiable: logsumexp carries no gradient (requires_grad False), as in PyTorch's
         own flash attention, so a loss that uses it gets none through it.
 
-    Under torch.compile, the sizes are symbolic but causal_offset and the window sizes are integers of the
-    schema: each new value compiles a new graph (decoding one token at a time against a growing cache, with
-    causal_offset = Tk - Tq, compiles once per step until Dynamo's recompile limit).
+    Under torch.compile(dynamic=True) the sizes and causal_offset (a SymInt of the schema) stay symbolic, so
+    decoding against a growing cache with causal_offset = Tk - Tq runs one graph. The window sizes are plain
+    integers (a model's constants): each new value compiles a new graph.
     """
     return torch.ops.attn.flash_attention(
         query, key, value, key_padding_mask, attend_mask, additive_mask, is_causal, causal_offset, scale,

@@ -151,7 +151,8 @@ void check_variant_args(const char* fn, FlashSizes& s, const at::Tensor& query, 
 }
 
 void check_variant_args(const char* fn, SymFlashSizes& s, const at::Tensor& query, const FlashArguments& a) {
-  const int64_t window_left = a.window_left, window_right = a.window_right, causal_offset = a.causal_offset;
+  const int64_t window_left = a.window_left, window_right = a.window_right;
+  const c10::SymInt& causal_offset = a.causal_offset;
   const double softcap = a.softcap;
   const c10::optional<at::Tensor>&alibi_slopes = a.alibi_slopes, &sinks = a.sinks;
   const c10::optional<at::Tensor>&cu_seqlens_q = a.cu_seqlens_q, &cu_seqlens_k = a.cu_seqlens_k;

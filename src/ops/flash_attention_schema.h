@@ -22,14 +22,14 @@ using BackwardResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor
 /// attn::flash_attention(query, key, value, <FlashArguments' fields in order>).
 using FlashForwardSchema = ForwardResult(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                          const OptionalTensor&, const OptionalTensor&, const OptionalTensor&, bool,
-                                         int64_t, c10::optional<double>, int64_t, int64_t, double,
+                                         c10::SymInt, c10::optional<double>, int64_t, int64_t, double,
                                          const OptionalTensor&, const OptionalTensor&, const OptionalTensor&,
                                          const OptionalTensor&);
 /// attn::flash_attention_backward(grad_output, query, key, value, output, logsumexp, <the same fields>).
 using FlashBackwardSchema = BackwardResult(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                            const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                            const OptionalTensor&, const OptionalTensor&, const OptionalTensor&, bool,
-                                           int64_t, c10::optional<double>, int64_t, int64_t, double,
+                                           c10::SymInt, c10::optional<double>, int64_t, int64_t, double,
                                            const OptionalTensor&, const OptionalTensor&, const OptionalTensor&,
                                            const OptionalTensor&);
 
@@ -55,13 +55,14 @@ template <ForwardResult (*Kernel)(const at::Tensor&, const at::Tensor&, const at
 struct ForwardKernel {
   static ForwardResult call(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                             const OptionalTensor& key_padding_mask, const OptionalTensor& attend_mask,
-                            const OptionalTensor& additive_mask, bool is_causal, int64_t causal_offset,
+                            const OptionalTensor& additive_mask, bool is_causal, c10::SymInt causal_offset,
                             c10::optional<double> scale, int64_t window_left, int64_t window_right, double softcap,
                             const OptionalTensor& alibi_slopes, const OptionalTensor& sinks,
                             const OptionalTensor& cu_seqlens_q, const OptionalTensor& cu_seqlens_k) {
     return Kernel(query, key, value,
-                  FlashArguments{key_padding_mask, attend_mask, additive_mask, is_causal, causal_offset, scale,
-                                 window_left, window_right, softcap, alibi_slopes, sinks, cu_seqlens_q, cu_seqlens_k});
+                  FlashArguments{key_padding_mask, attend_mask, additive_mask, is_causal, std::move(causal_offset),
+                                 scale, window_left, window_right, softcap, alibi_slopes, sinks, cu_seqlens_q,
+                                 cu_seqlens_k});
   }
 };
 
@@ -72,13 +73,14 @@ struct BackwardKernel {
   static BackwardResult call(const at::Tensor& grad_output, const at::Tensor& query, const at::Tensor& key,
                              const at::Tensor& value, const at::Tensor& output, const at::Tensor& logsumexp,
                              const OptionalTensor& key_padding_mask, const OptionalTensor& attend_mask,
-                             const OptionalTensor& additive_mask, bool is_causal, int64_t causal_offset,
+                             const OptionalTensor& additive_mask, bool is_causal, c10::SymInt causal_offset,
                              c10::optional<double> scale, int64_t window_left, int64_t window_right, double softcap,
                              const OptionalTensor& alibi_slopes, const OptionalTensor& sinks,
                              const OptionalTensor& cu_seqlens_q, const OptionalTensor& cu_seqlens_k) {
     return Kernel(grad_output, query, key, value, output, logsumexp,
-                  FlashArguments{key_padding_mask, attend_mask, additive_mask, is_causal, causal_offset, scale,
-                                 window_left, window_right, softcap, alibi_slopes, sinks, cu_seqlens_q, cu_seqlens_k});
+                  FlashArguments{key_padding_mask, attend_mask, additive_mask, is_causal, std::move(causal_offset),
+                                 scale, window_left, window_right, softcap, alibi_slopes, sinks, cu_seqlens_q,
+                                 cu_seqlens_k});
   }
 };
 

@@ -6,13 +6,13 @@
 TORCH_LIBRARY(attn, m) {
   m.def(
       "flash_attention(Tensor query, Tensor key, Tensor value, Tensor? key_padding_mask=None, "
-      "Tensor? attend_mask=None, Tensor? additive_mask=None, bool is_causal=False, int causal_offset=0, "
+      "Tensor? attend_mask=None, Tensor? additive_mask=None, bool is_causal=False, SymInt causal_offset=0, "
       "float? scale=None, int window_left=-1, int window_right=-1, float softcap=0.0, Tensor? alibi_slopes=None, "
       "Tensor? sinks=None, Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k=None) -> (Tensor output, Tensor logsumexp)");
   m.def(
       "flash_attention_backward(Tensor grad_output, Tensor query, Tensor key, Tensor value, Tensor output, "
       "Tensor logsumexp, Tensor? key_padding_mask, Tensor? attend_mask, Tensor? additive_mask, bool is_causal, "
-      "int causal_offset, float? scale, int window_left=-1, int window_right=-1, float softcap=0.0, "
+      "SymInt causal_offset, float? scale, int window_left=-1, int window_right=-1, float softcap=0.0, "
       "Tensor? alibi_slopes=None, Tensor? sinks=None, Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k=None) "
       "-> (Tensor grad_query, Tensor grad_key, Tensor grad_value, Tensor grad_sinks)");
   m.def(

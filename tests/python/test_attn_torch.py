@@ -7,7 +7,8 @@ nothing is pip-installed. Every reference is PyTorch's or transformers' own code
 - attn_torch.transformers.attention_forward against transformers' sdpa_attention_forward on the same inputs and
   the masks transformers' masking_utils builds (GQA, causal prefill and decode, padding, a StaticCache-shaped key
   buffer, sliding window, scaling, float masks, gradients), against Gemma 2's eager attention for softcap and
-  GPT-OSS's for sinks (SDPA has neither), and the clear errors for what it refuses.
+  GPT-OSS's for sinks (SDPA has neither), the clear errors for what it refuses, and a token-by-token decode
+  under torch.compile(dynamic=True) (one graph for every cache length).
 """
 import argparse
 import math
@@ -358,6 +359,34 @@ def test_transformers_interface():
     check("float16 on the CPU, GQA causal, against SDPA in float64", out, ref, 2e-3)
 
 
+def test_compiled_decode():
+    """Decoding token by token through attention_forward under torch.compile(dynamic=True): causal_offset =
+    Tk - Tq is a SymInt of the op's schema, so every cache length runs the one graph (an int there compiled one
+    per step), and each step matches transformers' sdpa_attention_forward."""
+    import attn_torch.transformers as at
+    from torch._dynamo.utils import counters
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    torch.manual_seed(5)
+    H, H_kv, d = 4, 2, 16
+    layer = Layer(H, H_kv, d).eval()
+
+    def step(q, k, v):
+        return at.attention_forward(layer, q, k, v, None, scaling=d ** -0.5)[0]
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(step, dynamic=True, fullgraph=True)
+    with torch.no_grad():
+        for tk in (20, 33, 47, 61):
+            q, k, v = torch.randn(1, H, 1, d), torch.randn(1, H_kv, tk, d), torch.randn(1, H_kv, tk, d)
+            ref, _ = sdpa_attention_forward(layer, q, k, v, None, scaling=d ** -0.5)
+            check(f"compiled decode Tq = 1, Tk = {tk}, against sdpa_attention_forward", compiled(q, k, v), ref, 2e-5)
+    graphs = counters["stats"]["unique_graphs"]
+    expect("compiled decode: one graph for 4 cache lengths", graphs == 1,
+           f"{graphs} graph(s), recompiles {dict(counters['recompiles'])}")
+
+
 def test_register():
     import attn_torch.transformers as at
     from transformers import AttentionInterface
@@ -380,6 +409,7 @@ def main():
     test_import(args.library, args.cxx)
     test_wrappers()
     test_transformers_interface()
+    test_compiled_decode()
     test_register()
     if failures:
         print(f"{len(failures)} check(s) failed: {failures}")

@@ -3,13 +3,13 @@
 Run by CTest in the LibTorch 2.x lane:
     .venv-torch/bin/python tests/python/test_compile_export.py --library build-torch-pip/libattn.so
 
-Both need the op's Meta kernels (src/ops/meta/): Dynamo and AOTAutograd trace the forward and the backward op
-on fake tensors, and torch.export records the op in its graph. The Meta kernels read symbolic sizes, so
+Both need the op's Meta kernels (src/ops/meta/): Dynamo and AOTAutograd trace the forward and the backward op on
+fake tensors, and torch.export records the op in its graph. The Meta kernels read symbolic sizes, so
 torch.compile(dynamic=True) compiles one graph for every sequence length and torch.export takes a Dim there:
-flash_attention (padded and packed), decode_attention (the cache's capacity) and linear_rows (the rows). Every
-compiled or exported result, forward and gradients, is checked against the same op run eagerly on the same
-inputs, and the eager op against a float64 reference, so a wrong Meta kernel (wrong shape, dtype or stride), a
-size it specialises (a second graph) or a wrong trace fails here.
+flash_attention (padded and packed, and its causal_offset), decode_attention (the cache's capacity) and linear_rows
+(the rows). Every compiled or exported result, forward and gradients, is checked against the same op run eagerly on
+the same inputs, and the eager op against a float64 reference, so a wrong Meta kernel (wrong shape, dtype or
+stride), a size it specialises (a second graph) or a wrong trace fails here.
 """
 import argparse
 import itertools
@@ -142,6 +142,7 @@ def main():
                         tol)
 
     good &= check_packed_sequences()
+    good &= check_causal_offset()
     good &= check_decode_attention()
     good &= check_linear_rows()
     print("all passed" if good else "FAILURES")
@@ -196,6 +197,70 @@ def check_packed_sequences():
     return good & one_graph("packed sequences, torch.compile(aot_eager, dynamic=True), 5 packed lengths",
                             lambda: torch.compile(packed, backend="aot_eager", dynamic=True, fullgraph=True),
                             run_all)
+
+
+def offset_reference(q, k, v, offset):
+    """float64: query i attends the keys j <= i + offset (a causal diagonal moved by offset)."""
+    q, k, v = q.double(), k.double(), v.double()
+    allowed = torch.arange(k.shape[2]).unsqueeze(0) <= torch.arange(q.shape[2]).unsqueeze(1) + offset
+    scores = (q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])).masked_fill(~allowed, -math.inf)
+    return torch.softmax(scores, -1) @ v
+
+
+def check_causal_offset():
+    """causal_offset is a SymInt of the schema: a trace keeps it symbolic, so a chunk of queries against a cache
+    of any length (causal_offset = Tk - Tq, as attn_torch.transformers passes it) is one graph, and so is an
+    offset passed as an integer argument. With an int in the schema, each new value was a new graph."""
+    def chunk(q, k, v):
+        out, _ = torch.ops.attn.flash_attention(q, k, v, is_causal=True, causal_offset=k.shape[2] - q.shape[2])
+        return out
+
+    def shifted(q, k, v, offset):
+        out, _ = torch.ops.attn.flash_attention(q, k, v, is_causal=True, causal_offset=offset)
+        return out
+
+    def grads(fn, q, k, v, cot, *extra):
+        q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        out = fn(q, k, v, *extra)
+        (out * cot).sum().backward()
+        return out.detach(), q.grad, k.grad, v.grad
+
+    def case(tk, tq=3):
+        g = torch.Generator().manual_seed(tk)
+        q = torch.randn(1, 2, tq, 16, generator=g)
+        k, v = (torch.randn(1, 2, tk, 16, generator=g) for _ in range(2))
+        return q, k, v, torch.randn(1, 2, tq, 16, generator=g)
+
+    good = True
+    q, k, v, _ = case(33)
+    good &= close("causal_offset: eager op against float64", chunk(q, k, v), offset_reference(q, k, v, 30), 2e-5)
+    good &= close("causal_offset = 7: eager op against float64", shifted(q, k, v, 7), offset_reference(q, k, v, 7),
+                  2e-5)
+    cache_cases = [case(tk) for tk in (20, 33, 47, 61, 90)]
+
+    def run_cache(compiled):
+        ok = True
+        for q, k, v, cot in cache_cases:
+            ok &= compare(f"causal_offset = Tk - Tq, torch.compile(dynamic=True) Tk={k.shape[2]}",
+                          grads(compiled, q, k, v, cot), grads(chunk, q, k, v, cot), 0.0)
+        return ok
+
+    for backend in ("aot_eager", "inductor"):
+        good &= one_graph(f"causal_offset = Tk - Tq, torch.compile({backend}, dynamic=True), 5 cache lengths",
+                          lambda: torch.compile(chunk, backend=backend, dynamic=True, fullgraph=True), run_cache)
+
+    q, k, v, cot = case(40, tq=12)
+
+    def run_offsets(compiled):
+        ok = True
+        for offset in (2, 5, 9, 14):
+            ok &= compare(f"causal_offset = {offset} argument, torch.compile(dynamic=True)",
+                          grads(compiled, q, k, v, cot, offset), grads(shifted, q, k, v, cot, offset), 0.0)
+        return ok
+
+    return good & one_graph("causal_offset argument, torch.compile(aot_eager, dynamic=True), 4 offsets",
+                            lambda: torch.compile(shifted, backend="aot_eager", dynamic=True, fullgraph=True),
+                            run_offsets)
 
 
 def decode_reference(q, k, v, starts, lengths):

@@ -2,6 +2,7 @@
 // attn::ops::FlashArguments: the settings of an attn::flash_attention call besides query, key and value
 // (<attn/ops/flash_attention.h>), one value from the caller to the kernels.
 
+#include <c10/core/SymInt.h>
 #include <torch/types.h>
 
 #include <cstdint>
@@ -15,7 +16,9 @@ namespace attn::ops {
 ///   attend_mask       bool, broadcastable to [B, H, Tq, Tk]; true = may attend
 ///   additive_mask     floating, broadcastable to [B, H, Tq, Tk]; added to the scaled scores, -inf blocks
 ///   is_causal         key j is allowed for query i only if j <= i + causal_offset
-///                     (causal_offset = Tk - Tq aligns bottom-right, 0 top-left)
+///                     (causal_offset = Tk - Tq aligns bottom-right, 0 top-left). A c10::SymInt, as the
+///                     schema's, so that a trace (torch.compile, torch.export) keeps Tk - Tq symbolic: one
+///                     graph serves a cache of any length. Kernels read it with .expect_int().
 ///   scale             multiplies q·k; default 1 / sqrt(d_k)
 ///   window_left/right key j allowed for query i only if i + o - left <= j <= i + o + right (o = causal_offset,
 ///                     or each packed sequence's own); -1 unbounded. is_causal bounds the right side at 0.
@@ -28,7 +31,7 @@ namespace attn::ops {
 struct FlashArguments {
   c10::optional<torch::Tensor> key_padding_mask, attend_mask, additive_mask;
   bool is_causal = false;
-  int64_t causal_offset = 0;
+  c10::SymInt causal_offset = 0;
   c10::optional<double> scale;
   int64_t window_left = -1, window_right = -1;
   double softcap = 0.0;

@@ -102,7 +102,7 @@ struct KernelCall {
         masks(sizes, a, compute_type),
         variants(sizes, a, compute_type),
         is_causal(a.is_causal),
-        causal_offset(a.causal_offset),
+        causal_offset(a.causal_offset.expect_int()),
         scale(resolved_scale(a.scale, sizes.dk)),
         compute(compute_type),
         route(r) {}

@@ -414,7 +414,7 @@ std::tuple<at::Tensor, at::Tensor> own_forward(const at::Tensor& query, const at
   }
   p.heads = static_cast<int>(H), p.kv_heads = static_cast<int>(key.size(1));
   p.tq = tq, p.tk = key.size(2);
-  p.offset = call.causal_offset;
+  p.offset = call.causal_offset.expect_int();
   p.left = call.window_left;
   p.right = common::band_right(call.is_causal, call.window_right);
   p.scale = static_cast<float>(scale);
@@ -532,7 +532,8 @@ VariantSupport variant_support(const at::Tensor& query, const at::Tensor& key, c
   // FlashAttention aligns the diagonal bottom-right (each packed sequence its own); where the alignment matters
   // (causal, a window or ALiBi) attn's offset must say the same.
   const bool diagonal_matters = call.is_causal || call.window_left >= 0 || call.window_right >= 0 || call.has_alibi();
-  const bool bottom_right = call.packed() || !diagonal_matters || call.causal_offset == key.size(2) - query.size(2);
+  const bool bottom_right =
+      call.packed() || !diagonal_matters || call.causal_offset.expect_int() == key.size(2) - query.size(2);
   // FlashAttention reads a right side of at least the key count as unbounded: the same band only where every
   // row's diagonal plus it reaches the last key.
   const int64_t tq = query.size(2), tk = key.size(2);

@@ -1,8 +1,9 @@
 // The Meta kernels of the attn::flash_attention ops: shapes, dtypes and strides without data, the same as the
 // CPU kernels' (ops/attention_contract.h). PyTorch 2.x's torch.compile and torch.export trace custom ops
 // with these (as their "fake" implementation); any LibTorch can run the ops on the meta device with them.
-// They read sizes as c10::SymInt only, so a trace with a dynamic sequence length (torch.compile(dynamic=True),
-// torch.export's Dim) keeps it symbolic: one graph serves every length.
+// They read sizes and causal_offset as c10::SymInt only, so a trace with a dynamic sequence length
+// (torch.compile(dynamic=True), torch.export's Dim) keeps it symbolic: one graph serves every length, and every
+// cache length with causal_offset = Tk - Tq.
 
 #include "ops/attention_contract.h"
 #include "ops/flash_attention_schema.h"
