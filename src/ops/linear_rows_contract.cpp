@@ -78,7 +78,7 @@ std::vector<std::vector<c10::SymInt>> check_linear_rows_many_args(const at::Tens
   check_input(op, input);
   std::vector<std::vector<c10::SymInt>> shapes;
   for (size_t k = 0; k < weights.size(); ++k) {
-    const std::string index = "[" + std::to_string(k) + "]";
+    const std::string index = c10::str("[", k, "]");
     TORCH_CHECK(weights[k].defined(), op, ": weights", index, " must be a defined tensor");
     shapes.push_back(check_weight({op, "weights" + index, "biases" + index}, input, weights[k], bias_at(biases, k)));
   }
