@@ -14,9 +14,12 @@ stride), a size it specialises (a second graph) or a wrong trace fails here.
 import argparse
 import itertools
 import math
+import os
 import sys
+import tempfile
 
 import torch
+import torch._inductor
 from torch._dynamo.utils import counters
 
 
@@ -210,7 +213,8 @@ def offset_reference(q, k, v, offset):
 def check_causal_offset():
     """causal_offset is a SymInt of the schema: a trace keeps it symbolic, so a chunk of queries against a cache
     of any length (causal_offset = Tk - Tq, as attn_torch.transformers passes it) is one graph, and so is an
-    offset passed as an integer argument. With an int in the schema, each new value was a new graph."""
+    offset passed as an integer argument; torch.export and AOTInductor take the cache length as a Dim. With an
+    int in the schema, each new value was a new graph."""
     def chunk(q, k, v):
         out, _ = torch.ops.attn.flash_attention(q, k, v, is_causal=True, causal_offset=k.shape[2] - q.shape[2])
         return out
@@ -248,6 +252,25 @@ def check_causal_offset():
     for backend in ("aot_eager", "inductor"):
         good &= one_graph(f"causal_offset = Tk - Tq, torch.compile({backend}, dynamic=True), 5 cache lengths",
                           lambda: torch.compile(chunk, backend=backend, dynamic=True, fullgraph=True), run_cache)
+
+    # torch.export with the cache length as a Dim: the graph passes Tk - Tq symbolically (with an int in the
+    # schema, export specialised the Dim away). AOTInductor compiles that program, and its package (the proxy
+    # executor that calls the op, as a C++ host's) runs at cache lengths it was not traced with.
+    class Chunk(torch.nn.Module):
+        def forward(self, q, k, v):
+            return chunk(q, k, v)
+
+    Tk = torch.export.Dim("Tk", min=4, max=4096)
+    exported = torch.export.export(Chunk(), cache_cases[0][:3], dynamic_shapes=({}, {2: Tk}, {2: Tk}))
+    with tempfile.TemporaryDirectory() as folder, torch.no_grad():
+        package = torch._inductor.aoti_load_package(torch._inductor.aoti_compile_and_package(
+            exported, package_path=os.path.join(folder, "chunk.pt2")))
+        for q, k, v, _ in (case(41), case(77), case(300)):
+            want = chunk(q, k, v)
+            good &= close(f"causal_offset = Tk - Tq, torch.export(Dim Tk) at Tk={k.shape[2]}",
+                          exported.module()(q, k, v), want, 0.0)
+            good &= close(f"causal_offset = Tk - Tq, AOTInductor package at Tk={k.shape[2]}", package(q, k, v),
+                          want, 0.0)
 
     q, k, v, cot = case(40, tq=12)
 
