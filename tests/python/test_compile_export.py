@@ -67,9 +67,10 @@ def inputs(B, H, T, d, dtype, seed):
     return q, k, v, padding
 
 
-def forward_and_grads(fn, q, k, v, padding, cotangent):
+def forward_and_grads(fn, cotangent, q, k, v, *extra):
+    """fn(q, k, v, *extra) and the gradients of sum(fn(...) * cotangent) with respect to q, k and v."""
     q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
-    out = fn(q, k, v, padding)
+    out = fn(q, k, v, *extra)
     (out * cotangent).sum().backward()
     return out.detach(), q.grad, k.grad, v.grad
 
@@ -94,7 +95,7 @@ def main():
     for dtype, tol in ((torch.float32, 2e-5), (torch.float64, 1e-12)):
         q, k, v, padding = inputs(2, 3, 70, 32, dtype, seed=1)
         cot = torch.randn(2, 3, 70, 32, generator=torch.Generator().manual_seed(2), dtype=dtype)
-        eager = forward_and_grads(module, q, k, v, padding, cot)
+        eager = forward_and_grads(module, cot, q, k, v, padding)
         good &= close(f"{dtype} eager op against float64", eager[0], float64_reference(q, k, v, padding, scale),
                       tol * 10)
 
@@ -104,7 +105,7 @@ def main():
             torch._dynamo.reset()
             compiled = torch.compile(module, backend=backend, fullgraph=True)
             good &= compare(f"{dtype} torch.compile({backend}, fullgraph=True)",
-                            forward_and_grads(compiled, q, k, v, padding, cot), eager, tol)
+                            forward_and_grads(compiled, cot, q, k, v, padding), eager, tol)
 
         # Dynamic shapes: the Meta kernels read sizes as SymInt, so one graph serves every sequence length.
         # Five lengths through torch.compile(dynamic=True) compile once (Dynamo's count of unique graphs; a
@@ -117,8 +118,8 @@ def main():
                 q2, k2, v2, p2 = inputs(1, 2, T, 32, dtype, seed=T)
                 cot2 = torch.randn(1, 2, T, 32, generator=torch.Generator().manual_seed(3), dtype=dtype)
                 good &= compare(f"{dtype} torch.compile({backend}, dynamic=True) T={T}",
-                                forward_and_grads(dynamic, q2, k2, v2, p2, cot2),
-                                forward_and_grads(module, q2, k2, v2, p2, cot2), 0.0)
+                                forward_and_grads(dynamic, cot2, q2, k2, v2, p2),
+                                forward_and_grads(module, cot2, q2, k2, v2, p2), 0.0)
             graphs = counters["stats"]["unique_graphs"]
             good &= check(f"{dtype} torch.compile({backend}, dynamic=True): one graph for 5 lengths", graphs == 1,
                           f"{graphs} graph(s), recompiles {dict(counters['recompiles'])}")
@@ -132,8 +133,8 @@ def main():
             qL, kL, vL, pL = inputs(2, 3, L, 32, dtype, seed=L)
             cotL = torch.randn(2, 3, L, 32, generator=torch.Generator().manual_seed(4), dtype=dtype)
             good &= compare(f"{dtype} torch.export(Dim T) at T={L}",
-                            forward_and_grads(by_length.module(), qL, kL, vL, pL, cotL),
-                            forward_and_grads(module, qL, kL, vL, pL, cotL), 0.0)
+                            forward_and_grads(by_length.module(), cotL, qL, kL, vL, pL),
+                            forward_and_grads(module, cotL, qL, kL, vL, pL), 0.0)
 
         # torch.export: the op is one node of the exported graph, and the exported program runs forward and
         # backward like the eager op.
@@ -141,7 +142,7 @@ def main():
         ops = {str(n.target) for n in exported.graph.nodes if n.op == "call_function"}
         good &= check(f"{dtype} torch.export graph calls attn.flash_attention",
                       "attn.flash_attention.default" in ops, f"ops {sorted(ops)}")
-        good &= compare(f"{dtype} torch.export", forward_and_grads(exported.module(), q, k, v, padding, cot), eager,
+        good &= compare(f"{dtype} torch.export", forward_and_grads(exported.module(), cot, q, k, v, padding), eager,
                         tol)
 
     good &= check_packed_sequences()
@@ -174,12 +175,6 @@ def check_packed_sequences():
         cot = torch.randn_like(q)
         return q, k, v, cu, cot
 
-    def grads(fn, q, k, v, cu, cot):
-        q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
-        out = fn(q, k, v, cu)
-        (out * cot).sum().backward()
-        return out.detach(), q.grad, k.grad, v.grad
-
     cases = [case(lengths) for lengths in ((5, 9, 3), (17, 2, 11), (8, 8, 8), (30, 1, 4), (3, 40, 12))]
     good = True
     # The eager op against float64 attention of each sequence alone.
@@ -194,7 +189,8 @@ def check_packed_sequences():
         ok = True
         for q, k, v, cu, cot in cases:
             ok &= compare(f"packed sequences, torch.compile(dynamic=True) total={q.shape[2]}",
-                          grads(compiled, q, k, v, cu, cot), grads(packed, q, k, v, cu, cot), 0.0)
+                          forward_and_grads(compiled, cot, q, k, v, cu),
+                          forward_and_grads(packed, cot, q, k, v, cu), 0.0)
         return ok
 
     return good & one_graph("packed sequences, torch.compile(aot_eager, dynamic=True), 5 packed lengths",
@@ -223,12 +219,6 @@ def check_causal_offset():
         out, _ = torch.ops.attn.flash_attention(q, k, v, is_causal=True, causal_offset=offset)
         return out
 
-    def grads(fn, q, k, v, cot, *extra):
-        q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
-        out = fn(q, k, v, *extra)
-        (out * cot).sum().backward()
-        return out.detach(), q.grad, k.grad, v.grad
-
     def case(tk, tq=3):
         g = torch.Generator().manual_seed(tk)
         q = torch.randn(1, 2, tq, 16, generator=g)
@@ -246,7 +236,7 @@ def check_causal_offset():
         ok = True
         for q, k, v, cot in cache_cases:
             ok &= compare(f"causal_offset = Tk - Tq, torch.compile(dynamic=True) Tk={k.shape[2]}",
-                          grads(compiled, q, k, v, cot), grads(chunk, q, k, v, cot), 0.0)
+                          forward_and_grads(compiled, cot, q, k, v), forward_and_grads(chunk, cot, q, k, v), 0.0)
         return ok
 
     for backend in ("aot_eager", "inductor"):
@@ -278,7 +268,8 @@ def check_causal_offset():
         ok = True
         for offset in (2, 5, 9, 14):
             ok &= compare(f"causal_offset = {offset} argument, torch.compile(dynamic=True)",
-                          grads(compiled, q, k, v, cot, offset), grads(shifted, q, k, v, cot, offset), 0.0)
+                          forward_and_grads(compiled, cot, q, k, v, offset),
+                          forward_and_grads(shifted, cot, q, k, v, offset), 0.0)
         return ok
 
     return good & one_graph("causal_offset argument, torch.compile(aot_eager, dynamic=True), 4 offsets",
