@@ -13,7 +13,9 @@ it loads. The prompts are make_generation_references.py's, minus its long one
 (64, the C++ test's count) with no end-of-sequence stop, once with transformers' own "sdpa" attention and once
 with "attn" (attn_torch.transformers.register(), then model.set_attn_implementation), and the tokens must be
 identical, and the first step's logits agree within 5e-4 of their largest magnitude. The five prompts are also
-generated as one left-padded float32 batch (16 tokens), which must give sdpa's tokens in every row.
+generated as one left-padded float32 batch (16 tokens), which must give sdpa's tokens in every row. Last, the
+model's forward under torch.compile(dynamic=True) decodes 6 tokens of the first prompt from a DynamicCache: one
+graph for every step, and each step's logits within the same tolerance of sdpa's eager model.
 
 bfloat16 (the same weights rounded) is run as well, for 16 tokens. Its tokens are reported, not required to match: both
 attentions round differently, and greedy decoding flips where two logits are within bfloat16's noise. What is
@@ -48,6 +50,48 @@ def greedy(model, ids, new_tokens):
         out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
                              min_new_tokens=0, do_sample=False, output_logits=True, return_dict_in_generate=True)
     return out.sequences[0, ids.shape[1]:], out.logits[0][0].float()
+
+
+def compiled_decode(model, name, ids, steps):
+    """Decodes `steps` tokens after `ids` from a DynamicCache with torch.compile(model.forward, dynamic=True) and
+    attn, feeding the tokens sdpa's eager model chose, and returns the failures: each step's logits must be sdpa's
+    within the prompts' tolerance, and all steps must run one graph (attn's op takes causal_offset = Tk - Tq as a
+    SymInt; as an int, each step compiled a new graph). The backend is aot_eager: Dynamo and AOTAutograd trace the
+    op as Inductor's would, without Inductor's minutes of code generation for a whole model on 2 cores."""
+    from torch._dynamo.utils import counters
+    from transformers import DynamicCache
+
+    def decode(forward, feed=None):
+        cache, tokens, logits = DynamicCache(config=model.config), [], []
+        with torch.no_grad():
+            step = model(ids, past_key_values=cache, use_cache=True).logits[:, -1:]
+            for t in range(steps):
+                tokens.append(feed[t] if feed else step.argmax(-1))
+                step = forward(tokens[-1], past_key_values=cache, use_cache=True).logits
+                logits.append(step[0, -1].float())
+        return tokens, logits
+
+    model.set_attn_implementation("sdpa")
+    reference_tokens, reference_logits = decode(model.forward)
+    model.set_attn_implementation(name)
+    torch._dynamo.reset()
+    counters.clear()
+    start = time.time()
+    _, logits = decode(torch.compile(model.forward, backend="aot_eager", dynamic=True), reference_tokens)
+    seconds = time.time() - start
+    failures = []
+    for t, (got, want) in enumerate(zip(logits, reference_logits)):
+        diff, bound = (got - want).abs().max().item(), 5e-4 * want.abs().max().item()
+        if not diff <= bound:
+            failures.append(f"compiled decode step {t}")
+        print(f"{'ok  ' if diff <= bound else 'FAIL'} float32 torch.compile(aot_eager, dynamic=True) decode step {t} "
+              f"(cache {ids.shape[1] + t} tokens): logits max abs diff from sdpa's {diff:.2e} (tol {bound:.1e})")
+    graphs = counters["stats"]["unique_graphs"]
+    if graphs != 1:
+        failures.append("compiled decode: one graph")
+    print(f"{'ok  ' if graphs == 1 else 'FAIL'} float32 torch.compile(aot_eager, dynamic=True): {graphs} graph(s) "
+          f"for {steps} decode steps (recompiles {dict(counters['recompiles'])}); {seconds:.1f} s", flush=True)
+    return failures
 
 
 def main():
@@ -166,6 +210,7 @@ def main():
         failures.append("left-padded batch")
     print(f"{'ok  ' if ok else 'FAIL'} float32 left-padded batch of {len(rows_same)} ({padded} pad tokens): "
           f"{sum(rows_same)}/{len(rows_same)} rows give sdpa's {new_tokens} tokens", flush=True)
+    failures += compiled_decode(model, name, encoded[0][1], steps=6)
     if failures:
         print(f"{len(failures)} failed: {failures}")
         return 1
