@@ -4,7 +4,7 @@ Each function calls its operator once and adds nothing else: the operators check
 and raise errors that name the argument and its shape. The same operators are what attn's C++ API calls
 (include/attn/ops/*.h in attn's repository states each rule these docstrings summarise).
 """
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -17,7 +17,7 @@ def flash_attention(query: Tensor, key: Tensor, value: Tensor, *,
                     attend_mask: Optional[Tensor] = None,
                     additive_mask: Optional[Tensor] = None,
                     is_causal: bool = False,
-                    causal_offset: int = 0,
+                    causal_offset: Union[int, torch.SymInt] = 0,
                     scale: Optional[float] = None,
                     window_left: int = -1,
                     window_right: int = -1,
@@ -45,10 +45,11 @@ def flash_attention(query: Tensor, key: Tensor, value: Tensor, *,
         is_causal: key j is allowed for query i only if j <= i + causal_offset.
         causal_offset: Tk - Tq aligns the causal diagonal bottom-right (queries are the last Tq positions, as
             with a KV cache, and as FlashAttention does); 0 aligns it top-left (j <= i, as
-            scaled_dot_product_attention(is_causal=True)). They agree when Tq == Tk.
+            scaled_dot_product_attention(is_causal=True)). They agree when Tq == Tk. Within -2^60 .. 2^60.
         scale: multiplies q·k; None is 1 / sqrt(d_k).
         window_left, window_right: key j is allowed for query i only if
-            i + o - window_left <= j <= i + o + window_right, o = causal_offset; -1 leaves a side unbounded.
+            i + o - window_left <= j <= i + o + window_right, o = causal_offset; -1 leaves a side unbounded
+            (as does any window of 2^61 or more, which reaches every key).
             transformers' sliding_window=W (causal) is is_causal=True, window_left=W - 1, window_right=0.
         softcap: > 0 replaces each scaled score s by softcap · tanh(s / softcap), before the bias and masks
             (Gemma 2's attn_logit_softcapping); 0 is off. The kernel's tanh is a rational approximation

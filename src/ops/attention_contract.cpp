@@ -1,5 +1,6 @@
 #include "ops/attention_contract.h"
 
+#include "common/band.h"
 #include "common/checks.h"
 #include "common/dtypes.h"
 
@@ -159,6 +160,8 @@ void check_variant_args(const char* fn, SymFlashSizes& s, const at::Tensor& quer
   TORCH_CHECK(window_left >= -1 && window_right >= -1, fn,
               ": window_left and window_right must be >= 0, or -1 for an unbounded side, got ", window_left, " and ",
               window_right);
+  TORCH_CHECK(causal_offset >= -common::kMaxCausalOffset && causal_offset <= common::kMaxCausalOffset, fn,
+              ": causal_offset must lie within -2^60 .. 2^60 (a difference of positions), got ", causal_offset);
   TORCH_CHECK(std::isfinite(softcap) && softcap >= 0.0, fn, ": softcap must be finite and >= 0, got ", softcap);
   c10::SymInt sequences = 0;
   TORCH_CHECK(given(cu_seqlens_q) == given(cu_seqlens_k), fn,

@@ -225,12 +225,17 @@ def check_causal_offset():
         k, v = (torch.randn(1, 2, tk, 16, generator=g) for _ in range(2))
         return q, k, v, torch.randn(1, 2, tq, 16, generator=g)
 
-    good = True
-    q, k, v, _ = case(33)
-    good &= close("causal_offset: eager op against float64", chunk(q, k, v), offset_reference(q, k, v, 30), 2e-5)
-    good &= close("causal_offset = 7: eager op against float64", shifted(q, k, v, 7), offset_reference(q, k, v, 7),
-                  2e-5)
+    # The eager op against float64 at every case and offset below; the compiled and exported runs against it.
     cache_cases = [case(tk) for tk in (20, 33, 47, 61, 90)]
+    export_cases = [case(tk) for tk in (41, 77, 300)]
+    offset_case, offsets = case(40, tq=12), (2, 5, 9, 14)
+    good = True
+    for q, k, v, _ in cache_cases + export_cases:
+        good &= close(f"causal_offset = Tk - Tq: eager op against float64, Tk={k.shape[2]}", chunk(q, k, v),
+                      offset_reference(q, k, v, k.shape[2] - q.shape[2]), 2e-5)
+    for offset in offsets:
+        good &= close(f"causal_offset = {offset}: eager op against float64", shifted(*offset_case[:3], offset),
+                      offset_reference(*offset_case[:3], offset), 2e-5)
 
     def run_cache(compiled):
         ok = True
@@ -244,7 +249,7 @@ def check_causal_offset():
                           lambda: torch.compile(chunk, backend=backend, dynamic=True, fullgraph=True), run_cache)
 
     # torch.export with the cache length as a Dim: the graph passes Tk - Tq symbolically (with an int in the
-    # schema, export specialised the Dim away). AOTInductor compiles that program, and its package (the proxy
+    # schema, export refused the Dim: "specialized it to be a constant"). AOTInductor compiles that program, and its package (the proxy
     # executor that calls the op, as a C++ host's) runs at cache lengths it was not traced with.
     class Chunk(torch.nn.Module):
         def forward(self, q, k, v):
@@ -255,18 +260,18 @@ def check_causal_offset():
     with tempfile.TemporaryDirectory() as folder, torch.no_grad():
         package = torch._inductor.aoti_load_package(torch._inductor.aoti_compile_and_package(
             exported, package_path=os.path.join(folder, "chunk.pt2")))
-        for q, k, v, _ in (case(41), case(77), case(300)):
+        for q, k, v, _ in export_cases:
             want = chunk(q, k, v)
             good &= close(f"causal_offset = Tk - Tq, torch.export(Dim Tk) at Tk={k.shape[2]}",
                           exported.module()(q, k, v), want, 0.0)
             good &= close(f"causal_offset = Tk - Tq, AOTInductor package at Tk={k.shape[2]}", package(q, k, v),
                           want, 0.0)
 
-    q, k, v, cot = case(40, tq=12)
+    q, k, v, cot = offset_case
 
     def run_offsets(compiled):
         ok = True
-        for offset in (2, 5, 9, 14):
+        for offset in offsets:
             ok &= compare(f"causal_offset = {offset} argument, torch.compile(dynamic=True)",
                           forward_and_grads(compiled, cot, q, k, v, offset),
                           forward_and_grads(shifted, cot, q, k, v, offset), 0.0)

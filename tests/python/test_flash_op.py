@@ -3,7 +3,8 @@
 Run by CTest:  /usr/bin/python3 tests/python/test_flash_op.py --library build/libattn.so
 Loads the shared library with torch.ops.load_library, then checks outputs and gradients against
 torch.nn.functional's scaled-dot-product attention on the same inputs (with an explicit float64 softmax
-where F returns NaN, i.e. for rows with no allowed key), and that TorchScript can call the op.
+where F returns NaN, i.e. for rows with no allowed key), windows and offsets at int64's edges (the decode op's
+windows too), and that TorchScript can call the op.
 """
 import argparse
 import math
@@ -132,6 +133,37 @@ def main():
 
     eager = op(q, k, v, None, None, None, True, 0, None)[0]
     good &= check("TorchScript call", scripted(q, k, v), eager.double(), 0.0)
+
+    # Band arguments at int64's edges. A window of 2^63 - 1 bounds nothing: the kernels add windows to positions,
+    # and this one once overflowed there, which blocked every key (a zero output, silently). An offset of 2^60
+    # (the largest taken) puts every key before the diagonal; beyond +-2^60 the op refuses it.
+    widest, largest_offset = 2**63 - 1, 2**60
+    q, k, v = (torch.randn(2, 3, 21, 8, dtype=torch.float64) for _ in range(3))
+    everything = torch_attention(q, k, v, None, 8 ** -0.5)
+    causal = torch_attention(q, k, v, allowed_pairs(2, 3, 21, 21, None, None, True, 0), 8 ** -0.5)
+    for name, kwargs, expected in (
+            ("window_right = 2^63 - 1", dict(window_right=widest), everything),
+            ("both windows 2^63 - 1", dict(window_left=widest, window_right=widest), everything),
+            ("causal, both windows 2^63 - 1", dict(is_causal=True, window_left=widest, window_right=widest), causal),
+            ("causal, causal_offset = 2^60", dict(is_causal=True, causal_offset=largest_offset), everything),
+            ("causal_offset = -2^60, window_right = 2^63 - 1",
+             dict(causal_offset=-largest_offset, window_right=widest), everything)):
+        good &= check(f"{name}: against F", op(q, k, v, **kwargs)[0], expected, 1e-10)
+    for offset in (largest_offset + 1, -largest_offset - 1):
+        try:
+            op(q, k, v, is_causal=True, causal_offset=offset)
+            print(f"FAIL causal_offset = {offset}: no error")
+            good = False
+        except RuntimeError as e:
+            good &= check(f"causal_offset = {offset} is refused, naming causal_offset", torch.tensor(0.0),
+                          torch.tensor(0.0 if "causal_offset must lie within" in str(e) else 1.0), 0.0)
+    # The decode op takes windows too: a query at the end of each row's keys, rows of 21 and 12 keys.
+    lengths = torch.tensor([21, 12])
+    step = torch.ops.attn.decode_attention(q[:, :, -1:], k, v, lengths - 1, lengths, is_causal=False,
+                                           window_left=widest, window_right=widest)
+    keys = torch.arange(21)[None, :] < lengths[:, None]  # [B, Tk]
+    expected = torch_attention(q[:, :, -1:], k, v, keys[:, None, None, :].expand(2, 3, 1, 21), 8 ** -0.5)
+    good &= check("decode_attention, both windows 2^63 - 1: against F", step, expected, 1e-10)
 
     # Bad input is a clear error, not a crash.
     try:

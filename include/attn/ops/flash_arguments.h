@@ -16,12 +16,13 @@ namespace attn::ops {
 ///   attend_mask       bool, broadcastable to [B, H, Tq, Tk]; true = may attend
 ///   additive_mask     floating, broadcastable to [B, H, Tq, Tk]; added to the scaled scores, -inf blocks
 ///   is_causal         key j is allowed for query i only if j <= i + causal_offset
-///                     (causal_offset = Tk - Tq aligns bottom-right, 0 top-left). A c10::SymInt, as the
-///                     schema's, so that a trace (torch.compile, torch.export) keeps Tk - Tq symbolic: one
-///                     graph serves a cache of any length. Kernels read it with .expect_int().
+///                     (causal_offset = Tk - Tq aligns bottom-right, 0 top-left), within -2^60 .. 2^60. A
+///                     c10::SymInt, as the schema's, so that a trace (torch.compile, torch.export) keeps Tk - Tq
+///                     symbolic: one graph serves a cache of any length. Kernels read it with .expect_int().
 ///   scale             multiplies q·k; default 1 / sqrt(d_k)
 ///   window_left/right key j allowed for query i only if i + o - left <= j <= i + o + right (o = causal_offset,
-///                     or each packed sequence's own); -1 unbounded. is_causal bounds the right side at 0.
+///                     or each packed sequence's own); -1 unbounded (as is any window of 2^61 or more, which
+///                     reaches every key). is_causal bounds the right side at 0.
 ///   softcap           > 0: the scaled scores s become softcap · tanh(s / softcap), before the bias and masks
 ///   alibi_slopes      [H] or [B, H] (packed: [N, H]): the bias -slope · |i + o - j|; no gradient
 ///   sinks             [H]: one logit per head in every row's softmax denominator; differentiable

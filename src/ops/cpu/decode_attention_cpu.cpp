@@ -1,6 +1,7 @@
 // The CPU implementation of the attn::decode_attention op: checks the arguments (ops/attention_contract.h),
 // reads the caches and their positions in place and calls the decode kernel of this CPU's instruction set.
 
+#include "common/band.h"
 #include "common/checks.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/math/kernel_layout.h"
@@ -87,7 +88,7 @@ at::Tensor decode_attention_cpu(const at::Tensor& query, const at::Tensor& key_c
     args.query_starts = starts.data_ptr<int64_t>();
     args.key_lengths = lengths.data_ptr<int64_t>();
     args.causal = is_causal;
-    args.window_left = window_left, args.window_right = window_right;
+    args.window_left = common::applied_window(window_left), args.window_right = common::applied_window(window_right);
     using T = std::remove_pointer_t<decltype(args.sinks)>;
     args.softcap = static_cast<std::remove_const_t<T>>(softcap);
     if (slopes.defined()) {

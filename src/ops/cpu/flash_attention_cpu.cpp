@@ -1,6 +1,7 @@
 // The CPU implementation of the attn::flash_attention ops: checks the arguments (ops/attention_contract.h),
 // lays the tensors out for the kernels and calls the variant for this CPU.
 
+#include "common/band.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/math/kernel_layout.h"
 #include "ops/cpu/products/route.h"
@@ -72,7 +73,10 @@ struct KernelVariants {
   int64_t sequences = 0;
 
   KernelVariants(const FlashSizes& s, const FlashArguments& a, at::ScalarType compute)
-      : window_left(a.window_left), window_right(a.window_right), softcap(a.softcap), sequences(s.sequences) {
+      : window_left(common::applied_window(a.window_left)),
+        window_right(common::applied_window(a.window_right)),
+        softcap(a.softcap),
+        sequences(s.sequences) {
     if (a.has_alibi()) alibi = a.alibi_slopes->to(compute).contiguous();
     if (a.has_sinks()) sinks = a.sinks->to(compute).contiguous();
     if (sequences > 0) cu_seqlens_q = a.cu_seqlens_q->contiguous(), cu_seqlens_k = a.cu_seqlens_k->contiguous();

@@ -479,8 +479,8 @@ at::Tensor decode_attention_cuda(const at::Tensor& query, const at::Tensor& key_
     p.alibi_stride = slopes.dim() == 2 && slopes.size(0) > 1 ? static_cast<int>(H) : 0;
   }
   if (sink_logits.defined()) p.sinks = sink_logits.data_ptr<float>();
-  p.left = window_left;
-  p.right = common::band_right(is_causal, window_right);
+  p.left = common::applied_window(window_left);
+  p.right = common::band_right(is_causal, common::applied_window(window_right));
   const int64_t max_length = *std::max_element(lengths.begin(), lengths.end());
 
   const auto by_width = [&](auto type_tag) {

@@ -327,6 +327,12 @@ at::Tensor lse_for_library(const at::Tensor& lse, bool with_sinks) {
 
 enum class SdpaWithLse { None, Cudnn, Flash };
 
+/// A window as LibTorch's FlashAttention-2 takes it: unset where attn's is unbounded, or reaches every key.
+c10::optional<int64_t> flash_window(int64_t window) {
+  const int64_t w = common::applied_window(window);
+  return w >= 0 ? c10::optional<int64_t>(w) : c10::nullopt;
+}
+
 /// For sinks on a dense call with no window: the kernel of LibTorch's SDPA that gives the log-sum-exp too, where
 /// SDPA would pick cuDNN's or FlashAttention's for the same call (its causality is top-left: Tq = Tk only).
 SdpaWithLse sdpa_with_lse(const at::Tensor& query, const at::Tensor& key, const FlashArguments& call, double scale) {
@@ -345,7 +351,6 @@ std::tuple<at::Tensor, at::Tensor> library_forward(const at::Tensor& query, cons
                                                    const c10::optional<at::Tensor>& cu_seqlens_k) {
   const bool packed = given(cu_seqlens_q);
   const Packing pk = packing_of(query, key, cu_seqlens_q, cu_seqlens_k);
-  const auto window = [](int64_t w) { return w >= 0 ? c10::optional<int64_t>(w) : c10::nullopt; };
   const at::Tensor q = rows_of_16_bytes(query), k = rows_of_16_bytes(key), v = rows_of_16_bytes(value);
   at::Tensor out, lse;
   const SdpaWithLse sdpa = sdpa_with_lse(query, key, call, scale);
@@ -362,7 +367,7 @@ std::tuple<at::Tensor, at::Tensor> library_forward(const at::Tensor& query, cons
     auto result = at::_flash_attention_forward(
         sequence_first(q, packed), sequence_first(k, packed), sequence_first(v, packed), pk.cu_q, pk.cu_k,
         pk.max_q, pk.max_k, /*dropout_p=*/0.0, call.is_causal, /*return_debug_mask=*/false, scale,
-        window(call.window_left), window(call.window_right));
+        flash_window(call.window_left), flash_window(call.window_right));
     out = heads_first(std::get<0>(result), packed);
     lse = std::get<1>(result);
   }
@@ -415,8 +420,8 @@ std::tuple<at::Tensor, at::Tensor> own_forward(const at::Tensor& query, const at
   p.heads = static_cast<int>(H), p.kv_heads = static_cast<int>(key.size(1));
   p.tq = tq, p.tk = key.size(2);
   p.offset = call.causal_offset.expect_int();
-  p.left = call.window_left;
-  p.right = common::band_right(call.is_causal, call.window_right);
+  p.left = common::applied_window(call.window_left);
+  p.right = common::band_right(call.is_causal, common::applied_window(call.window_right));
   p.scale = static_cast<float>(scale);
   p.softcap = static_cast<float>(call.softcap);
   if (slopes.defined()) {
@@ -480,7 +485,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> flash_attention_backw
   const c10::cuda::CUDAGuard guard(query.device());
   const bool packed = call.packed();
   const Packing pk = packing_of(query, key, call.cu_seqlens_q, call.cu_seqlens_k);
-  const auto window = [](int64_t w) { return w >= 0 ? c10::optional<int64_t>(w) : c10::nullopt; };
   const at::Tensor grad = grad_output.to(query.scalar_type());
   // FlashAttention reads its random state only with dropout, which attn never asks of it.
   const at::Tensor rng_state = at::zeros({2}, query.options().dtype(at::kLong));
@@ -490,8 +494,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> flash_attention_backw
       sequence_first(rows_of_16_bytes(grad), packed), sequence_first(q, packed), sequence_first(k, packed),
       sequence_first(v, packed), sequence_first(rows_of_16_bytes(output), packed), lse.contiguous(),
       pk.cu_q ? *pk.cu_q : at::Tensor(), pk.cu_k ? *pk.cu_k : at::Tensor(), pk.max_q, pk.max_k, /*dropout_p=*/0.0,
-      call.is_causal, rng_state, at::empty({0}, rng_state.options()), sc, window(call.window_left),
-      window(call.window_right));
+      call.is_causal, rng_state, at::empty({0}, rng_state.options()), sc, flash_window(call.window_left),
+      flash_window(call.window_right));
   at::Tensor grad_sinks;
   if (call.has_sinks()) {
     const at::Tensor& sinks = *call.sinks;
