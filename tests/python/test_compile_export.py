@@ -249,8 +249,9 @@ def check_causal_offset():
                           lambda: torch.compile(chunk, backend=backend, dynamic=True, fullgraph=True), run_cache)
 
     # torch.export with the cache length as a Dim: the graph passes Tk - Tq symbolically (with an int in the
-    # schema, export refused the Dim: "specialized it to be a constant"). AOTInductor compiles that program, and its package (the proxy
-    # executor that calls the op, as a C++ host's) runs at cache lengths it was not traced with.
+    # schema, export refused the Dim: "specialized it to be a constant"). AOTInductor compiles that program, and
+    # its package (the proxy executor that calls the op, as a C++ host's) runs at cache lengths it was not traced
+    # with.
     class Chunk(torch.nn.Module):
         def forward(self, q, k, v):
             return chunk(q, k, v)
