@@ -8,11 +8,12 @@
 
 namespace attn::common {
 
-/// The kernels add causal_offset and the windows to positions, in int64. The ops refuse an offset beyond
-/// ±kMaxCausalOffset (ops/attention_contract.cpp), and apply a window of kWindowReachingEveryKey or more as
-/// unbounded: from any diagonal position (|offset| + a tensor's size) it reaches past every key, so the allowed
-/// pairs are the same, and every sum stays below 2^62.
-constexpr int64_t kMaxCausalOffset = int64_t{1} << 60;
+/// The kernels add causal_offset and the windows to positions, in int64. The ops refuse a position given as an
+/// argument (a query's start) or a difference of positions (causal_offset) beyond ±kMaxPosition
+/// (ops/attention_contract.cpp), and apply a window of kWindowReachingEveryKey or more as unbounded: from any
+/// diagonal position (kMaxPosition + a tensor's size) it reaches past every key, so the allowed pairs are the
+/// same, and every sum stays below 2^62.
+constexpr int64_t kMaxPosition = int64_t{1} << 60;
 constexpr int64_t kWindowReachingEveryKey = int64_t{1} << 61;
 
 /// A window as the kernels apply it: -1 (unbounded) when it reaches every key anyway.

@@ -160,7 +160,7 @@ void check_variant_args(const char* fn, SymFlashSizes& s, const at::Tensor& quer
   TORCH_CHECK(window_left >= -1 && window_right >= -1, fn,
               ": window_left and window_right must be >= 0, or -1 for an unbounded side, got ", window_left, " and ",
               window_right);
-  TORCH_CHECK(causal_offset >= -common::kMaxCausalOffset && causal_offset <= common::kMaxCausalOffset, fn,
+  TORCH_CHECK(causal_offset >= -common::kMaxPosition && causal_offset <= common::kMaxPosition, fn,
               ": causal_offset must lie within -2^60 .. 2^60 (a difference of positions), got ", causal_offset);
   TORCH_CHECK(std::isfinite(softcap) && softcap >= 0.0, fn, ": softcap must be finite and >= 0, got ", softcap);
   c10::SymInt sequences = 0;
@@ -331,7 +331,8 @@ void check_cache_positions(const char* fn, const CacheSizes& s, const at::Tensor
   for (int64_t b = 0; b < s.batch; ++b) {
     TORCH_CHECK(length[b] >= 0 && length[b] <= s.capacity, fn, ": key_lengths[", b, "] = ", length[b],
                 " must be in [0, capacity = ", s.capacity, "]", paged ? " (max_blocks · block_size)" : "");
-    TORCH_CHECK(start[b] >= 0, fn, ": query_starts[", b, "] = ", start[b], " must be >= 0");
+    TORCH_CHECK(start[b] >= 0 && start[b] <= common::kMaxPosition, fn, ": query_starts[", b, "] = ", start[b],
+                " must be in [0, 2^60] (a position)");
   }
   if (paged) {
     const int64_t blocks_in_pool = key_cache.size(0);

@@ -4,7 +4,7 @@ Run by CTest:  /usr/bin/python3 tests/python/test_flash_op.py --library build/li
 Loads the shared library with torch.ops.load_library, then checks outputs and gradients against
 torch.nn.functional's scaled-dot-product attention on the same inputs (with an explicit float64 softmax
 where F returns NaN, i.e. for rows with no allowed key), windows and offsets at int64's edges (the decode op's
-windows too), and that TorchScript can call the op.
+windows and query starts too), and that TorchScript can call the op.
 """
 import argparse
 import math
@@ -164,6 +164,18 @@ def main():
     keys = torch.arange(21)[None, :] < lengths[:, None]  # [B, Tk]
     expected = torch_attention(q[:, :, -1:], k, v, keys[:, None, None, :].expand(2, 3, 1, 21), 8 ** -0.5)
     good &= check("decode_attention, both windows 2^63 - 1: against F", step, expected, 1e-10)
+    # A query start of 2^60 (the largest position taken) sees every key causally; 2^63 - 1 once overflowed its
+    # position + 1 and lost keys silently, and is refused now, as a negative start is.
+    step = torch.ops.attn.decode_attention(q[:, :, -1:], k, v, torch.full((2,), largest_offset), lengths)
+    good &= check("decode_attention, query_starts = 2^60: against F", step, expected, 1e-10)
+    for start in (widest, -1):
+        try:
+            torch.ops.attn.decode_attention(q[:, :, -1:], k, v, torch.tensor([start, 0]), lengths)
+            print(f"FAIL decode_attention, query_starts[0] = {start}: no error")
+            good = False
+        except RuntimeError as e:
+            good &= check(f"decode_attention, query_starts[0] = {start} is refused, naming it", torch.tensor(0.0),
+                          torch.tensor(0.0 if "query_starts[0]" in str(e) else 1.0), 0.0)
 
     # Bad input is a clear error, not a crash.
     try:

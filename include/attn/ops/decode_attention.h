@@ -20,7 +20,8 @@ inline constexpr int64_t kDecodeSplitKeysInt8 = 1024;
 /// [B, H_kv, capacity, d_v] (H_kv divides H; query head h reads cache head h / (H / H_kv)), read in place.
 /// Query t of row b sits at position query_starts[b] + t and may attend key j iff j < key_lengths[b] and,
 /// when is_causal, j <= query_starts[b] + t. query_starts and key_lengths are [B] int64 (on the CPU, or on the
-/// caches' GPU for the CUDA kernel, which reads them to size its grid).
+/// caches' GPU for the CUDA kernel, which reads them to size its grid); query_starts[b] in [0, 2^60], key_lengths[b]
+/// in [0, capacity].
 /// float32, float64 or bfloat16 (the caches and the query alike) on the CPU, where bfloat16 is computed in
 /// float32; float32, float16 or bfloat16 on CUDA (decode_attention_support below), computed in float32.
 /// The variants of attn::flash_attention apply around each query's position p: window_left/right (key j
