@@ -54,6 +54,18 @@ def check(name, actual, expected, tol):
     return ok
 
 
+def refused(name, call, words):
+    """Whether call() raises a RuntimeError whose message holds `words`; prints the check."""
+    try:
+        call()
+    except RuntimeError as e:
+        ok = words in str(e)
+        print(f"{'ok  ' if ok else 'FAIL'} {name}{'' if ok else ': ' + str(e).splitlines()[0]}")
+        return ok
+    print(f"FAIL {name}: no error")
+    return False
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--library", required=True, help="path to libattn.so")
@@ -150,13 +162,8 @@ def main():
              dict(causal_offset=-largest_offset, window_right=widest), everything)):
         good &= check(f"{name}: against F", op(q, k, v, **kwargs)[0], expected, 1e-10)
     for offset in (largest_offset + 1, -largest_offset - 1):
-        try:
-            op(q, k, v, is_causal=True, causal_offset=offset)
-            print(f"FAIL causal_offset = {offset}: no error")
-            good = False
-        except RuntimeError as e:
-            good &= check(f"causal_offset = {offset} is refused, naming causal_offset", torch.tensor(0.0),
-                          torch.tensor(0.0 if "causal_offset must lie within" in str(e) else 1.0), 0.0)
+        good &= refused(f"causal_offset = {offset} is refused, naming causal_offset",
+                        lambda: op(q, k, v, is_causal=True, causal_offset=offset), "causal_offset must lie within")
     # The decode op takes windows too: a query at the end of each row's keys, rows of 21 and 12 keys.
     lengths = torch.tensor([21, 12])
     step = torch.ops.attn.decode_attention(q[:, :, -1:], k, v, lengths - 1, lengths, is_causal=False,
@@ -169,22 +176,12 @@ def main():
     step = torch.ops.attn.decode_attention(q[:, :, -1:], k, v, torch.full((2,), largest_offset), lengths)
     good &= check("decode_attention, query_starts = 2^60: against F", step, expected, 1e-10)
     for start in (widest, -1):
-        try:
-            torch.ops.attn.decode_attention(q[:, :, -1:], k, v, torch.tensor([start, 0]), lengths)
-            print(f"FAIL decode_attention, query_starts[0] = {start}: no error")
-            good = False
-        except RuntimeError as e:
-            good &= check(f"decode_attention, query_starts[0] = {start} is refused, naming it", torch.tensor(0.0),
-                          torch.tensor(0.0 if "query_starts[0]" in str(e) else 1.0), 0.0)
+        good &= refused(f"decode_attention, query_starts[0] = {start} is refused, naming it",
+                        lambda: torch.ops.attn.decode_attention(q[:, :, -1:], k, v, torch.tensor([start, 0]), lengths),
+                        "query_starts[0]")
 
     # Bad input is a clear error, not a crash.
-    try:
-        op(q[0], k, v)
-        print("FAIL rank check: no error")
-        good = False
-    except RuntimeError as e:
-        good &= check("rank check names the argument", torch.tensor(0.0),
-                      torch.tensor(0.0 if "query must be 4-D" in str(e) else 1.0), 0.0)
+    good &= refused("rank check names the argument", lambda: op(q[0], k, v), "query must be 4-D")
 
     print("all passed" if good else "FAILURES")
     return 0 if good else 1
