@@ -49,11 +49,13 @@ class Attention(torch.nn.Module):
         return attention(q, k, v, padding, self.scale)
 
 
-def float64_reference(q, k, v, padding, scale):
-    """softmax(q k^T * scale) v over the allowed pairs, in float64; a row with no allowed key is 0."""
+def float64_reference(q, k, v, padding, scale, offset=0):
+    """softmax(q k^T * scale) v over the allowed pairs, in float64: key j for query i where j <= i + offset and
+    padding (if given) does not mask j. A row with no allowed key is 0."""
     q, k, v = q.double(), k.double(), v.double()
-    T = q.shape[-2]
-    allowed = torch.ones(T, T, dtype=torch.bool).tril() & ~padding.unsqueeze(-2)
+    allowed = torch.arange(k.shape[-2]).unsqueeze(0) <= torch.arange(q.shape[-2]).unsqueeze(1) + offset
+    if padding is not None:
+        allowed = allowed & ~padding.unsqueeze(-2)
     scores = (q @ k.transpose(-1, -2) * scale).masked_fill(~allowed, -math.inf)
     weights = torch.softmax(scores, -1).nan_to_num(0.0)
     return weights @ v
@@ -198,14 +200,6 @@ def check_packed_sequences():
                             run_all)
 
 
-def offset_reference(q, k, v, offset):
-    """float64: query i attends the keys j <= i + offset (a causal diagonal moved by offset)."""
-    q, k, v = q.double(), k.double(), v.double()
-    allowed = torch.arange(k.shape[2]).unsqueeze(0) <= torch.arange(q.shape[2]).unsqueeze(1) + offset
-    scores = (q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])).masked_fill(~allowed, -math.inf)
-    return torch.softmax(scores, -1) @ v
-
-
 def check_causal_offset():
     """causal_offset is a SymInt of the schema: a trace keeps it symbolic, so a chunk of queries against a cache
     of any length (causal_offset = Tk - Tq, as attn_torch.transformers passes it) is one graph, and so is an
@@ -232,10 +226,10 @@ def check_causal_offset():
     good = True
     for q, k, v, _ in cache_cases + export_cases:
         good &= close(f"causal_offset = Tk - Tq: eager op against float64, Tk={k.shape[2]}", chunk(q, k, v),
-                      offset_reference(q, k, v, k.shape[2] - q.shape[2]), 2e-5)
+                      float64_reference(q, k, v, None, 16 ** -0.5, k.shape[2] - q.shape[2]), 2e-5)
     for offset in offsets:
         good &= close(f"causal_offset = {offset}: eager op against float64", shifted(*offset_case[:3], offset),
-                      offset_reference(*offset_case[:3], offset), 2e-5)
+                      float64_reference(*offset_case[:3], None, 16 ** -0.5, offset), 2e-5)
 
     def run_cache(compiled):
         ok = True
