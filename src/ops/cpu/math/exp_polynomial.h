@@ -1,6 +1,6 @@
 #pragma once
-// The softmax's exp, e^d = 2^t for t = d · log2 e: 2^round(t) times a polynomial in t's fraction (degree 5, or
-// a cubic where the result is rounded to bfloat16 at once). Its constants and the polynomials, shared by the
+// The softmax's exp, e^d = 2^t for t = d · log2 e: 2^round(t) times a polynomial of degree 5 in t's fraction, or,
+// where the result is rounded to bfloat16 at once, 2^floor(t) times a cubic. Its constants and the polynomials, shared by the
 // AVX-512 code (math/exp_avx512.h) and the AVX2 code (math/vec_exp.h).
 //
 // Accuracy, evaluated in float against float64: within 3e-7 relative for d in [-1, 0], where a row's largest
@@ -32,10 +32,11 @@ inline Vec two_to_fraction(Vec f, Fma fma, Splat splat) {
   return fma(y, f, splat(kC0));
 }
 
-// 2^f on |f| <= 1/2 to bfloat16's precision, for weights rounded to bfloat16 at once (the bfloat16 routes' P):
-// minimax for relative error with 2^0 = 1 exact (a row's maximum weighs exactly 1), 1.0e-4 evaluated in float
-// (fitted as above), 39x below bfloat16's rounding (3.9e-3); two FMAs fewer than two_to_fraction.
-inline constexpr float kB0 = 1.0f, kB1 = 0.693282961845398f, kB2 = 0.2422109991312027f, kB3 = 0.055008891969919205f;
+// 2^f on [0, 1) to bfloat16's precision, for weights rounded to bfloat16 at once (the bfloat16 routes' P), where
+// f is t - floor(t) (math/exp_avx512.h): minimax for relative error with 2^0 = 1 exact (a row's maximum weighs
+// exactly 1), 8.6e-5 evaluated in float (fitted as above), 45x below bfloat16's rounding (3.9e-3); two FMAs fewer
+// than two_to_fraction.
+inline constexpr float kB0 = 1.0f, kB1 = 0.6951161623001099f, kB2 = 0.22764791548252106f, kB3 = 0.07706436514854431f;
 
 template <typename Vec, typename Fma, typename Splat>
 inline Vec two_to_fraction_bfloat16(Vec f, Fma fma, Splat splat) {
@@ -44,6 +45,10 @@ inline Vec two_to_fraction_bfloat16(Vec f, Fma fma, Splat splat) {
   y = fma(y, f, splat(kB1));
   return fma(y, f, splat(kB0));
 }
+
+/// vreduceps's immediate for t - floor(t): no fraction bits kept (bits 7-4 zero), the precision exception
+/// suppressed (bit 3), rounding down (bits 1-0 = 01).
+inline constexpr int kFractionAboveFloor = 0x09;
 
 // Below this, e^d (< 9e-27) is exactly 0. Next to a softmax row sum >= 1 such a weight changes nothing a float
 // sum can hold, but its products in P·V underflow to subnormals, each ~100x slower (ALiBi's far keys land
