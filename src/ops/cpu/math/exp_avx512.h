@@ -24,7 +24,7 @@ inline __m512 exp_avx512(__m512 d) {
   if constexpr (kBfloat16Precision) {
     // t = d · log2 e rounded once (2.5e-6 relative at the flush limit, far below the cubic's error), and
     // vreduceps's t - floor(t) in [0, 1) as the fraction, whose floor vscalefps takes from t itself: two
-    // instructions fewer than rounding t by adds. d = 0 gives exactly 1.
+    // instructions where rounding t by adds and taking the fraction by an FMA is three. d = 0 gives exactly 1.
     const __m512 t = _mm512_mul_ps(d, _mm512_set1_ps(kLog2e));
     const __m512 f = _mm512_reduce_ps(t, kFractionAboveFloor);
     const __m512 y = two_to_fraction_bfloat16(
