@@ -1,7 +1,7 @@
 #pragma once
 // The softmax's exp, e^d = 2^t for t = d · log2 e: 2^round(t) times a polynomial of degree 5 in t's fraction, or,
-// where the result is rounded to bfloat16 at once, 2^floor(t) times a cubic. Its constants and the polynomials, shared by the
-// AVX-512 code (math/exp_avx512.h) and the AVX2 code (math/vec_exp.h).
+// where the result is rounded to bfloat16 at once, 2^floor(t) times a cubic. Its constants and the polynomials,
+// shared by the AVX-512 code (math/exp_avx512.h) and the AVX2 code (math/vec_exp.h).
 //
 // Accuracy, evaluated in float against float64: within 3e-7 relative for d in [-1, 0], where a row's largest
 // weights lie. AVX-512 takes t's fraction from one FMA of d (math/exp_avx512.h): within 3.4e-7 on [-20, 0],
