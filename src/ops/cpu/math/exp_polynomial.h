@@ -33,10 +33,11 @@ inline Vec two_to_fraction(Vec f, Fma fma, Splat splat) {
 }
 
 // 2^f on [0, 1) to bfloat16's precision, for weights rounded to bfloat16 at once (the bfloat16 routes' P), where
-// f is t - floor(t) (math/exp_avx512.h): minimax for relative error with 2^0 = 1 exact (a row's maximum weighs
-// exactly 1), 8.6e-5 evaluated in float (fitted as above), 45x below bfloat16's rounding (3.9e-3); two FMAs fewer
+// f is t - floor(t) (math/exp_avx512.h): minimax for relative error with 2^0 = 1 and 2^1 = 2 exact, so that 2^t
+// is continuous where floor(t) steps (a row's maximum, whose t may round a hair below 0, weighs 1 rounded to
+// bfloat16); 1.03e-4 evaluated in float (fitted as above), 38x below bfloat16's rounding (3.9e-3); two FMAs fewer
 // than two_to_fraction.
-inline constexpr float kB0 = 1.0f, kB1 = 0.6951161623001099f, kB2 = 0.22764791548252106f, kB3 = 0.07706436514854431f;
+inline constexpr float kB0 = 1.0f, kB1 = 0.6954243779182434f, kB2 = 0.226307675242424f, kB3 = 0.07826796919107437f;
 
 template <typename Vec, typename Fma, typename Splat>
 inline Vec two_to_fraction_bfloat16(Vec f, Fma fma, Splat splat) {

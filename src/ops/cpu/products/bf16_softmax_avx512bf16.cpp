@@ -9,16 +9,21 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 namespace attn::ops::cpu {
 
-float exp_round_sum(const float* s, int64_t n, float scale, float shift, c10::BFloat16* p, int64_t padded) {
-  const __m512 vscale = _mm512_set1_ps(scale), vshift = _mm512_set1_ps(shift);
+namespace {
+
+/// exp_round_sum's pass, e = exp_of(a vector of s).
+template <typename ExpOf>
+float round_row(const float* s, int64_t n, c10::BFloat16* p, int64_t padded, ExpOf exp_of) {
   __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
   int64_t j = 0;
   for (; j + 32 <= n; j += 32) {  // two vectors at a time: two independent chains through the polynomial
-    const __m512 e0 = exp_avx512<true>(_mm512_fmsub_ps(_mm512_loadu_ps(s + j), vscale, vshift));
-    const __m512 e1 = exp_avx512<true>(_mm512_fmsub_ps(_mm512_loadu_ps(s + j + 16), vscale, vshift));
+    const __m512 e0 = exp_of(_mm512_loadu_ps(s + j));
+    const __m512 e1 = exp_of(_mm512_loadu_ps(s + j + 16));
     sum0 = _mm512_add_ps(sum0, e0);
     sum1 = _mm512_add_ps(sum1, e1);
     _mm512_storeu_si512(p + j, (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
@@ -27,13 +32,29 @@ float exp_round_sum(const float* s, int64_t n, float scale, float shift, c10::BF
     const int64_t left = n - j < 16 ? n - j : 16;
     const __mmask16 m = static_cast<__mmask16>((1u << left) - 1u);
     // Masked-off lanes load -inf, so they add exactly 0.
-    const __m512 x = _mm512_mask_loadu_ps(_mm512_set1_ps(-__builtin_inff()), m, s + j);
-    const __m512 e = exp_avx512<true>(_mm512_fmsub_ps(x, vscale, vshift));
+    const __m512 e = exp_of(_mm512_mask_loadu_ps(_mm512_set1_ps(-__builtin_inff()), m, s + j));
     sum0 = _mm512_add_ps(sum0, e);
     _mm256_mask_storeu_epi16(p + j, m, (__m256i)_mm512_cvtneps_pbh(e));
   }
   std::fill(p + n, p + std::max(n, padded), c10::BFloat16(0.0f));
   return _mm512_reduce_add_ps(_mm512_add_ps(sum0, sum1));
+}
+
+}  // namespace
+
+float exp_round_sum(const float* s, int64_t n, float scale, float shift, c10::BFloat16* p, int64_t padded) {
+  using exp_polynomial::kLog2e;
+  // t = (scale · s - shift) · log2 e in one FMA. Rounding scale · log2 e and shift · log2 e moves every weight of
+  // the row by the same factor (within |shift| · 2^-23 relative), which the sum shares; beside it, t's error
+  // grows only with |t|.
+  if (std::isnan(shift) || std::fabs(shift) <= std::numeric_limits<float>::max() / kLog2e) {
+    const __m512 vscale = _mm512_set1_ps(scale * kLog2e), vshift = _mm512_set1_ps(shift * kLog2e);
+    return round_row(s, n, p, padded,
+                     [&](__m512 x) { return exp2_avx512_bfloat16(_mm512_fmsub_ps(x, vscale, vshift)); });
+  }
+  // A finite shift whose t would overflow: d = scale · s - shift first, then e^d at full precision.
+  const __m512 vscale = _mm512_set1_ps(scale), vshift = _mm512_set1_ps(shift);
+  return round_row(s, n, p, padded, [&](__m512 x) { return exp_avx512(_mm512_fmsub_ps(x, vscale, vshift)); });
 }
 
 void round_to_bfloat16(const float* s, int64_t n, c10::BFloat16* p, float scale) {
