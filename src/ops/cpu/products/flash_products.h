@@ -44,6 +44,10 @@
 #include <cstdint>
 #include <type_traits>
 
+#if defined(CPU_CAPABILITY_AVX512)
+#include <immintrin.h>
+#endif
+
 namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE {
 
 /// Lanes per row of the row maxima a route's scores give on the side: one AVX-512 vector.
@@ -57,9 +61,16 @@ static_assert(kRowMaxLanes == kPairLanes, "the pairs micro-kernel gives one vect
 
 /// The maximum of one row's lanes of maxima; -inf if none is a number.
 inline float lanes_max(const float* lanes) {
+#if defined(CPU_CAPABILITY_AVX512)
+  // One vector: its NaN lanes masked off (they count as -inf), where a scalar loop takes 16 compares a row.
+  static_assert(kRowMaxLanes == 16, "one AVX-512 vector a row");
+  const __m512 v = _mm512_loadu_ps(lanes);
+  return _mm512_mask_reduce_max_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);
+#else
   float m = kNegInf<float>;
   for (int64_t l = 0; l < kRowMaxLanes; ++l) m = lanes[l] > m ? lanes[l] : m;
   return m;
+#endif
 }
 
 /// A route for a forward pass (grad_out null) or a backward one.
