@@ -435,7 +435,8 @@ TEST(Bf16Gemm, LeftOperandInPairsLayout) {
 TEST(Bf16Gemm, TransposedRoundingGivesTheRowMajorLeftOperand) {
   if (skip_without_bf16_route()) return;
   for (const float scale : {1.0f, 0.3f}) {
-    for (int64_t k : {1, 8, 16, 33, 64}) {
+    // k from under one 16-row block to 32-row blocks with 16-row and partial blocks after them.
+    for (int64_t k : {1, 8, 16, 33, 64, 86}) {
       for (int64_t m : {3, 16, 17, 40, 128}) {
         SCOPED_TRACE(::testing::Message() << "k=" << k << " m=" << m << " scale=" << scale);
         torch::manual_seed(k * 131 + m);

@@ -71,12 +71,30 @@ void round_to_bfloat16(const float* s, int64_t n, c10::BFloat16* p, float scale)
 void transpose_round_to_bfloat16(const float* s, int64_t lds, int64_t rows, int64_t cols, c10::BFloat16* t,
                                  int64_t ldt, float scale) {
   const __m512 vscale = _mm512_set1_ps(scale);
-  // Blocks of 16 × 16 floats through registers: masked loads past the last column, zeros past the last row,
-  // and only the real rows and columns of the transpose stored.
+  // Word w of a rounded pair of rows [row i | row i + 1] made (row i's w, row i + 1's w): vpermw's indices.
+  alignas(64) static constexpr uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                          8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i interleave = _mm512_load_si512(kInterleave);
   for (int64_t j0 = 0; j0 < cols; j0 += 16) {
     const int64_t nj = std::min<int64_t>(16, cols - j0);
     const __mmask16 column_lanes = static_cast<__mmask16>((1u << nj) - 1u);
-    for (int64_t i0 = 0; i0 < rows; i0 += 16) {
+    int64_t i0 = 0;
+    // Whole blocks of 32 rows by 16 columns: each pair of rows rounded, then interleaved into words that are a
+    // column's two bfloat16, and the 16 × 16 words transposed: half the shuffles of transposing floats.
+    for (; nj == 16 && i0 + 32 <= rows; i0 += 32) {
+      __m512i r[16];
+      for (int64_t i = 0; i < 16; ++i) {
+        const float* a = s + (i0 + 2 * i) * lds + j0;
+        const __m512 even = _mm512_mul_ps(_mm512_loadu_ps(a), vscale);
+        const __m512 odd = _mm512_mul_ps(_mm512_loadu_ps(a + lds), vscale);
+        r[i] = _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(odd, even));
+      }
+      transpose_16x16(r);
+      for (int64_t j = 0; j < 16; ++j) _mm512_storeu_si512(t + (j0 + j) * ldt + i0, r[j]);
+    }
+    // The rest in blocks of 16 × 16 floats through registers: masked loads past the last column, zeros past the
+    // last row, and only the real rows and columns of the transpose stored.
+    for (; i0 < rows; i0 += 16) {
       const int64_t ni = std::min<int64_t>(16, rows - i0);
       const __mmask16 row_lanes = static_cast<__mmask16>((1u << ni) - 1u);
       __m512i r[16];
