@@ -122,15 +122,23 @@ void backward(const FlashBackward<T, In>& args, const Products& products) {
         for (int64_t i0 = q_begin; i0 < q_end; i0 += kRows) {
           const int64_t rows = std::min(kRows, q_end - i0);
           const TileAt at{b, h, hk, sq.q0 + i0, rows, sq.k0 + j0, cols};
-          products.scores(st.scratch, at, prob, ld, nullptr);
+          const bool mask = masked || tile_leaves_band(p, sq, i0, rows, j0, cols);
+          // A tile with neither masks nor score terms may keep its scores unscaled: the exp scales them.
+          const bool unscaled = UnscaledScores<Products>::value && !mask && !capped && p.alibi == nullptr;
+          if constexpr (UnscaledScores<Products>::value) {
+            if (unscaled) products.unscaled_scores(st.scratch, at, prob, ld);
+            else products.scores(st.scratch, at, prob, ld, nullptr);
+          } else {
+            products.scores(st.scratch, at, prob, ld, nullptr);
+          }
           score_terms(p, sq, h, i0, rows, j0, cols, prob, ld, tanh_values);
-          if (masked || tile_leaves_band(p, sq, i0, rows, j0, cols)) mask_tile(p, sq, h, i0, rows, j0, cols, prob, ld);
+          if (mask) mask_tile(p, sq, h, i0, rows, j0, cols, prob, ld);
           for (int64_t r = 0; r < rows; ++r) {
             T* row = prob + r * ld;
             if (lse[i0 + r] == kNegInf<T>) {
               std::fill(row, row + cols, T(0));
             } else {
-              exp_shifted(row, cols, lse[i0 + r]);
+              exp_shifted(row, cols, lse[i0 + r], unscaled ? p.scale : T(1));
             }
           }
           // dV += Pᵀ dO;  dP = dO Vᵀ;  dS = P (dP - delta);  dK += scale dSᵀ Q;  dQ += scale dS K

@@ -39,6 +39,14 @@ struct ScoreTileStride<Products, std::void_t<decltype(Products::kScorePadding)>>
   static constexpr int64_t value = kKeyBlock + Products::kScorePadding;
 };
 
+/// Whether a route's backward can leave a tile's scores unscaled (Products::unscaled_scores(st, t, s, lds):
+/// S = Q·Kᵀ), for the exp to scale them on its own pass: one pass over the tile fewer where no score term or mask
+/// needs them scaled first (the AMX route's).
+template <typename Products, typename = void>
+struct UnscaledScores : std::false_type {};
+template <typename Products>
+struct UnscaledScores<Products, std::void_t<decltype(&Products::unscaled_scores)>> : std::true_type {};
+
 template <typename T, typename In>
 bool has_masks(const FlashProblem<T, In>& p) {
   return p.key_padding.data != nullptr || p.attend.data != nullptr || p.additive.data != nullptr;

@@ -59,14 +59,17 @@ T exp_shifted_sum(T* x, int64_t n, T shift) {
   return sum;
 }
 
-/// x = exp(x - shift) in place.
+/// x = exp(scale · x - shift) in place, scale · x - shift rounded once (with scale 1, exactly x - shift): scale
+/// folds the softmax scale in where the scores were left unscaled.
 template <typename T>
-void exp_shifted(T* x, int64_t n, T shift) {
+void exp_shifted(T* x, int64_t n, T shift, T scale = T(1)) {
   using Vec = Vectorized<T>;
-  const Vec vshift(shift);
+  const Vec vscale(scale), vneg_shift(-shift);
   int64_t j = 0;
-  for (; j + Vec::size() <= n; j += Vec::size()) fast_exp(Vec::loadu(x + j) - vshift).store(x + j);
-  for (; j < n; ++j) x[j] = std::exp(x[j] - shift);
+  for (; j + Vec::size() <= n; j += Vec::size()) {
+    fast_exp(at::vec::fmadd(Vec::loadu(x + j), vscale, vneg_shift)).store(x + j);
+  }
+  for (; j < n; ++j) x[j] = std::exp(std::fma(x[j], scale, -shift));
 }
 
 /// ds = p · (dp - delta), and exactly 0 where p is 0: a blocked key contributes no gradient even where dp is

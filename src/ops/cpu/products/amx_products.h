@@ -281,10 +281,14 @@ class AmxBackwardProducts {
 
   /// S = scale · Q·Kᵀ.
   void scores(Scratch& st, const TileAt& t, float* s, int64_t lds, float* /*lane_max*/) const {
+    unscaled_scores(st, t, s, lds);
+    for (int64_t r = 0; r < t.rows; ++r) AmxForwardProducts::scale_row(s + r * lds, t.cols, p_.scale);
+  }
+  /// S = Q·Kᵀ, for a tile whose exp applies the scale (flash/plan.h's UnscaledScores).
+  void unscaled_scores(Scratch& st, const TileAt& t, float* s, int64_t lds) const {
     const auto q = st.query.of(p_.q, p_.dk, t.b, t.h, t.i, t.rows);
     const uint32_t* keys = amx_panels_at(keys_, p_.k, t.b, t.hk, t.j, t.cols, p_.dk, st.keys);
     amx_multiply_panels(q.first, q.second, t.rows, amx_pair_blocks(p_.dk), keys, amx_panels(t.cols), s, lds);
-    for (int64_t r = 0; r < t.rows; ++r) AmxForwardProducts::scale_row(s + r * lds, t.cols, p_.scale);
   }
   /// dV += Pᵀ·dO.
   void add_grad_values(Scratch& st, const TileAt& t, const float* p, int64_t ldp, float* dv, int64_t lddv) const {
