@@ -123,8 +123,7 @@ void backward(const FlashBackward<T, In>& args, const Products& products) {
           const int64_t rows = std::min(kRows, q_end - i0);
           const TileAt at{b, h, hk, sq.q0 + i0, rows, sq.k0 + j0, cols};
           const bool mask = masked || tile_leaves_band(p, sq, i0, rows, j0, cols);
-          // A tile with neither masks nor score terms may keep its scores unscaled: the exp scales them.
-          const bool unscaled = UnscaledScores<Products>::value && !mask && !capped && p.alibi == nullptr;
+          const bool unscaled = UnscaledScores<Products>::value && plain_tile(p, mask);
           if constexpr (UnscaledScores<Products>::value) {
             if (unscaled) products.unscaled_scores(st.scratch, at, prob, ld);
             else products.scores(st.scratch, at, prob, ld, nullptr);

@@ -65,9 +65,7 @@ void forward(const FlashForward<T, In>& args, const Products& products) {
       const int64_t cols = std::min(kKeyBlock, key_end - j0);
       const TileAt at{b, h, hk, sq.q0 + i0, rows, sq.k0 + j0, cols};
       const bool mask = masked || tile_leaves_band(p, sq, i0, rows, j0, cols);
-      // A tile with neither masks nor score terms keeps the row maxima its product gives.
-      const bool plain = !mask && !(p.softcap > T(0)) && p.alibi == nullptr;
-      float* lane_max = plain && Products::kRowMaxima ? st.lane_max.data() : nullptr;
+      float* lane_max = plain_tile(p, mask) && Products::kRowMaxima ? st.lane_max.data() : nullptr;
       const bool values_finite_here = rows_finite(p, values_finite, kKeyBlock, b, hk, at.j, cols);
       products.scores(st.scratch, at, s, kScoreStride, lane_max);
 

@@ -101,6 +101,14 @@ bool tile_leaves_band(const FlashProblem<T, In>& p, const Sequence& sq, int64_t 
          (p.window_left >= 0 && j0 < i0 + rows - 1 + sq.offset - p.window_left);
 }
 
+/// True when a tile's scores are the bare product: no mask (`mask`: the problem's or the band's) and no score
+/// term (soft-cap, ALiBi). Such a tile may keep the row maxima its product gives (forward) or stay unscaled
+/// for the exp to scale (backward).
+template <typename T, typename In>
+bool plain_tile(const FlashProblem<T, In>& p, bool mask) {
+  return !mask && !(p.softcap > T(0)) && p.alibi == nullptr;
+}
+
 /// A block of query rows of one sequence, and how many keys it visits (its cost): the forward pass's task,
 /// once per query head.
 struct QueryBlock {
