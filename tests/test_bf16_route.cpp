@@ -359,7 +359,11 @@ TEST(Bf16Softmax, ExpRoundSumMatchesFloat64) {
         const float shift = scale * scores.max().item<float>();
         std::vector<float> s(scores.data_ptr<float>(), scores.data_ptr<float>() + n);
         std::vector<c10::BFloat16> p(padded + 2, c10::BFloat16(7.0f));
-        const float sum = ops::cpu::exp_round_sum(s.data(), n, scale, shift, p.data(), padded);
+        // The second padding asks for the row's peak as well: the same pass with one more reduction.
+        const bool with_peak = padded != n + n % 2;
+        float peak = 0.0f;
+        const float sum = ops::cpu::exp_round_sum(s.data(), n, scale, shift, p.data(), padded, with_peak ? &peak : nullptr);
+        if (with_peak) EXPECT_EQ(peak, scores.max().item<float>());
 
         const torch::Tensor d =
             torch::from_blob(s.data(), {n}).to(torch::kFloat64) * static_cast<double>(scale) - static_cast<double>(shift);
@@ -618,6 +622,38 @@ TEST(Bf16Route, ForwardAgreesWithFloat64AndWithTheWidenedRoute) {
     const double plain_size = plain_expected.abs().mean().item<double>();
     EXPECT_LE((plain - plain_expected).abs().max().item<double>(), 0.1 * plain_size);
     EXPECT_LE((plain - plain_expected).abs().mean().item<double>(), 4e-3 * plain_size);
+  }
+}
+
+// Scores that rise from one key block (512 keys) to the next: by less than the AMX route's stale-shift slack (the
+// later tiles weigh more than 1 against the earlier maxima) and by more (their rows are shifted again), the output
+// and the log-sum-exp against float64 on the same rounded inputs.
+TEST(Bf16Route, ScoresRisingAcrossKeyBlocksOnEachRoute) {
+  if (skip_without_bf16_route()) return;
+  torch::manual_seed(12);
+  const auto bf = [](const torch::Tensor& t) { return t.to(torch::kBFloat16); };
+  const auto f64 = [&](const torch::Tensor& t) { return bf(t).to(torch::kFloat64); };
+  const torch::Tensor q = torch::randn({1, 2, 40, 64}), v = torch::randn({1, 2, 1300, 64});
+  for (const double rise : {2.0, 6.0}) {
+    SCOPED_TRACE(::testing::Message() << "rise " << rise);
+    torch::Tensor k = torch::randn({1, 2, 1300, 64});
+    k.narrow(2, 512, 512).mul_(rise);
+    k.narrow(2, 1024, 276).mul_(rise * rise);
+    const torch::Tensor scores = torch::matmul(f64(q), f64(k).transpose(-2, -1)) / 8.0;
+    const torch::Tensor expected = torch::matmul(torch::softmax(scores, -1), f64(v));
+    const torch::Tensor expected_lse = torch::logsumexp(scores, -1);
+    const double size = expected.abs().mean().item<double>();
+    for (const bool amx : own_routes()) {
+      SCOPED_TRACE(amx ? "AMX tiles" : "pairs");
+      Bf16RouteScope route(amx);
+      const auto [out, lse] = ops::flash_attention(bf(q), bf(k), bf(v));
+      const torch::Tensor got = out.to(torch::kFloat64);
+      EXPECT_LE((got - expected).abs().max().item<double>(), 0.1 * size);
+      EXPECT_LE((got - expected).abs().mean().item<double>(), 4e-3 * size);
+      // The sum carries the exp's 1.03e-4 relative; the scores float's rounding of products up to ~|lse|.
+      EXPECT_TRUE(((lse.to(torch::kFloat64) - expected_lse).abs() <= expected_lse.abs() * 1e-5 + 2e-4).all().item<bool>())
+          << "max |lse error| " << (lse.to(torch::kFloat64) - expected_lse).abs().max().item<double>();
+    }
   }
 }
 

@@ -23,6 +23,11 @@ namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE {
 /// Rows of a score tile that get their score terms and masks together, just before their softmax.
 inline constexpr int64_t kRowChunk = 8;
 
+/// How far a tile's scores may rise above the row maximum of the tiles before it and still be shifted by that
+/// maximum (a stale shift): weights up to e^8, well within float and bfloat16, for no pass over the tile to find
+/// its maxima first and no rescale of the row. A tile whose scores rise further is shifted again by its own.
+inline constexpr float kStaleShiftSlack = 8.0f;
+
 template <typename T, typename Products>
 struct ForwardState {
   CacheLineVector<T> scores, acc;  // a tile's scores and its rows' outputs, read 64 bytes at a time
@@ -65,8 +70,34 @@ void forward(const FlashForward<T, In>& args, const Products& products) {
       const int64_t cols = std::min(kKeyBlock, key_end - j0);
       const TileAt at{b, h, hk, sq.q0 + i0, rows, sq.k0 + j0, cols};
       const bool mask = masked || tile_leaves_band(p, sq, i0, rows, j0, cols);
-      float* lane_max = plain_tile(p, mask) && Products::kRowMaxima ? st.lane_max.data() : nullptr;
+      const bool plain = plain_tile(p, mask);
+      float* lane_max = plain && Products::kRowMaxima ? st.lane_max.data() : nullptr;
       const bool values_finite_here = rows_finite(p, values_finite, kKeyBlock, b, hk, at.j, cols);
+      // A plain tile after every row has a finite maximum: shifted by those maxima, its exp finds its own.
+      const bool stale_shift = UnscaledScores<Products>::value && plain && values_finite_here && p.scale > T(0) &&
+                               std::all_of(st.row_max.begin(), st.row_max.end(), [](T m) { return std::isfinite(m); });
+      if constexpr (UnscaledScores<Products>::value) {
+        if (stale_shift) {
+          products.unscaled_scores(st.scratch, at, s, kScoreStride);
+          for (int64_t r = 0; r < rows; ++r) {
+            T* row = s + r * kScoreStride;
+            float peak;
+            T tile_sum = products.exp_sum(st.scratch, r, row, cols, st.row_max[r], true, &peak);
+            // Not taken for a NaN peak: the NaN is in the sum already.
+            if (peak > st.row_max[r] + kStaleShiftSlack) {
+              const T rescale = std::exp(st.row_max[r] - peak);
+              st.row_max[r] = peak;
+              tile_sum = products.exp_sum(st.scratch, r, row, cols, peak, true);
+              st.row_sum[r] *= rescale;
+              T* out = acc + r * p.dv;
+              for (int64_t c = 0; c < p.dv; ++c) out[c] *= rescale;
+            }
+            st.row_sum[r] += tile_sum;
+          }
+          products.add_values(st.scratch, at, s, kScoreStride, acc, p.dv);
+          continue;
+        }
+      }
       products.scores(st.scratch, at, s, kScoreStride, lane_max);
 
       for (int64_t r0 = 0; r0 < rows; r0 += kRowChunk) {

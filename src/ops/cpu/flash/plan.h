@@ -39,9 +39,9 @@ struct ScoreTileStride<Products, std::void_t<decltype(Products::kScorePadding)>>
   static constexpr int64_t value = kKeyBlock + Products::kScorePadding;
 };
 
-/// Whether a route's backward can leave a tile's scores unscaled (Products::unscaled_scores(st, t, s, lds):
-/// S = Q·Kᵀ), for the exp to scale them on its own pass: one pass over the tile fewer where no score term or mask
-/// needs them scaled first (the AMX route's).
+/// Whether a route can leave a plain tile's scores unscaled (Products::unscaled_scores(st, t, s, lds): S = Q·Kᵀ),
+/// for the exp to scale them on its own pass: one pass over the tile fewer where no score term or mask needs them
+/// scaled first (the AMX route's, both passes; forward, its exp_sum also gives the row's peak).
 template <typename Products, typename = void>
 struct UnscaledScores : std::false_type {};
 template <typename Products>

@@ -168,9 +168,7 @@ class AmxForwardProducts {
   /// S for the tile: unscaled where lane_max is asked for (a plain tile) and the scale is positive, with each
   /// row's maxima taken from the unscaled scores and scaled; scaled in place otherwise, for the masks and terms.
   void scores(Scratch& st, const TileAt& t, float* s, int64_t lds, float* lane_max) const {
-    const auto q = st.query.of(p_.q, p_.dk, t.b, t.h, t.i, t.rows);
-    const uint32_t* keys = amx_panels_at(keys_, p_.k, t.b, t.hk, t.j, t.cols, p_.dk, st.keys);
-    amx_multiply_panels(q.first, q.second, t.rows, amx_pair_blocks(p_.dk), keys, amx_panels(t.cols), s, lds);
+    product(st, t, s, lds);
     st.unscaled = lane_max != nullptr && p_.scale > 0.0f;
     if (st.unscaled) {
       for (int64_t r = 0; r < t.rows; ++r) lane_maxima(s + r * lds, t.cols, p_.scale, lane_max + r * kLanes);
@@ -181,21 +179,28 @@ class AmxForwardProducts {
         for (int64_t r = 0; r < t.rows; ++r) lane_maxima(s + r * lds, t.cols, 1.0f, lane_max + r * kLanes);
       }
     }
-    st.probs_ld = amx_chunks(lds) * kAmxKeyChunk + kAmxKeyChunk;
-    if (static_cast<int64_t>(st.probs.size()) < kAmxRows * st.probs_ld) {
-      st.probs.assign(kAmxRows * st.probs_ld, BFloat16(0.0f));
-    }
+  }
+  /// S = Q·Kᵀ for a plain tile whose exp applies the scale (positive) and finds the row maxima in its own pass
+  /// (flash/plan.h's UnscaledScores): no pass of its own over the tile.
+  void unscaled_scores(Scratch& st, const TileAt& t, float* s, int64_t lds) const {
+    product(st, t, s, lds);
+    st.unscaled = true;
   }
 
   /// P rounded to bfloat16 for P·V, zero up to the tile's whole chunks; the float P stays in the row only where
-  /// the values' fallback (a non-finite value in the tile) needs it.
-  float exp_sum(Scratch& st, int64_t r, float* row, int64_t cols, float max, bool values_finite) const {
+  /// the values' fallback (a non-finite value in the tile) needs it. Where `peak` is given (finite values only),
+  /// *peak = the row's largest scaled score, from the same pass.
+  float exp_sum(Scratch& st, int64_t r, float* row, int64_t cols, float max, bool values_finite,
+                float* peak = nullptr) const {
     if (!values_finite) {
       if (st.unscaled) scale_row(row, cols, p_.scale);
       return exp_shifted_sum(row, cols, max);
     }
-    return exp_round_sum(row, cols, st.unscaled ? p_.scale : 1.0f, max, st.probs.data() + r * st.probs_ld,
-                         amx_chunks(cols) * kAmxKeyChunk);
+    const float scale = st.unscaled ? p_.scale : 1.0f;
+    const float sum = exp_round_sum(row, cols, scale, max, st.probs.data() + r * st.probs_ld,
+                                    amx_chunks(cols) * kAmxKeyChunk, peak);
+    if (peak) *peak *= scale;
+    return sum;
   }
   void no_keys_yet(Scratch& st, int64_t r, float* row, int64_t cols) const {
     std::fill(row, row + cols, 0.0f);
@@ -215,6 +220,17 @@ class AmxForwardProducts {
 
  private:
   static constexpr int64_t kLanes = 16;
+
+  /// S = Q·Kᵀ into s, and P's buffer sized for the tile.
+  void product(Scratch& st, const TileAt& t, float* s, int64_t lds) const {
+    const auto q = st.query.of(p_.q, p_.dk, t.b, t.h, t.i, t.rows);
+    const uint32_t* keys = amx_panels_at(keys_, p_.k, t.b, t.hk, t.j, t.cols, p_.dk, st.keys);
+    amx_multiply_panels(q.first, q.second, t.rows, amx_pair_blocks(p_.dk), keys, amx_panels(t.cols), s, lds);
+    st.probs_ld = amx_chunks(lds) * kAmxKeyChunk + kAmxKeyChunk;
+    if (static_cast<int64_t>(st.probs.size()) < kAmxRows * st.probs_ld) {
+      st.probs.assign(kAmxRows * st.probs_ld, BFloat16(0.0f));
+    }
+  }
 
   /// lanes[l] = scale · the maximum of row[c] over the columns c ≡ l (mod 16), -inf where there is none; NaN
   /// may or may not reach it (as the other routes' epilogues).

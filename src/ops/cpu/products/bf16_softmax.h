@@ -18,8 +18,11 @@ namespace attn::ops::cpu {
 /// exp is math/exp_avx512.h's to bfloat16's precision: within 1.03e-4 relative, 38x below bfloat16's rounding
 /// (P is exactly 1 at the row's maximum); the sum carries the same 1.03e-4. exp(-inf) is 0; a NaN score
 /// gives a NaN P and sum. scale folds the softmax scale in where the scores were left unscaled (the AMX route);
-/// 1 otherwise.
-float exp_round_sum(const float* s, int64_t n, float scale, float shift, c10::BFloat16* p, int64_t padded);
+/// 1 otherwise. Where `peak` is given, *peak = the largest s[j] (unscaled; -inf for n = 0; a NaN may or may not
+/// reach it), taken in the same pass: for a caller that shifts by a row maximum from earlier tiles and must learn
+/// whether this tile's exceeds it.
+float exp_round_sum(const float* s, int64_t n, float scale, float shift, c10::BFloat16* p, int64_t padded,
+                    float* peak = nullptr);
 
 /// p[j] = bfloat16(scale · s[j]) for j < n, rounded to nearest even, and p[n] = 0 when n is odd. (scale folds the
 /// softmax scale of dK and dQ into dS on the AMX route; 1 otherwise.)

@@ -16,14 +16,20 @@ namespace attn::ops::cpu {
 
 namespace {
 
-/// exp_round_sum's pass, e = exp_of(a vector of s).
-template <typename ExpOf>
-float round_row(const float* s, int64_t n, c10::BFloat16* p, int64_t padded, ExpOf exp_of) {
+/// exp_round_sum's pass, e = exp_of(a vector of s); with kPeak, *peak = the largest s[j] as well.
+template <bool kPeak, typename ExpOf>
+float round_row_pass(const float* s, int64_t n, c10::BFloat16* p, int64_t padded, ExpOf exp_of, float* peak) {
   __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
+  __m512 top0 = _mm512_set1_ps(-__builtin_inff()), top1 = top0;
   int64_t j = 0;
   for (; j + 32 <= n; j += 32) {  // two vectors at a time: two independent chains through the polynomial
-    const __m512 e0 = exp_of(_mm512_loadu_ps(s + j));
-    const __m512 e1 = exp_of(_mm512_loadu_ps(s + j + 16));
+    const __m512 x0 = _mm512_loadu_ps(s + j), x1 = _mm512_loadu_ps(s + j + 16);
+    if constexpr (kPeak) {
+      top0 = _mm512_max_ps(top0, x0);
+      top1 = _mm512_max_ps(top1, x1);
+    }
+    const __m512 e0 = exp_of(x0);
+    const __m512 e1 = exp_of(x1);
     sum0 = _mm512_add_ps(sum0, e0);
     sum1 = _mm512_add_ps(sum1, e1);
     _mm512_storeu_si512(p + j, (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
@@ -31,18 +37,27 @@ float round_row(const float* s, int64_t n, c10::BFloat16* p, int64_t padded, Exp
   for (; j < n; j += 16) {
     const int64_t left = n - j < 16 ? n - j : 16;
     const __mmask16 m = static_cast<__mmask16>((1u << left) - 1u);
-    // Masked-off lanes load -inf, so they add exactly 0.
-    const __m512 e = exp_of(_mm512_mask_loadu_ps(_mm512_set1_ps(-__builtin_inff()), m, s + j));
+    // Masked-off lanes load -inf, so they add exactly 0 (and leave the peak as it is).
+    const __m512 x = _mm512_mask_loadu_ps(_mm512_set1_ps(-__builtin_inff()), m, s + j);
+    if constexpr (kPeak) top0 = _mm512_max_ps(top0, x);
+    const __m512 e = exp_of(x);
     sum0 = _mm512_add_ps(sum0, e);
     _mm256_mask_storeu_epi16(p + j, m, (__m256i)_mm512_cvtneps_pbh(e));
   }
   std::fill(p + n, p + std::max(n, padded), c10::BFloat16(0.0f));
+  if constexpr (kPeak) *peak = _mm512_reduce_max_ps(_mm512_max_ps(top0, top1));
   return _mm512_reduce_add_ps(_mm512_add_ps(sum0, sum1));
+}
+
+template <typename ExpOf>
+float round_row(const float* s, int64_t n, c10::BFloat16* p, int64_t padded, ExpOf exp_of, float* peak) {
+  return peak ? round_row_pass<true>(s, n, p, padded, exp_of, peak) : round_row_pass<false>(s, n, p, padded, exp_of, peak);
 }
 
 }  // namespace
 
-float exp_round_sum(const float* s, int64_t n, float scale, float shift, c10::BFloat16* p, int64_t padded) {
+float exp_round_sum(const float* s, int64_t n, float scale, float shift, c10::BFloat16* p, int64_t padded,
+                    float* peak) {
   using exp_polynomial::kLog2e;
   // t = (scale · s - shift) · log2 e in one FMA. Rounding scale · log2 e and shift · log2 e moves every weight of
   // the row by the same factor (within |shift| · 2^-23 relative), which the sum shares; beside it, t's error
@@ -50,11 +65,11 @@ float exp_round_sum(const float* s, int64_t n, float scale, float shift, c10::BF
   if (std::isnan(shift) || std::fabs(shift) <= std::numeric_limits<float>::max() / kLog2e) {
     const __m512 vscale = _mm512_set1_ps(scale * kLog2e), vshift = _mm512_set1_ps(shift * kLog2e);
     return round_row(s, n, p, padded,
-                     [&](__m512 x) { return exp2_avx512_bfloat16(_mm512_fmsub_ps(x, vscale, vshift)); });
+                     [&](__m512 x) { return exp2_avx512_bfloat16(_mm512_fmsub_ps(x, vscale, vshift)); }, peak);
   }
   // A finite shift whose t would overflow: d = scale · s - shift first, then e^d at full precision.
   const __m512 vscale = _mm512_set1_ps(scale), vshift = _mm512_set1_ps(shift);
-  return round_row(s, n, p, padded, [&](__m512 x) { return exp_avx512(_mm512_fmsub_ps(x, vscale, vshift)); });
+  return round_row(s, n, p, padded, [&](__m512 x) { return exp_avx512(_mm512_fmsub_ps(x, vscale, vshift)); }, peak);
 }
 
 void round_to_bfloat16(const float* s, int64_t n, c10::BFloat16* p, float scale) {
