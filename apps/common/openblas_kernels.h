@@ -2,7 +2,7 @@
 // Debian 12's OpenBLAS 0.3.21 takes some newer CPUs (a KVM guest of a recent Xeon) for a "Prescott" and runs
 // its generic SSE3 kernels, several times slower than its AVX2 / AVX-512 ones. OPENBLAS_CORETYPE names the
 // right set, but OpenBLAS reads it when it loads, before main(). The apps that lean on BLAS (attn-generate,
-// attn-embed) therefore start themselves again with it set; attn-bench reports it.
+// attn-embed) therefore start themselves again with it set (process_restart.h); attn-bench reports it.
 
 #include <string>
 
@@ -12,9 +12,5 @@ namespace attn_apps {
 /// on a CPU that has AVX2; empty when it does not (or the BLAS is not OpenBLAS). `core` receives the kernel set
 /// OpenBLAS chose, if it is OpenBLAS.
 std::string better_openblas_coretype(std::string* core = nullptr);
-
-/// If better_openblas_coretype() names a set and OPENBLAS_CORETYPE is unset, sets it and replaces the process
-/// with itself (the same arguments). Returns only when there is nothing to do or the restart failed.
-void restart_with_fast_openblas(char** argv);
 
 }  // namespace attn_apps

@@ -8,7 +8,7 @@
 #include "bert.h"
 #include "command_line.h"
 #include "freed_memory.h"
-#include "openblas_kernels.h"
+#include "process_restart.h"
 #include "json_file.h"
 #include "model_folder.h"
 #include "npy_file.h"
@@ -231,7 +231,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  attn_apps::restart_with_fast_openblas(argv);
+  attn_apps::restart_with(argv, {/*fast_openblas=*/true, /*spinning_threads=*/false});
   attn_apps::keep_freed_memory();
   return attn_apps::run_main("attn-embed", usage(), [&] { return run(argc, argv); });
 }

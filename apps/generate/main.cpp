@@ -6,7 +6,7 @@
 #include "chat_format.h"
 #include "command_line.h"
 #include "freed_memory.h"
-#include "openblas_kernels.h"
+#include "process_restart.h"
 #include "generation.h"
 #include "speculative.h"
 #include "llama.h"
@@ -69,7 +69,9 @@ Generation:
   --branches B          continuations drafted per step with --speculate (default: 2)
 
 Runtime:
-  --threads N           CPU threads (default: every core, {cores} here)
+  --threads N           CPU threads (default: every core, {cores} here). They spin between the decoding
+                        step's parallel regions rather than sleep (OMP_WAIT_POLICY=ACTIVE, set unless the
+                        environment sets it; with OMP_WAIT_POLICY=PASSIVE they sleep at once, and decode slower)
   --dtype TYPE          float32 (default) or bfloat16: the weights (and by default the KV cache) in that type
   --kv-cache TYPE       the KV cache's type: auto (default: --dtype's) or int8 (each key and value row of a
                         token and head as int8 with a float32 scale: about a quarter of a float32 cache's
@@ -257,7 +259,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  attn_apps::restart_with_fast_openblas(argv);
+  attn_apps::restart_with(argv, {/*fast_openblas=*/true, /*spinning_threads=*/true});
   attn_apps::keep_freed_memory();
   return attn_apps::run_main("attn-generate", usage(), [&] { return run(argc, argv); });
 }
