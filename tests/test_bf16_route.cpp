@@ -657,6 +657,35 @@ TEST(Bf16Route, ScoresRisingAcrossKeyBlocksOnEachRoute) {
   }
 }
 
+// An infinite key element among the first scores of every row (those that seed a row's maximum on the AMX route):
+// rows whose score there is +inf give NaN and rows whose score is -inf leave that key out, as in float64.
+TEST(Bf16Route, InfiniteScoresAmongARowsFirstKeysOnEachRoute) {
+  if (skip_without_bf16_route()) return;
+  torch::manual_seed(13);
+  const auto f64 = [](const torch::Tensor& t) { return t.to(torch::kBFloat16).to(torch::kFloat64); };
+  const torch::Tensor q = torch::randn({1, 2, 40, 64}), v = torch::randn({1, 2, 900, 64});
+  torch::Tensor k = torch::randn({1, 2, 900, 64});
+  k[0][0][3][5] = std::numeric_limits<float>::infinity();
+  const torch::Tensor expected =
+      torch::matmul(torch::softmax(torch::matmul(f64(q), f64(k).transpose(-2, -1)) / 8.0, -1), f64(v));
+  const torch::Tensor nan_rows = expected.isnan().any(-1);
+  // Both kinds of row are there: q's element 5 takes both signs.
+  ASSERT_GT(nan_rows[0][0].sum().item<int64_t>(), 0);
+  ASSERT_LT(nan_rows[0][0].sum().item<int64_t>(), 40);
+  for (const bool amx : own_routes()) {
+    SCOPED_TRACE(amx ? "AMX tiles" : "pairs");
+    Bf16RouteScope route(amx);
+    const torch::Tensor got =
+        scaled_dot_product_attention(f64(q).to(torch::kBFloat16), f64(k).to(torch::kBFloat16), f64(v).to(torch::kBFloat16),
+                                     SdpaOptions().backend(Backend::Fused)).to(torch::kFloat64);
+    EXPECT_TRUE(torch::equal(got.isnan().any(-1), nan_rows));
+    const torch::Tensor finite = ~nan_rows.unsqueeze(-1).expand_as(expected);
+    const double size = expected.masked_select(finite).abs().mean().item<double>();
+    EXPECT_LE((got - expected).masked_select(finite).abs().max().item<double>(), 0.1 * size);
+    EXPECT_LE((got - expected).masked_select(finite).abs().mean().item<double>(), 4e-3 * size);
+  }
+}
+
 // A prefill over a KV cache as the cache's call makes it (backends/cache.cpp): grouped heads, the keys and values
 // the used prefix of [B, H_kv, capacity, d] buffers (rows a head apart by the capacity, not by the length), and
 // bottom-right causality, on each of bfloat16's own routes, against float64 on the same rounded values.

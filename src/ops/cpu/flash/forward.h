@@ -23,10 +23,39 @@ namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE {
 /// Rows of a score tile that get their score terms and masks together, just before their softmax.
 inline constexpr int64_t kRowChunk = 8;
 
-/// How far a tile's scores may rise above the row maximum of the tiles before it and still be shifted by that
-/// maximum (a stale shift): weights up to e^8, well within float and bfloat16, for no pass over the tile to find
-/// its maxima first and no rescale of the row. A tile whose scores rise further is shifted again by its own.
+/// How far a tile's scores may rise above the row maximum of the tiles before it (or its seed, below) and still
+/// be shifted by that maximum (a stale shift): weights up to e^8, well within float and bfloat16, for no pass over
+/// the tile to find its maxima first and no rescale of the row. A row whose scores rise further is shifted again
+/// by its own peak.
 inline constexpr float kStaleShiftSlack = 8.0f;
+
+/// The scores of a row that stand in for its maximum where it has none yet: the first kSeedColumns, a real score,
+/// so never above the row's peak, found without a pass over the row.
+inline constexpr int64_t kSeedColumns = 16;
+
+/// Rows without a maximum yet (-inf) take scale · the largest of their first kSeedColumns scores as one, for a
+/// stale shift. Returns false, with row_max untouched, where such a row's first scores are not all numbers.
+template <typename T>
+bool seed_row_maxima(const T* s, int64_t lds, int64_t rows, int64_t cols, T scale, T* row_max) {
+  constexpr int64_t kMaxRows = 256;
+  if (rows > kMaxRows) return false;
+  T seeds[kMaxRows];
+  const int64_t n = std::min(kSeedColumns, cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    seeds[r] = row_max[r];
+    if (row_max[r] != kNegInf<T>) continue;
+    T top = kNegInf<T>;
+    for (int64_t c = 0; c < n; ++c) {
+      const T x = s[r * lds + c];
+      if (!std::isfinite(x)) return false;
+      top = std::max(top, x);
+    }
+    seeds[r] = scale * top;
+    if (!std::isfinite(seeds[r])) return false;
+  }
+  std::copy(seeds, seeds + rows, row_max);
+  return true;
+}
 
 template <typename T, typename Products>
 struct ForwardState {
@@ -73,12 +102,15 @@ void forward(const FlashForward<T, In>& args, const Products& products) {
       const bool plain = plain_tile(p, mask);
       float* lane_max = plain && Products::kRowMaxima ? st.lane_max.data() : nullptr;
       const bool values_finite_here = rows_finite(p, values_finite, kKeyBlock, b, hk, at.j, cols);
-      // A plain tile after every row has a finite maximum: shifted by those maxima, its exp finds its own.
-      const bool stale_shift = UnscaledScores<Products>::value && plain && values_finite_here && p.scale > T(0) &&
-                               std::all_of(st.row_max.begin(), st.row_max.end(), [](T m) { return std::isfinite(m); });
+      // A plain tile is shifted by its rows' maxima so far, or where a row has none yet by a seed from its first
+      // scores, and its exp finds the tile's own peak (a stale shift). Not where a maximum so far is NaN or +inf.
+      const bool stale_shift =
+          UnscaledScores<Products>::value && plain && values_finite_here && p.scale > T(0) &&
+          std::all_of(st.row_max.begin(), st.row_max.end(), [](T m) { return std::isfinite(m) || m == kNegInf<T>; });
       if constexpr (UnscaledScores<Products>::value) {
-        if (stale_shift) {
-          products.unscaled_scores(st.scratch, at, s, kScoreStride);
+        if (stale_shift) products.unscaled_scores(st.scratch, at, s, kScoreStride);
+        // A row whose first scores are not all numbers takes the tile's product again, the usual way below.
+        if (stale_shift && seed_row_maxima(s, kScoreStride, rows, cols, T(p.scale), st.row_max.data())) {
           for (int64_t r = 0; r < rows; ++r) {
             T* row = s + r * kScoreStride;
             float peak;
