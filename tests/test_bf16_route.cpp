@@ -407,6 +407,39 @@ TEST(Bf16Softmax, ExpRoundSumMatchesFloat64) {
   EXPECT_FLOAT_EQ(huge_sum, 1.0f);
 }
 
+TEST(Bf16Softmax, ExpToBfloat16PrecisionMatchesFloat64) {
+  if (skip_without_bf16_route()) return;
+  for (const float scale : {1.0f, 0.125f}) {
+    for (const int64_t n : {1, 15, 16, 17, 32, 33, 100, 128}) {
+      SCOPED_TRACE(::testing::Message() << "n=" << n << " scale=" << scale);
+      torch::manual_seed(n);
+      // Scaled scores from 70 below the shift to 2 above it (the backward's lse is at least the row's maximum;
+      // above it is the stale-shift case), a blocked key and a NaN among them.
+      torch::Tensor scores = (torch::rand({n}) * -72.0f + 2.0f) / scale;
+      if (n > 3) scores[1] = -std::numeric_limits<float>::infinity();
+      if (n > 5) scores[4] = std::numeric_limits<float>::quiet_NaN();
+      const float shift = 0.5f;
+      std::vector<float> x(scores.data_ptr<float>(), scores.data_ptr<float>() + n);
+      x.push_back(7.0f);  // past n: untouched
+      ops::cpu::exp_to_bfloat16_precision(x.data(), n, scale, shift);
+      const torch::Tensor d = scores.to(torch::kFloat64) * static_cast<double>(scale) - static_cast<double>(shift);
+      const torch::Tensor exact =
+          torch::where(d < ops::cpu::exp_polynomial::kFlushBelow, torch::zeros_like(d), d.exp());
+      const torch::Tensor got = torch::tensor(std::vector<double>(x.begin(), x.begin() + n), torch::kFloat64);
+      const torch::Tensor numbers = ~d.isnan();
+      EXPECT_TRUE(((got - exact).abs() <= exact * 1.1e-4).masked_select(numbers).all().item<bool>())
+          << "max relative error " << ((got - exact).abs() / exact.clamp_min(1e-300)).masked_select(numbers).max().item<double>();
+      EXPECT_TRUE(got.isnan().equal(d.isnan()));
+      EXPECT_EQ(x[n], 7.0f);
+    }
+  }
+  // A shift whose t would overflow: the full-precision exp of d.
+  std::vector<float> huge = {3.0e38f, 1.0f};
+  ops::cpu::exp_to_bfloat16_precision(huge.data(), 2, 1.0f, 3.0e38f);
+  EXPECT_NEAR(huge[0], 1.0f, 1e-6f);
+  EXPECT_EQ(huge[1], 0.0f);
+}
+
 TEST(Bf16Gemm, LeftOperandInPairsLayout) {
   if (skip_without_bf16_route()) return;
   // C = Aᵀ·B with A [k, m] packed in pairs of its rows: the pairs layout of the left operand Aᵀ (si = 2,

@@ -137,7 +137,9 @@ void backward(const FlashBackward<T, In>& args, const Products& products) {
             if (lse[i0 + r] == kNegInf<T>) {
               std::fill(row, row + cols, T(0));
             } else {
-              exp_shifted(row, cols, lse[i0 + r], unscaled ? p.scale : T(1));
+              const T scale = unscaled ? p.scale : T(1);
+              if constexpr (OwnProbabilities<Products>::value) products.probabilities(row, cols, lse[i0 + r], scale);
+              else exp_shifted(row, cols, lse[i0 + r], scale);
             }
           }
           // dV += Pᵀ dO;  dP = dO Vᵀ;  dS = P (dP - delta);  dK += scale dSᵀ Q;  dQ += scale dS K

@@ -47,6 +47,14 @@ struct UnscaledScores : std::false_type {};
 template <typename Products>
 struct UnscaledScores<Products, std::void_t<decltype(&Products::unscaled_scores)>> : std::true_type {};
 
+/// Whether a route's backward forms P = exp(scale · s - lse) itself (Products::probabilities(row, cols, lse,
+/// scale)), to the precision its products keep (the AMX route's, to bfloat16's); exp_shifted's full float exp
+/// otherwise.
+template <typename Products, typename = void>
+struct OwnProbabilities : std::false_type {};
+template <typename Products>
+struct OwnProbabilities<Products, std::void_t<decltype(&Products::probabilities)>> : std::true_type {};
+
 template <typename T, typename In>
 bool has_masks(const FlashProblem<T, In>& p) {
   return p.key_padding.data != nullptr || p.attend.data != nullptr || p.additive.data != nullptr;

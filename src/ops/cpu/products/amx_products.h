@@ -306,6 +306,11 @@ class AmxBackwardProducts {
     const uint32_t* keys = amx_panels_at(keys_, p_.k, t.b, t.hk, t.j, t.cols, p_.dk, st.keys);
     amx_multiply_panels(q.first, q.second, t.rows, amx_pair_blocks(p_.dk), keys, amx_panels(t.cols), s, lds);
   }
+  /// P = exp(scale · s - lse) in place, to bfloat16's precision: every product P feeds rounds to bfloat16 (flash/
+  /// plan.h's OwnProbabilities).
+  static void probabilities(float* row, int64_t cols, float lse, float scale) {
+    exp_to_bfloat16_precision(row, cols, scale, lse);
+  }
   /// dV += Pᵀ·dO.
   void add_grad_values(Scratch& st, const TileAt& t, const float* p, int64_t ldp, float* dv, int64_t lddv) const {
     const int64_t ld = transposed(p, ldp, t, 1.0f, st.probs_t);

@@ -24,6 +24,11 @@ namespace attn::ops::cpu {
 float exp_round_sum(const float* s, int64_t n, float scale, float shift, c10::BFloat16* p, int64_t padded,
                     float* peak = nullptr);
 
+/// x[j] = exp(scale · x[j] - shift) for j < n, in float but to bfloat16's precision (exp_round_sum's exp: 1.03e-4
+/// relative, 0 below kFlushBelow, NaN kept): the backward's P on the AMX route, which feeds only products of
+/// bfloat16 operands (Pᵀ·dO, and dS = P · (dP - delta) rounded for dSᵀ·Q and dS·K).
+void exp_to_bfloat16_precision(float* x, int64_t n, float scale, float shift);
+
 /// p[j] = bfloat16(scale · s[j]) for j < n, rounded to nearest even, and p[n] = 0 when n is odd. (scale folds the
 /// softmax scale of dK and dQ into dS on the AMX route; 1 otherwise.)
 void round_to_bfloat16(const float* s, int64_t n, c10::BFloat16* p, float scale = 1.0f);

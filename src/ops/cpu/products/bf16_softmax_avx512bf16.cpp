@@ -72,6 +72,32 @@ float exp_round_sum(const float* s, int64_t n, float scale, float shift, c10::BF
   return round_row(s, n, p, padded, [&](__m512 x) { return exp_avx512(_mm512_fmsub_ps(x, vscale, vshift)); }, peak);
 }
 
+void exp_to_bfloat16_precision(float* x, int64_t n, float scale, float shift) {
+  using exp_polynomial::kLog2e;
+  if (!std::isnan(shift) && std::fabs(shift) > std::numeric_limits<float>::max() / kLog2e) {
+    // t = shift · log2 e would overflow: d first, at full precision (as exp_round_sum).
+    const __m512 vscale = _mm512_set1_ps(scale), vshift = _mm512_set1_ps(shift);
+    for (int64_t j = 0; j < n; j += 16) {
+      const __mmask16 m = static_cast<__mmask16>((1u << (n - j < 16 ? n - j : 16)) - 1u);
+      _mm512_mask_storeu_ps(x + j, m, exp_avx512(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(m, x + j), vscale, vshift)));
+    }
+    return;
+  }
+  const __m512 vscale = _mm512_set1_ps(scale * kLog2e), vshift = _mm512_set1_ps(shift * kLog2e);
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32) {  // two independent chains through the polynomial
+    const __m512 e0 = exp2_avx512_bfloat16(_mm512_fmsub_ps(_mm512_loadu_ps(x + j), vscale, vshift));
+    const __m512 e1 = exp2_avx512_bfloat16(_mm512_fmsub_ps(_mm512_loadu_ps(x + j + 16), vscale, vshift));
+    _mm512_storeu_ps(x + j, e0);
+    _mm512_storeu_ps(x + j + 16, e1);
+  }
+  for (; j < n; j += 16) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - j < 16 ? n - j : 16)) - 1u);
+    const __m512 t = _mm512_fmsub_ps(_mm512_maskz_loadu_ps(m, x + j), vscale, vshift);
+    _mm512_mask_storeu_ps(x + j, m, exp2_avx512_bfloat16(t));
+  }
+}
+
 void round_to_bfloat16(const float* s, int64_t n, c10::BFloat16* p, float scale) {
   const __m512 vscale = _mm512_set1_ps(scale);
   for (int64_t j = 0; j < n; j += 16) {
