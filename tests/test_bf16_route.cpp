@@ -362,7 +362,8 @@ TEST(Bf16Softmax, ExpRoundSumMatchesFloat64) {
         // The second padding asks for the row's peak as well: the same pass with one more reduction.
         const bool with_peak = padded != n + n % 2;
         float peak = 0.0f;
-        const float sum = ops::cpu::exp_round_sum(s.data(), n, scale, shift, p.data(), padded, with_peak ? &peak : nullptr);
+        const float sum =
+            ops::cpu::exp_round_sum(s.data(), n, scale, shift, p.data(), padded, with_peak ? &peak : nullptr);
         if (with_peak) EXPECT_EQ(peak, scores.max().item<float>());
 
         const torch::Tensor d =
@@ -428,7 +429,8 @@ TEST(Bf16Softmax, ExpToBfloat16PrecisionMatchesFloat64) {
       const torch::Tensor got = torch::tensor(std::vector<double>(x.begin(), x.begin() + n), torch::kFloat64);
       const torch::Tensor numbers = ~d.isnan();
       EXPECT_TRUE(((got - exact).abs() <= exact * 1.1e-4).masked_select(numbers).all().item<bool>())
-          << "max relative error " << ((got - exact).abs() / exact.clamp_min(1e-300)).masked_select(numbers).max().item<double>();
+          << "max relative error "
+          << ((got - exact).abs() / exact.clamp_min(1e-300)).masked_select(numbers).max().item<double>();
       EXPECT_TRUE(got.isnan().equal(d.isnan()));
       EXPECT_EQ(x[n], 7.0f);
     }
@@ -684,8 +686,9 @@ TEST(Bf16Route, ScoresRisingAcrossKeyBlocksOnEachRoute) {
       EXPECT_LE((got - expected).abs().max().item<double>(), 0.1 * size);
       EXPECT_LE((got - expected).abs().mean().item<double>(), 4e-3 * size);
       // The sum carries the exp's 1.03e-4 relative; the scores float's rounding of products up to ~|lse|.
-      EXPECT_TRUE(((lse.to(torch::kFloat64) - expected_lse).abs() <= expected_lse.abs() * 1e-5 + 2e-4).all().item<bool>())
-          << "max |lse error| " << (lse.to(torch::kFloat64) - expected_lse).abs().max().item<double>();
+      const torch::Tensor lse_error = (lse.to(torch::kFloat64) - expected_lse).abs();
+      EXPECT_TRUE((lse_error <= expected_lse.abs() * 1e-5 + 2e-4).all().item<bool>())
+          << "max |lse error| " << lse_error.max().item<double>();
     }
   }
 }
@@ -708,9 +711,9 @@ TEST(Bf16Route, InfiniteScoresAmongARowsFirstKeysOnEachRoute) {
   for (const bool amx : own_routes()) {
     SCOPED_TRACE(amx ? "AMX tiles" : "pairs");
     Bf16RouteScope route(amx);
+    const auto bf = [](const torch::Tensor& t) { return t.to(torch::kBFloat16); };
     const torch::Tensor got =
-        scaled_dot_product_attention(f64(q).to(torch::kBFloat16), f64(k).to(torch::kBFloat16), f64(v).to(torch::kBFloat16),
-                                     SdpaOptions().backend(Backend::Fused)).to(torch::kFloat64);
+        scaled_dot_product_attention(bf(q), bf(k), bf(v), SdpaOptions().backend(Backend::Fused)).to(torch::kFloat64);
     EXPECT_TRUE(torch::equal(got.isnan().any(-1), nan_rows));
     const torch::Tensor finite = ~nan_rows.unsqueeze(-1).expand_as(expected);
     const double size = expected.masked_select(finite).abs().mean().item<double>();

@@ -35,11 +35,10 @@ inline constexpr int64_t kSeedColumns = 16;
 
 /// Rows without a maximum yet (-inf) take scale · the largest of their first kSeedColumns scores as one, for a
 /// stale shift. Returns false, with row_max untouched, where such a row's first scores are not all numbers.
-template <typename T>
+/// rows <= kRows, the tile's.
+template <int64_t kRows, typename T>
 bool seed_row_maxima(const T* s, int64_t lds, int64_t rows, int64_t cols, T scale, T* row_max) {
-  constexpr int64_t kMaxRows = 256;
-  if (rows > kMaxRows) return false;
-  T seeds[kMaxRows];
+  T seeds[kRows];
   const int64_t n = std::min(kSeedColumns, cols);
   for (int64_t r = 0; r < rows; ++r) {
     seeds[r] = row_max[r];
@@ -110,7 +109,7 @@ void forward(const FlashForward<T, In>& args, const Products& products) {
       if constexpr (UnscaledScores<Products>::value) {
         if (stale_shift) products.unscaled_scores(st.scratch, at, s, kScoreStride);
         // A row whose first scores are not all numbers takes the tile's product again, the usual way below.
-        if (stale_shift && seed_row_maxima(s, kScoreStride, rows, cols, T(p.scale), st.row_max.data())) {
+        if (stale_shift && seed_row_maxima<kRows>(s, kScoreStride, rows, cols, T(p.scale), st.row_max.data())) {
           for (int64_t r = 0; r < rows; ++r) {
             T* row = s + r * kScoreStride;
             float peak;

@@ -51,7 +51,15 @@ float round_row_pass(const float* s, int64_t n, c10::BFloat16* p, int64_t padded
 
 template <typename ExpOf>
 float round_row(const float* s, int64_t n, c10::BFloat16* p, int64_t padded, ExpOf exp_of, float* peak) {
-  return peak ? round_row_pass<true>(s, n, p, padded, exp_of, peak) : round_row_pass<false>(s, n, p, padded, exp_of, peak);
+  if (peak) return round_row_pass<true>(s, n, p, padded, exp_of, peak);
+  return round_row_pass<false>(s, n, p, padded, exp_of, peak);
+}
+
+/// Whether t = x · (scale · log2 e) - shift · log2 e can be formed in one FMA: shift · log2 e does not overflow
+/// (a NaN shift passes, and gives NaN weights either way). Otherwise d = scale · x - shift first, then e^d at full
+/// precision.
+bool shift_fits_one_fma(float shift) {
+  return std::isnan(shift) || std::fabs(shift) <= std::numeric_limits<float>::max() / exp_polynomial::kLog2e;
 }
 
 }  // namespace
@@ -62,7 +70,7 @@ float exp_round_sum(const float* s, int64_t n, float scale, float shift, c10::BF
   // t = (scale · s - shift) · log2 e in one FMA. Rounding scale · log2 e and shift · log2 e moves every weight of
   // the row by the same factor (within |shift| · 2^-23 relative), which the sum shares; beside it, t's error
   // grows only with |t|.
-  if (std::isnan(shift) || std::fabs(shift) <= std::numeric_limits<float>::max() / kLog2e) {
+  if (shift_fits_one_fma(shift)) {
     const __m512 vscale = _mm512_set1_ps(scale * kLog2e), vshift = _mm512_set1_ps(shift * kLog2e);
     return round_row(s, n, p, padded,
                      [&](__m512 x) { return exp2_avx512_bfloat16(_mm512_fmsub_ps(x, vscale, vshift)); }, peak);
@@ -74,8 +82,7 @@ float exp_round_sum(const float* s, int64_t n, float scale, float shift, c10::BF
 
 void exp_to_bfloat16_precision(float* x, int64_t n, float scale, float shift) {
   using exp_polynomial::kLog2e;
-  if (!std::isnan(shift) && std::fabs(shift) > std::numeric_limits<float>::max() / kLog2e) {
-    // t = shift · log2 e would overflow: d first, at full precision (as exp_round_sum).
+  if (!shift_fits_one_fma(shift)) {
     const __m512 vscale = _mm512_set1_ps(scale), vshift = _mm512_set1_ps(shift);
     for (int64_t j = 0; j < n; j += 16) {
       const __mmask16 m = static_cast<__mmask16>((1u << (n - j < 16 ? n - j : 16)) - 1u);
