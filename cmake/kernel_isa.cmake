@@ -64,8 +64,10 @@ function(attn_add_extension_files target extension definition found cpu_flags)
   if(${found})
     file(GLOB sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/ops/cpu/products/*_${extension}.cpp)
     target_sources(${target} PRIVATE ${sources})
+    # The micro-kernels' functions start on a cache line, so that where their hot loops fall does not move with
+    # unrelated code (the pairs product's loop, moved by a change elsewhere in the library, ran 2.5 % slower).
     set_source_files_properties(${sources} PROPERTIES
-      COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;${flags};-mfma;$<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>;$<$<CXX_COMPILER_ID:GNU>:-Wno-uninitialized>"
+      COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;${flags};-mfma;-falign-functions=64;$<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>;$<$<CXX_COMPILER_ID:GNU>:-Wno-uninitialized>"
       SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUSION ON)
     target_compile_definitions(${target} PRIVATE ${definition})
   endif()
