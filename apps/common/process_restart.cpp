@@ -17,7 +17,7 @@ void restart_with(char** argv, const RestartSettings& settings) {
     setenv(name, value.c_str(), /*overwrite=*/0);
     changed = true;
   };
-  if (settings.fast_openblas && !std::getenv("OPENBLAS_CORETYPE")) set("OPENBLAS_CORETYPE", better_openblas_coretype());
+  if (settings.fast_openblas) set("OPENBLAS_CORETYPE", better_openblas_coretype());
   if (settings.spinning_threads) set("OMP_WAIT_POLICY", "ACTIVE");
   if (changed) execv("/proc/self/exe", argv);  // returns only on failure: then run on as we are
 }

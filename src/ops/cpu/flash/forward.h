@@ -56,6 +56,14 @@ bool seed_row_maxima(const T* s, int64_t lds, int64_t rows, int64_t cols, T scal
   return true;
 }
 
+/// A row whose maximum rose: its running sum and output scaled by rescale = exp(old max - new max).
+template <typename T>
+void rescale_row(T& row_sum, T* out, int64_t dv, T rescale) {
+  row_sum *= rescale;
+  if (rescale == T(1)) return;
+  for (int64_t c = 0; c < dv; ++c) out[c] *= rescale;
+}
+
 template <typename T, typename Products>
 struct ForwardState {
   CacheLineVector<T> scores, acc;  // a tile's scores and its rows' outputs, read 64 bytes at a time
@@ -119,9 +127,7 @@ void forward(const FlashForward<T, In>& args, const Products& products) {
               const T rescale = std::exp(st.row_max[r] - peak);
               st.row_max[r] = peak;
               tile_sum = products.exp_sum(st.scratch, r, row, cols, peak, true);
-              st.row_sum[r] *= rescale;
-              T* out = acc + r * p.dv;
-              for (int64_t c = 0; c < p.dv; ++c) out[c] *= rescale;
+              rescale_row(st.row_sum[r], acc + r * p.dv, p.dv, rescale);
             }
             st.row_sum[r] += tile_sum;
           }
@@ -156,13 +162,9 @@ void forward(const FlashForward<T, In>& args, const Products& products) {
             products.no_keys_yet(st.scratch, r, row, cols);
             continue;
           }
-          const T rescale = rescales[r - r0];
           const T tile_sum = products.exp_sum(st.scratch, r, row, cols, st.row_max[r], values_finite_here);
-          st.row_sum[r] = st.row_sum[r] * rescale + tile_sum;
-          if (rescale != T(1)) {
-            T* out = acc + r * p.dv;
-            for (int64_t c = 0; c < p.dv; ++c) out[c] *= rescale;
-          }
+          rescale_row(st.row_sum[r], acc + r * p.dv, p.dv, rescales[r - r0]);
+          st.row_sum[r] += tile_sum;
         }
       }
 
