@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <optional>
 #include <stdexcept>
@@ -338,6 +339,7 @@ int run_suite(const BenchOptions& options, const char* argv0) {
   int failed = 0, skipped = 0;
   for (const auto& r : records) failed += !r.error.empty(), skipped += !r.skipped.empty();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::fflush(stdout);  // the table whole before the summary on stderr, where both go to one pipe
   fmt::print(stderr, "attn-bench: {} configurations in {:.0f} s: {} failed, {} skipped\n", records.size(), seconds,
              failed, skipped);
   if (!options.json_path.empty()) {
