@@ -526,6 +526,50 @@ TEST(Bf16Softmax, RoundingTakesTheScale) {
   }
 }
 
+// The backward's dS straight from P and dP, rounded twice (the AMX route's dS·K and dSᵀ·Q operands): LibTorch's
+// float32 p · (dp - delta) · scale, rounded to nearest even, zero where p is 0 even against an Inf or NaN dp, and
+// a NaN p's NaN kept; nothing written past the tile.
+TEST(Bf16Softmax, BackwardRoundingMatchesLibTorchBothWays) {
+  if (skip_without_bf16_route()) return;
+  for (const float scale : {1.0f, 0.125f}) {
+    for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{32, 16}, {64, 48}, {256, 128}}) {
+      SCOPED_TRACE(::testing::Message() << rows << " x " << cols << ", scale " << scale);
+      torch::manual_seed(rows + cols);
+      const int64_t ld = cols + 5;
+      torch::Tensor p = torch::rand({rows, ld}), dp = torch::randn({rows, ld});
+      const torch::Tensor delta = torch::randn({rows});
+      // Blocked pairs: p = 0, their dP anything; and one NaN p.
+      for (int64_t i = 0; i < rows; i += 7) {
+        p.index_put_({i, (i * 5) % cols}, 0.0f);
+        dp.index_put_({i, (i * 5) % cols}, i % 2 ? INFINITY : NAN);
+        p.index_put_({i, (i * 3 + 1) % cols}, 0.0f);
+      }
+      p.index_put_({rows - 1, cols - 1}, NAN);
+      const torch::Tensor tile_p = p.narrow(1, 0, cols), tile_dp = dp.narrow(1, 0, cols);
+      const torch::Tensor expected =
+          torch::where(tile_p == 0, torch::zeros_like(tile_p), tile_p * (tile_dp - delta.unsqueeze(1)))
+              .mul(scale)
+              .to(torch::kBFloat16);
+      const int64_t ld_rows = cols + 32, ld_cols = rows + 16;  // past the tile: must stay untouched
+      const c10::BFloat16 sentinel(-3.0f);
+      std::vector<c10::BFloat16> by_rows(rows * ld_rows, sentinel), by_cols(cols * ld_cols, sentinel);
+      ops::cpu::softmax_backward_round(p.data_ptr<float>(), dp.data_ptr<float>(), ld, rows, cols,
+                                       delta.data_ptr<float>(), scale, by_rows.data(), ld_rows, by_cols.data(),
+                                       ld_cols);
+      const torch::Tensor got_rows = torch::from_blob(by_rows.data(), {rows, ld_rows}, torch::kBFloat16).clone();
+      const torch::Tensor got_cols = torch::from_blob(by_cols.data(), {cols, ld_cols}, torch::kBFloat16).clone();
+      // equal_nan: the one NaN p gives NaN in both.
+      EXPECT_TRUE(torch::allclose(got_rows.narrow(1, 0, cols).to(torch::kFloat32), expected.to(torch::kFloat32), 0.0,
+                                  0.0, /*equal_nan=*/true));
+      EXPECT_TRUE(torch::allclose(got_cols.narrow(1, 0, rows).to(torch::kFloat32), expected.t().to(torch::kFloat32),
+                                  0.0, 0.0, /*equal_nan=*/true));
+      EXPECT_TRUE(torch::isnan(got_rows.index({rows - 1, cols - 1})).item<bool>());
+      EXPECT_TRUE((got_rows.narrow(1, cols, ld_rows - cols).to(torch::kFloat32) == -3.0f).all().item<bool>());
+      EXPECT_TRUE((got_cols.narrow(1, rows, ld_cols - rows).to(torch::kFloat32) == -3.0f).all().item<bool>());
+    }
+  }
+}
+
 #ifdef ATTN_HAVE_AMX
 
 // AMX's two products (products/amx_panels.h) against float64 products of the same bfloat16 values: every edge of
@@ -893,7 +937,8 @@ TEST(Bf16Route, BackwardAgreesWithFloat64AndWithTheWidenedRoute) {
 TEST(Bf16Route, NonFiniteValuesAtMaskedKeysStayOut) {
   if (skip_without_bf16_route()) return;
   torch::manual_seed(4);
-  torch::Tensor q = torch::randn({1, 1, 70, 8}), k = torch::randn({1, 1, 301, 8}), v = torch::randn({1, 1, 301, 8});
+  const torch::Tensor finite_k = torch::randn({1, 1, 301, 8});
+  torch::Tensor k = finite_k.clone(), v = torch::randn({1, 1, 301, 8});
   torch::Tensor padding = torch::zeros({1, 1, 301}, torch::kBool);
   for (int64_t j : {3, 128, 150, 299, 300}) padding.index_put_({0, 0, j}, true);
   k.index_put_({0, 0, 3}, NAN);
@@ -904,15 +949,20 @@ TEST(Bf16Route, NonFiniteValuesAtMaskedKeysStayOut) {
   const auto leaf = [](const torch::Tensor& t) { return t.to(torch::kBFloat16).requires_grad_(); };
   const AttentionMasks masks = AttentionMasks().key_padding_mask(padding);
   for (const bool amx : own_routes()) {
-    SCOPED_TRACE(amx ? "AMX tiles" : "pairs");
-    Bf16RouteScope route(amx);
-    const torch::Tensor ql = leaf(q), kl = leaf(k), vl = leaf(v);
-    const torch::Tensor out =
-        scaled_dot_product_attention(ql, kl, vl, SdpaOptions().masks(masks).backend(Backend::Fused));
-    EXPECT_TRUE(torch::isfinite(out).all().item<bool>());
-    out.sum().backward();
-    for (const torch::Tensor& g : {ql.grad(), kl.grad(), vl.grad()}) {
-      EXPECT_TRUE(torch::isfinite(g).all().item<bool>());
+    // 96 query rows and finite keys: whole chunks of 32 in key blocks of 128, whose dS the AMX route forms in
+    // one pass from P and dP (grad_scores), with the Inf of value 150 in dP at a blocked pair.
+    for (const auto& [queries, keys] : {std::pair<int64_t, torch::Tensor>{70, k}, {96, k}, {96, finite_k}}) {
+      SCOPED_TRACE(::testing::Message() << (amx ? "AMX tiles" : "pairs") << ", " << queries << " queries, "
+                                        << (keys.isfinite().all().item<bool>() ? "finite" : "non-finite") << " keys");
+      Bf16RouteScope route(amx);
+      const torch::Tensor ql = leaf(torch::randn({1, 1, queries, 8})), kl = leaf(keys), vl = leaf(v);
+      const torch::Tensor out =
+          scaled_dot_product_attention(ql, kl, vl, SdpaOptions().masks(masks).backend(Backend::Fused));
+      EXPECT_TRUE(torch::isfinite(out).all().item<bool>());
+      out.sum().backward();
+      for (const torch::Tensor& g : {ql.grad(), kl.grad(), vl.grad()}) {
+        EXPECT_TRUE(torch::isfinite(g).all().item<bool>());
+      }
     }
   }
 }

@@ -145,7 +145,13 @@ void backward(const FlashBackward<T, In>& args, const Products& products) {
           // dV += Pᵀ dO;  dP = dO Vᵀ;  dS = P (dP - delta);  dK += scale dSᵀ Q;  dQ += scale dS K
           products.add_grad_values(st.scratch, at, prob, ld, st.grad_v.data(), p.dv);
           products.grad_probs(st.scratch, at, dprob, ld);
-          for (int64_t r = 0; r < rows; ++r) softmax_backward_row(prob + r * ld, dprob + r * ld, cols, delta[i0 + r]);
+          bool own_grad_scores = false;
+          if constexpr (OwnGradScores<Products>::value) {
+            own_grad_scores = !capped && keys_finite && products.grad_scores(st.scratch, at, prob, dprob, ld, delta + i0);
+          }
+          if (!own_grad_scores) {
+            for (int64_t r = 0; r < rows; ++r) softmax_backward_row(prob + r * ld, dprob + r * ld, cols, delta[i0 + r]);
+          }
           // Through the soft-cap: d(cap · tanh(s / cap)) / ds = 1 - tanh².
           if (capped) {
             for (int64_t r = 0; r < rows; ++r) softcap_backward_row(dprob + r * ld, tanh_values + r * ld, cols);

@@ -55,6 +55,15 @@ struct OwnProbabilities : std::false_type {};
 template <typename Products>
 struct OwnProbabilities<Products, std::void_t<decltype(&Products::probabilities)>> : std::true_type {};
 
+/// Whether a route can form dS = P ⊙ (dP - delta) itself, for a tile without a soft-cap whose keys are finite
+/// (Products::grad_scores(st, t, p, dp, ld, delta) -> bool; false: the tile's shape is not one it takes, and dS
+/// goes the usual way), straight into the bfloat16 operands of its dK and dQ products (the AMX route's): no pass
+/// writes a float dS and none reads it back.
+template <typename Products, typename = void>
+struct OwnGradScores : std::false_type {};
+template <typename Products>
+struct OwnGradScores<Products, std::void_t<decltype(&Products::grad_scores)>> : std::true_type {};
+
 template <typename T, typename In>
 bool has_masks(const FlashProblem<T, In>& p) {
   return p.key_padding.data != nullptr || p.attend.data != nullptr || p.additive.data != nullptr;

@@ -3,7 +3,8 @@
 // Forward: P = exp(s - max) rounded to bfloat16 for P·V, and the float sum of the unrounded P for the row's
 // normaliser, in one pass that reads the scores once and writes only the bfloat16 P (the float route's three
 // passes, exp, sum and rounding, each read the row again). Backward: dS rounded for dS·K, and Pᵀ and dSᵀ rounded
-// for Pᵀ·dO and dSᵀ·Q, as row-major left operands that AMX's tiles read where they lie. Only
+// for Pᵀ·dO and dSᵀ·Q, as row-major left operands that AMX's tiles read where they lie, dS's two straight from
+// P and dP. Only
 // bf16_softmax_avx512bf16.cpp is compiled with AVX512-BF16 enabled: call these only where the CPU has it
 // (Capability::Avx512Bf16).
 
@@ -38,5 +39,14 @@ void round_to_bfloat16(const float* s, int64_t n, c10::BFloat16* p, float scale 
 /// left operand (LeftOperand{t, ldt, 2}) of `rows` columns, ldt >= rows rounded up to even.
 void transpose_round_to_bfloat16(const float* s, int64_t lds, int64_t rows, int64_t cols, c10::BFloat16* t,
                                  int64_t ldt, float scale = 1.0f);
+
+/// The softmax backward's dS = scale · p ⊙ (dp - delta[i]) (0 where p is 0, so that an Inf or NaN dP at a blocked
+/// pair stays out) of a [rows, cols] tile (row stride ld), rows a multiple of 32 and cols of 16, rounded to
+/// bfloat16 twice in one pass, with no float dS written: row-major into `by_rows` (row stride ld_rows), for dS·K,
+/// and transposed into `by_cols` (t[j · ld_cols + i]), for dSᵀ·Q. The same bits as math/rows.h's
+/// softmax_backward_row, then round_to_bfloat16 and transpose_round_to_bfloat16 with the scale.
+void softmax_backward_round(const float* p, const float* dp, int64_t ld, int64_t rows, int64_t cols,
+                            const float* delta, float scale, c10::BFloat16* by_rows, int64_t ld_rows,
+                            c10::BFloat16* by_cols, int64_t ld_cols);
 
 }  // namespace attn::ops::cpu
