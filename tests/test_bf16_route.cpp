@@ -526,9 +526,9 @@ TEST(Bf16Softmax, RoundingTakesTheScale) {
   }
 }
 
-// The backward's dS straight from P and dP, rounded twice (the AMX route's dS·K and dSᵀ·Q operands): LibTorch's
-// float32 p · (dp - delta) · scale, rounded to nearest even, zero where p is 0 even against an Inf or NaN dp, and
-// a NaN p's NaN kept; nothing written past the tile.
+// The backward's dS straight from P and dP, rounded twice (the AMX route's dS·K and dSᵀ·Q operands), and Pᵀ
+// rounded in the same pass (for Pᵀ·dO): LibTorch's float32 p · (dp - delta) · scale and p, rounded to nearest
+// even, dS zero where p is 0 even against an Inf or NaN dp, and a NaN p's NaN kept; nothing written past the tile.
 TEST(Bf16Softmax, BackwardRoundingMatchesLibTorchBothWays) {
   if (skip_without_bf16_route()) return;
   for (const float scale : {1.0f, 0.125f}) {
@@ -553,9 +553,15 @@ TEST(Bf16Softmax, BackwardRoundingMatchesLibTorchBothWays) {
       const int64_t ld_rows = cols + 32, ld_cols = rows + 16;  // past the tile: must stay untouched
       const c10::BFloat16 sentinel(-3.0f);
       std::vector<c10::BFloat16> by_rows(rows * ld_rows, sentinel), by_cols(cols * ld_cols, sentinel);
+      std::vector<c10::BFloat16> probs_by_cols(cols * ld_cols, sentinel);
       ops::cpu::softmax_backward_round(p.data_ptr<float>(), dp.data_ptr<float>(), ld, rows, cols,
                                        delta.data_ptr<float>(), scale, by_rows.data(), ld_rows, by_cols.data(),
-                                       ld_cols);
+                                       ld_cols, probs_by_cols.data());
+      const torch::Tensor got_probs =
+          torch::from_blob(probs_by_cols.data(), {cols, ld_cols}, torch::kBFloat16).clone();
+      EXPECT_TRUE(torch::allclose(got_probs.narrow(1, 0, rows).to(torch::kFloat32),
+                                  tile_p.t().to(torch::kBFloat16).to(torch::kFloat32), 0.0, 0.0, /*equal_nan=*/true));
+      EXPECT_TRUE((got_probs.narrow(1, rows, ld_cols - rows).to(torch::kFloat32) == -3.0f).all().item<bool>());
       const torch::Tensor got_rows = torch::from_blob(by_rows.data(), {rows, ld_rows}, torch::kBFloat16).clone();
       const torch::Tensor got_cols = torch::from_blob(by_cols.data(), {cols, ld_cols}, torch::kBFloat16).clone();
       // equal_nan: the one NaN p gives NaN in both.

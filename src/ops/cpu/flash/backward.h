@@ -142,8 +142,10 @@ void backward(const FlashBackward<T, In>& args, const Products& products) {
               else exp_shifted(row, cols, lse[i0 + r], scale);
             }
           }
-          // dV += Pᵀ dO;  dP = dO Vᵀ;  dS = P (dP - delta);  dK += scale dSᵀ Q;  dQ += scale dS K
-          products.add_grad_values(st.scratch, at, prob, ld, st.grad_v.data(), p.dv);
+          // dV += Pᵀ dO;  dP = dO Vᵀ;  dS = P (dP - delta);  dK += scale dSᵀ Q;  dQ += scale dS K. A route that forms
+          // dS itself rounds Pᵀ in that pass: its dV after it.
+          constexpr bool kGradValuesAfterGradScores = OwnGradScores<Products>::value;
+          if (!kGradValuesAfterGradScores) products.add_grad_values(st.scratch, at, prob, ld, st.grad_v.data(), p.dv);
           products.grad_probs(st.scratch, at, dprob, ld);
           bool own_grad_scores = false;
           if constexpr (OwnGradScores<Products>::value) {
@@ -156,6 +158,7 @@ void backward(const FlashBackward<T, In>& args, const Products& products) {
           if (capped) {
             for (int64_t r = 0; r < rows; ++r) softcap_backward_row(dprob + r * ld, tanh_values + r * ld, cols);
           }
+          if (kGradValuesAfterGradScores) products.add_grad_values(st.scratch, at, prob, ld, st.grad_v.data(), p.dv);
           products.add_grad_keys(st.scratch, at, dprob, ld, st.grad_k.data(), p.dk);
           T* dq = args.grad_q_splits.row(split * p.batch + b, h, sq.q0 + i0);
           if (keys_finite) {

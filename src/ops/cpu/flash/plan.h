@@ -57,8 +57,9 @@ struct OwnProbabilities<Products, std::void_t<decltype(&Products::probabilities)
 
 /// Whether a route can form dS = P ⊙ (dP - delta) itself, for a tile without a soft-cap whose keys are finite
 /// (Products::grad_scores(st, t, p, dp, ld, delta) -> bool; false: the tile's shape is not one it takes, and dS
-/// goes the usual way), straight into the bfloat16 operands of its dK and dQ products (the AMX route's): no pass
-/// writes a float dS and none reads it back.
+/// goes the usual way), straight into the bfloat16 operands of its dK and dQ products, with Pᵀ's for dV in the
+/// same pass (the AMX route's): no pass writes a float dS, and none reads dS or P back. Such a route's dV
+/// product runs after dS.
 template <typename Products, typename = void>
 struct OwnGradScores : std::false_type {};
 template <typename Products>

@@ -8,7 +8,7 @@
 // tile (no masks, no score terms) keeps its scores unscaled: the lane maxima are taken from them and scaled, and
 // the softmax's exp folds the scale into its first FMA, so no pass scales the scores.
 // Backward: 256 query rows a tile (kAmxBackwardQueryRows), and the scale of dK and dQ folded into dS as it is
-// rounded, in the pass that forms dS from P and dP where the tile is whole chunks (grad_scores).
+// rounded, in the pass that forms dS from P and dP and rounds Pᵀ where the tile is whole chunks (grad_scores).
 // AVX-512 variant, on a CPU with AMX only.
 
 #include "ops/cpu/math/kernel_layout.h"
@@ -280,7 +280,7 @@ class AmxBackwardProducts {
     AmxRows query, grad_out;
     CacheLineVector<BFloat16> probs_t, grad_scores_t, grad_scores;
     CacheLineVector<uint32_t> keys, values, key_pairs, query_pairs, grad_out_pairs;
-    bool grad_scores_rounded = false;  // grad_scores_t and grad_scores hold this tile's dS (grad_scores())
+    bool rounded_by_grad_scores = false;  // probs_t, grad_scores_t and grad_scores hold this tile's (grad_scores())
   };
   static constexpr bool kRowMaxima = false;
   static constexpr int64_t kQueryRows = kAmxBackwardQueryRows;
@@ -303,7 +303,7 @@ class AmxBackwardProducts {
   }
   /// S = Q·Kᵀ, for a tile whose exp applies the scale (flash/plan.h's UnscaledScores).
   void unscaled_scores(Scratch& st, const TileAt& t, float* s, int64_t lds) const {
-    st.grad_scores_rounded = false;  // a new tile
+    st.rounded_by_grad_scores = false;  // a new tile
     const auto q = st.query.of(p_.q, p_.dk, t.b, t.h, t.i, t.rows);
     const uint32_t* keys = amx_panels_at(keys_, p_.k, t.b, t.hk, t.j, t.cols, p_.dk, st.keys);
     amx_multiply_panels(q.first, q.second, t.rows, amx_pair_blocks(p_.dk), keys, amx_panels(t.cols), s, lds);
@@ -313,9 +313,9 @@ class AmxBackwardProducts {
   static void probabilities(float* row, int64_t cols, float lse, float scale) {
     exp_to_bfloat16_precision(row, cols, scale, lse);
   }
-  /// dV += Pᵀ·dO.
+  /// dV += Pᵀ·dO (Pᵀ rounded from `p`, unless grad_scores() rounded it).
   void add_grad_values(Scratch& st, const TileAt& t, const float* p, int64_t ldp, float* dv, int64_t lddv) const {
-    const int64_t ld = transposed(p, ldp, t, 1.0f, st.probs_t);
+    const int64_t ld = st.rounded_by_grad_scores ? t.rows : transposed(p, ldp, t, 1.0f, st.probs_t);
     const AmxRowPairs dout =
         amx_row_pairs_at(grad_out_pairs_, grad_out_, t.b, t.h, t.i, t.rows, p_.dv, p_.tq, st.grad_out_pairs);
     amx_multiply_add(st.probs_t.data(), ld, t.cols, dout, p_.dv, dv, lddv);
@@ -326,26 +326,28 @@ class AmxBackwardProducts {
     const uint32_t* values = amx_panels_at(values_, p_.v, t.b, t.hk, t.j, t.cols, p_.dv, st.values);
     amx_multiply_panels(dout.first, dout.second, t.rows, amx_pair_blocks(p_.dv), values, amx_panels(t.cols), dp, lddp);
   }
-  /// dS = P ⊙ (dP - delta) rounded with the scale of dK and dQ straight into their products' operands (flash/
-  /// plan.h's OwnGradScores), for a tile of whole 32-row chunks and 16-key groups, which need no padding; false
-  /// for any other.
+  /// dS = P ⊙ (dP - delta) rounded with the scale of dK and dQ straight into their products' operands, and Pᵀ
+  /// rounded for dV's in the same pass (flash/plan.h's OwnGradScores), for a tile of whole 32-row chunks and
+  /// 16-key groups, which need no padding; false for any other.
   bool grad_scores(Scratch& st, const TileAt& t, const float* p, const float* dp, int64_t ld,
                    const float* delta) const {
     if (t.rows % kAmxKeyChunk != 0 || t.cols % kAmxPanel != 0) return false;
     const int64_t k = amx_chunks(t.cols) * kAmxKeyChunk;
     st.grad_scores.resize(t.rows * k);
     st.grad_scores_t.resize(t.cols * t.rows);
+    st.probs_t.resize(t.cols * t.rows);
     BFloat16* by_rows = st.grad_scores.data();
-    softmax_backward_round(p, dp, ld, t.rows, t.cols, delta, p_.scale, by_rows, k, st.grad_scores_t.data(), t.rows);
+    softmax_backward_round(p, dp, ld, t.rows, t.cols, delta, p_.scale, by_rows, k, st.grad_scores_t.data(), t.rows,
+                           st.probs_t.data());
     if (k > t.cols) {
       for (int64_t r = 0; r < t.rows; ++r) std::fill(by_rows + r * k + t.cols, by_rows + (r + 1) * k, BFloat16(0.0f));
     }
-    st.grad_scores_rounded = true;
+    st.rounded_by_grad_scores = true;
     return true;
   }
   /// dK += scale · dSᵀ·Q, the scale in the rounding of dS (from `ds`, unless grad_scores() rounded it).
   void add_grad_keys(Scratch& st, const TileAt& t, const float* ds, int64_t ldds, float* dk, int64_t lddk) const {
-    const int64_t ld = st.grad_scores_rounded ? t.rows : transposed(ds, ldds, t, p_.scale, st.grad_scores_t);
+    const int64_t ld = st.rounded_by_grad_scores ? t.rows : transposed(ds, ldds, t, p_.scale, st.grad_scores_t);
     const AmxRowPairs q = amx_row_pairs_at(query_pairs_, p_.q, t.b, t.h, t.i, t.rows, p_.dk, p_.tq, st.query_pairs);
     amx_multiply_add(st.grad_scores_t.data(), ld, t.cols, q, p_.dk, dk, lddk);
   }
@@ -353,7 +355,7 @@ class AmxBackwardProducts {
   /// the block's keys are finite.
   void add_grad_queries(Scratch& st, const TileAt& t, const float* ds, int64_t ldds, float* dq, int64_t lddq) const {
     const int64_t k = amx_chunks(t.cols) * kAmxKeyChunk;
-    if (!st.grad_scores_rounded) {
+    if (!st.rounded_by_grad_scores) {
       const int64_t rows = (t.rows + 15) / 16 * 16;
       st.grad_scores.resize(rows * k);
       BFloat16* rounded = st.grad_scores.data();

@@ -44,9 +44,11 @@ void transpose_round_to_bfloat16(const float* s, int64_t lds, int64_t rows, int6
 /// pair stays out) of a [rows, cols] tile (row stride ld), rows a multiple of 32 and cols of 16, rounded to
 /// bfloat16 twice in one pass, with no float dS written: row-major into `by_rows` (row stride ld_rows), for dS·K,
 /// and transposed into `by_cols` (t[j · ld_cols + i]), for dSᵀ·Q. The same bits as math/rows.h's
-/// softmax_backward_row, then round_to_bfloat16 and transpose_round_to_bfloat16 with the scale.
+/// softmax_backward_row, then round_to_bfloat16 and transpose_round_to_bfloat16 with the scale. Where
+/// probs_by_cols is given, p too is rounded into it transposed (row stride ld_cols), for Pᵀ·dO, unscaled: as
+/// transpose_round_to_bfloat16 gives it.
 void softmax_backward_round(const float* p, const float* dp, int64_t ld, int64_t rows, int64_t cols,
                             const float* delta, float scale, c10::BFloat16* by_rows, int64_t ld_rows,
-                            c10::BFloat16* by_cols, int64_t ld_cols);
+                            c10::BFloat16* by_cols, int64_t ld_cols, c10::BFloat16* probs_by_cols = nullptr);
 
 }  // namespace attn::ops::cpu

@@ -66,6 +66,30 @@ bool shift_fits_one_fma(float shift) {
 alignas(64) constexpr uint16_t kInterleavePairs[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
                                                        8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
 
+/// The block of rows [i0, i0 + 32) by columns [j0, j0 + 16) of a tile, row i's 16 floats given by row_of(i),
+/// rounded to bfloat16 and stored transposed, t[(j0 + j) · ldt + i0 + i], and where by_rows is given also as they
+/// lie, by_rows[(i0 + i) · ld_rows + j0 + j]. Each pair of rows is rounded into one register (its halves the two
+/// rows), interleaved into words that are a column's two bfloat16, and the 16 × 16 words transposed: half the
+/// shuffles of transposing floats.
+template <typename RowOf>
+inline void round_block_transposed(RowOf row_of, int64_t i0, int64_t j0, c10::BFloat16* t, int64_t ldt,
+                                   c10::BFloat16* by_rows, int64_t ld_rows) {
+  const __m512i interleave = _mm512_load_si512(kInterleavePairs);
+  __m512i r[16];
+  for (int64_t i = 0; i < 16; ++i) {
+    const int64_t even = i0 + 2 * i;
+    const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(row_of(even + 1), row_of(even));
+    if (by_rows) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(by_rows + even * ld_rows + j0), _mm512_castsi512_si256(both));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(by_rows + (even + 1) * ld_rows + j0),
+                          _mm512_extracti64x4_epi64(both, 1));
+    }
+    r[i] = _mm512_permutexvar_epi16(interleave, both);
+  }
+  transpose_16x16(r);
+  for (int64_t j = 0; j < 16; ++j) _mm512_storeu_si512(t + (j0 + j) * ldt + i0, r[j]);
+}
+
 }  // namespace
 
 float exp_round_sum(const float* s, int64_t n, float scale, float shift, c10::BFloat16* p, int64_t padded,
@@ -123,24 +147,12 @@ void round_to_bfloat16(const float* s, int64_t n, c10::BFloat16* p, float scale)
 void transpose_round_to_bfloat16(const float* s, int64_t lds, int64_t rows, int64_t cols, c10::BFloat16* t,
                                  int64_t ldt, float scale) {
   const __m512 vscale = _mm512_set1_ps(scale);
-  const __m512i interleave = _mm512_load_si512(kInterleavePairs);
   for (int64_t j0 = 0; j0 < cols; j0 += 16) {
     const int64_t nj = std::min<int64_t>(16, cols - j0);
     const __mmask16 column_lanes = static_cast<__mmask16>((1u << nj) - 1u);
     int64_t i0 = 0;
-    // Whole blocks of 32 rows by 16 columns: each pair of rows rounded, then interleaved into words that are a
-    // column's two bfloat16, and the 16 × 16 words transposed: half the shuffles of transposing floats.
-    for (; nj == 16 && i0 + 32 <= rows; i0 += 32) {
-      __m512i r[16];
-      for (int64_t i = 0; i < 16; ++i) {
-        const float* a = s + (i0 + 2 * i) * lds + j0;
-        const __m512 even = _mm512_mul_ps(_mm512_loadu_ps(a), vscale);
-        const __m512 odd = _mm512_mul_ps(_mm512_loadu_ps(a + lds), vscale);
-        r[i] = _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(odd, even));
-      }
-      transpose_16x16(r);
-      for (int64_t j = 0; j < 16; ++j) _mm512_storeu_si512(t + (j0 + j) * ldt + i0, r[j]);
-    }
+    const auto scaled_row = [&](int64_t i) { return _mm512_mul_ps(_mm512_loadu_ps(s + i * lds + j0), vscale); };
+    for (; nj == 16 && i0 + 32 <= rows; i0 += 32) round_block_transposed(scaled_row, i0, j0, t, ldt, nullptr, 0);
     // The rest in blocks of 16 × 16 floats through registers: masked loads past the last column, zeros past the
     // last row, and only the real rows and columns of the transpose stored.
     for (; i0 < rows; i0 += 16) {
@@ -165,30 +177,20 @@ void transpose_round_to_bfloat16(const float* s, int64_t lds, int64_t rows, int6
 
 void softmax_backward_round(const float* p, const float* dp, int64_t ld, int64_t rows, int64_t cols,
                             const float* delta, float scale, c10::BFloat16* by_rows, int64_t ld_rows,
-                            c10::BFloat16* by_cols, int64_t ld_cols) {
+                            c10::BFloat16* by_cols, int64_t ld_cols, c10::BFloat16* probs_by_cols) {
   const __m512 vscale = _mm512_set1_ps(scale), zero = _mm512_setzero_ps();
-  const __m512i interleave = _mm512_load_si512(kInterleavePairs);
-  // softmax_backward_row's operations in its order, then the scale: p · (dp - delta), 0 where p == 0.
-  const auto grad_score = [&](int64_t i, int64_t j) {
-    const __m512 pv = _mm512_loadu_ps(p + i * ld + j);
-    const __m512 ds = _mm512_mul_ps(pv, _mm512_sub_ps(_mm512_loadu_ps(dp + i * ld + j), _mm512_set1_ps(delta[i])));
-    return _mm512_mul_ps(_mm512_mask_blend_ps(_mm512_cmp_ps_mask(pv, zero, _CMP_EQ_OQ), ds, zero), vscale);
-  };
-  // Blocks of 32 rows by 16 columns, as transpose_round_to_bfloat16's: each pair of rows rounded into one
-  // register, whose halves are the two rows of dS, then interleaved into words and transposed for dSᵀ.
   for (int64_t j0 = 0; j0 < cols; j0 += 16) {
+    // softmax_backward_row's operations in its order, then the scale: p · (dp - delta), 0 where p == 0.
+    const auto grad_score_row = [&](int64_t i) {
+      const __m512 pv = _mm512_loadu_ps(p + i * ld + j0);
+      const __m512 ds = _mm512_mul_ps(pv, _mm512_sub_ps(_mm512_loadu_ps(dp + i * ld + j0), _mm512_set1_ps(delta[i])));
+      return _mm512_mul_ps(_mm512_mask_blend_ps(_mm512_cmp_ps_mask(pv, zero, _CMP_EQ_OQ), ds, zero), vscale);
+    };
+    const auto prob_row = [&](int64_t i) { return _mm512_loadu_ps(p + i * ld + j0); };
     for (int64_t i0 = 0; i0 < rows; i0 += 32) {
-      __m512i r[16];
-      for (int64_t i = 0; i < 16; ++i) {
-        const int64_t even = i0 + 2 * i;
-        const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(grad_score(even + 1, j0), grad_score(even, j0));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(by_rows + even * ld_rows + j0), _mm512_castsi512_si256(both));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(by_rows + (even + 1) * ld_rows + j0),
-                            _mm512_extracti64x4_epi64(both, 1));
-        r[i] = _mm512_permutexvar_epi16(interleave, both);
-      }
-      transpose_16x16(r);
-      for (int64_t j = 0; j < 16; ++j) _mm512_storeu_si512(by_cols + (j0 + j) * ld_cols + i0, r[j]);
+      round_block_transposed(grad_score_row, i0, j0, by_cols, ld_cols, by_rows, ld_rows);
+      // P's block again, from L1 now.
+      if (probs_by_cols) round_block_transposed(prob_row, i0, j0, probs_by_cols, ld_cols, nullptr, 0);
     }
   }
 }
