@@ -179,15 +179,18 @@ void softmax_backward_round(const float* p, const float* dp, int64_t ld, int64_t
                             const float* delta, float scale, c10::BFloat16* by_rows, int64_t ld_rows,
                             c10::BFloat16* by_cols, int64_t ld_cols, c10::BFloat16* probs_by_cols) {
   const __m512 vscale = _mm512_set1_ps(scale), zero = _mm512_setzero_ps();
-  for (int64_t j0 = 0; j0 < cols; j0 += 16) {
-    // softmax_backward_row's operations in its order, then the scale: p · (dp - delta), 0 where p == 0.
-    const auto grad_score_row = [&](int64_t i) {
-      const __m512 pv = _mm512_loadu_ps(p + i * ld + j0);
-      const __m512 ds = _mm512_mul_ps(pv, _mm512_sub_ps(_mm512_loadu_ps(dp + i * ld + j0), _mm512_set1_ps(delta[i])));
-      return _mm512_mul_ps(_mm512_mask_blend_ps(_mm512_cmp_ps_mask(pv, zero, _CMP_EQ_OQ), ds, zero), vscale);
-    };
-    const auto prob_row = [&](int64_t i) { return _mm512_loadu_ps(p + i * ld + j0); };
-    for (int64_t i0 = 0; i0 < rows; i0 += 32) {
+  // 32 rows at a time across the tile (P and dP stream from L2 a row after another), 16 columns a block.
+  for (int64_t i0 = 0; i0 < rows; i0 += 32) {
+    for (int64_t j0 = 0; j0 < cols; j0 += 16) {
+      // softmax_backward_row's operations in its order, then the scale: p · (dp - delta), 0 where p == 0.
+      const auto grad_score_row = [&](int64_t i) {
+        const __m512 pv = _mm512_loadu_ps(p + i * ld + j0);
+        const __mmask16 nonzero = _mm512_cmp_ps_mask(pv, zero, _CMP_NEQ_UQ);
+        const __m512 ds =
+            _mm512_maskz_mul_ps(nonzero, pv, _mm512_sub_ps(_mm512_loadu_ps(dp + i * ld + j0), _mm512_set1_ps(delta[i])));
+        return _mm512_mul_ps(ds, vscale);
+      };
+      const auto prob_row = [&](int64_t i) { return _mm512_loadu_ps(p + i * ld + j0); };
       round_block_transposed(grad_score_row, i0, j0, by_cols, ld_cols, by_rows, ld_rows);
       // P's block again, from L1 now.
       if (probs_by_cols) round_block_transposed(prob_row, i0, j0, probs_by_cols, ld_cols, nullptr, 0);
