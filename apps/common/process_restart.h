@@ -9,8 +9,9 @@ struct RestartSettings {
   /// OPENBLAS_CORETYPE where the process's OpenBLAS runs generic kernels (better_openblas_coretype()).
   bool fast_openblas = true;
   /// OMP_WAIT_POLICY=ACTIVE: the threads spin between parallel regions instead of sleeping. A decoding step is
-  /// some 180 short regions (SmolLM2: 30 layers, about six each) with serial work between them; threads that fall asleep in those gaps wake late
-  /// (SmolLM2's bfloat16 decode: 2-4 % slower, bench/RESULTS.md). The cost: idle threads keep their cores busy.
+  /// some 180 short regions (SmolLM2: 30 layers, about six each) with serial work between them; threads that fall
+  /// asleep in those gaps wake late (SmolLM2's bfloat16 decode: 2-4 % slower, bench/RESULTS.md). The cost: idle
+  /// threads keep their cores busy.
   bool spinning_threads = false;
 };
 

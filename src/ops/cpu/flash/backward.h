@@ -149,7 +149,8 @@ void backward(const FlashBackward<T, In>& args, const Products& products) {
           products.grad_probs(st.scratch, at, dprob, ld);
           bool own_grad_scores = false;
           if constexpr (OwnGradScores<Products>::value) {
-            own_grad_scores = !capped && keys_finite && products.grad_scores(st.scratch, at, prob, dprob, ld, delta + i0);
+            own_grad_scores =
+                !capped && keys_finite && products.grad_scores(st.scratch, at, prob, dprob, ld, delta + i0);
           }
           if (!own_grad_scores) {
             for (int64_t r = 0; r < rows; ++r) softmax_backward_row(prob + r * ld, dprob + r * ld, cols, delta[i0 + r]);

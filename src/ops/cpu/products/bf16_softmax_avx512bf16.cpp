@@ -186,8 +186,8 @@ void softmax_backward_round(const float* p, const float* dp, int64_t ld, int64_t
       const auto grad_score_row = [&](int64_t i) {
         const __m512 pv = _mm512_loadu_ps(p + i * ld + j0);
         const __mmask16 nonzero = _mm512_cmp_ps_mask(pv, zero, _CMP_NEQ_UQ);
-        const __m512 ds =
-            _mm512_maskz_mul_ps(nonzero, pv, _mm512_sub_ps(_mm512_loadu_ps(dp + i * ld + j0), _mm512_set1_ps(delta[i])));
+        const __m512 grad_prob = _mm512_loadu_ps(dp + i * ld + j0);
+        const __m512 ds = _mm512_maskz_mul_ps(nonzero, pv, _mm512_sub_ps(grad_prob, _mm512_set1_ps(delta[i])));
         return _mm512_mul_ps(ds, vscale);
       };
       const auto prob_row = [&](int64_t i) { return _mm512_loadu_ps(p + i * ld + j0); };
