@@ -3,10 +3,9 @@
 // Forward: P = exp(s - max) rounded to bfloat16 for P·V, and the float sum of the unrounded P for the row's
 // normaliser, in one pass that reads the scores once and writes only the bfloat16 P (the float route's three
 // passes, exp, sum and rounding, each read the row again). Backward: dS rounded for dS·K, and Pᵀ and dSᵀ rounded
-// for Pᵀ·dO and dSᵀ·Q, as row-major left operands that AMX's tiles read where they lie, dS's two straight from
-// P and dP. Only
-// bf16_softmax_avx512bf16.cpp is compiled with AVX512-BF16 enabled: call these only where the CPU has it
-// (Capability::Avx512Bf16).
+// for Pᵀ·dO and dSᵀ·Q, as row-major left operands that AMX's tiles read where they lie; on whole tiles all three
+// in one pass over P and dP. Only bf16_softmax_avx512bf16.cpp is compiled with AVX512-BF16 enabled: call these
+// only where the CPU has it (Capability::Avx512Bf16).
 
 #include <c10/util/BFloat16.h>
 
