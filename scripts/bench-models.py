@@ -17,13 +17,16 @@ tied LM head, and the KV cache at the mean context), divided by the read bandwid
 2 GiB float32 tensor, on the same threads). A shared machine's bandwidth moves within minutes (a Zen 4 guest
 read 57 and 34 GB/s a minute apart), so it is measured just before and just after each attn round, and each
 round's decode is set against the mean of those two; the table gives the median of the rounds' ratios and the
-range of the bandwidths.
+range of the bandwidths. attn-generate reads its weights from transparent huge pages (attn::place_on_huge_pages),
+where a read waits on fewer address translations than on LibTorch's 4 KB pages, so the table also sets the decode
+against the same sum over a tensor on huge pages: the stricter bound.
 
 Embedding (all-MiniLM-L6-v2): the 100 sentences of tests/reference/make_embedding_references.py, ten times
 over (1,000 sentences), batches of 32: attn-embed --input against SentenceTransformer.encode.
 """
 import argparse
 import importlib.util
+import mmap
 import os
 import re
 import statistics
@@ -44,18 +47,39 @@ def package_folder(name):
 
 class ReadBandwidth:
     """The read bandwidth of this machine now: the median of 5 sums over a 2 GiB float32 tensor (far past the
-    last-level cache), allocated once for the whole run."""
+    last-level cache), allocated once for the whole run. LibTorch's allocator gives it 4 KB pages; with
+    huge_pages, the tensor lies in a mapping advised onto Linux's transparent huge pages instead, as
+    attn-generate's weights do (attn::place_on_huge_pages), so that reading it waits on fewer address
+    translations. None where the system has no transparent huge pages."""
 
-    def __init__(self):
-        self.x = torch.ones(512 * 2**20)
+    def __init__(self, huge_pages=False):
+        count = 512 * 2**20
+        self.x = None
+        if not huge_pages:
+            self.x = torch.ones(count)
+        elif huge_pages_on():
+            self.mapping = mmap.mmap(-1, count * 4)
+            self.mapping.madvise(mmap.MADV_HUGEPAGE)
+            self.x = torch.frombuffer(self.mapping, dtype=torch.float32)
+            self.x.fill_(1.0)
 
     def __call__(self):
+        if self.x is None:
+            return None
         times = []
         for _ in range(5):
             start = time.perf_counter()
             self.x.sum()
             times.append(time.perf_counter() - start)
         return self.x.numel() * 4 / statistics.median(times)
+
+
+def huge_pages_on():
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled", encoding="ascii") as f:
+            return "[never]" not in f.read() and hasattr(mmap, "MADV_HUGEPAGE")
+    except OSError:
+        return False
 
 
 def prompt_of_tokens(tokenizer, text, count):
@@ -94,6 +118,12 @@ def attn_generate_run(app, model_dir, prompt_file, new_tokens, threads, dtype):
     return int(m.group(1)), float(m.group(2)), int(m.group(3)), float(m.group(4))
 
 
+def huge_bound_text(bytes_per_second, huge_bandwidth):
+    if not huge_bandwidth:
+        return ""
+    return f"; {bytes_per_second / huge_bandwidth:.0%} of it at {huge_bandwidth / 1e9:.1f} GB/s on huge pages"
+
+
 def decode_bytes(config, bytes_per_value, mean_context):
     h, i, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
     head_dim = getattr(config, "head_dim", None) or h // config.num_attention_heads
@@ -129,8 +159,10 @@ def main():
     with open(os.path.join(ROOT, "tests", "reference", "long_prompt.txt"), encoding="utf-8") as f:
         prompt = prompt_of_tokens(tokenizer, f.read(), args.prompt_tokens)
     ids = tokenizer(prompt, add_special_tokens=False, return_tensors="pt").input_ids
-    read_bandwidth = ReadBandwidth()
-    print(f"bench-models: {args.threads} threads, read bandwidth {read_bandwidth() / 1e9:.1f} GB/s; prompt "
+    read_bandwidth, read_huge_bandwidth = ReadBandwidth(), ReadBandwidth(huge_pages=True)
+    huge = read_huge_bandwidth()
+    print(f"bench-models: {args.threads} threads, read bandwidth {read_bandwidth() / 1e9:.1f} GB/s on 4 KB pages, "
+          f"{f'{huge / 1e9:.1f} GB/s' if huge else 'none'} on huge pages; prompt "
           f"{ids.shape[1]} tokens, {args.new_tokens} new", file=sys.stderr)
 
     rows = []
@@ -140,17 +172,19 @@ def main():
             f.write(prompt)
         for dtype_name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
             model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32).to(dtype).eval()
-            ours, theirs, bandwidths = [], [], []
+            ours, theirs, bandwidths, huge_bandwidths = [], [], [], []
             step_bytes = decode_bytes(model.config, 4 if dtype == torch.float32 else 2,
                                       ids.shape[1] + args.new_tokens / 2)
             # Both sides timed warm: transformers' rounds share one process, so it runs once untimed first, and
             # each attn-generate process runs the prompt once untimed (--warmup 1) before its timed run.
             transformers_run(model, ids, 2)
             for r in range(args.repeats):
-                before = read_bandwidth()
+                before, huge_before = read_bandwidth(), read_huge_bandwidth()
                 prefill_tokens, prefill, steps, decode = attn_generate_run(generate_app, args.smollm2, prompt_file,
                                                                           args.new_tokens, args.threads, dtype_name)
                 bandwidth = (before + read_bandwidth()) / 2
+                huge_after = read_huge_bandwidth()
+                huge_bandwidths.append((huge_before + huge_after) / 2 if huge_before else None)
                 assert prefill_tokens == ids.shape[1], (prefill_tokens, ids.shape[1])
                 ours.append((prefill, decode / steps))
                 bandwidths.append(bandwidth)
@@ -158,7 +192,8 @@ def main():
                 theirs.append((t_prefill, t_decode / (args.new_tokens - 1)))
                 print(f"bench-models: {dtype_name} round {r + 1}/{args.repeats}: attn prefill {prefill:.3f} s, "
                       f"{decode / steps * 1e3:.1f} ms/token ({step_bytes / (decode / steps) / bandwidth:.0%} of "
-                      f"the bound at {bandwidth / 1e9:.1f} GB/s); transformers {t_prefill:.3f} s, "
+                      f"the bound at {bandwidth / 1e9:.1f} GB/s{huge_bound_text(step_bytes / (decode / steps), huge_bandwidths[-1])}); "
+                      f"transformers {t_prefill:.3f} s, "
                       f"{t_decode / (args.new_tokens - 1) * 1e3:.1f} ms/token", file=sys.stderr)
             a_prefill = statistics.median(p for p, _ in ours)
             a_step = statistics.median(s for _, s in ours)
@@ -166,19 +201,25 @@ def main():
             t_step = statistics.median(s for _, s in theirs)
             # Each round against the bandwidth read around it: the bound moves with the machine.
             of_bound = statistics.median(step_bytes / s / bw for (_, s), bw in zip(ours, bandwidths))
+            of_huge_bound = (statistics.median(step_bytes / s / bw for (_, s), bw in zip(ours, huge_bandwidths))
+                             if all(huge_bandwidths) else None)
             rows.append((dtype_name, ids.shape[1] / a_prefill, ids.shape[1] / t_prefill, 1 / a_step, 1 / t_step,
-                         step_bytes, statistics.median(bandwidths), min(bandwidths), max(bandwidths), of_bound))
+                         step_bytes, statistics.median(bandwidths), min(bandwidths), max(bandwidths), of_bound,
+                         of_huge_bound))
             del model
 
     print(f"\n| dtype | attn prefill tok/s | transformers prefill tok/s | ratio | attn decode tok/s | "
-          f"transformers decode tok/s | ratio | bytes/token | read GB/s (range) | bound tok/s | attn / bound |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for dtype_name, ap, tp, ad, td, step_bytes, bw, bw_low, bw_high, of_bound in rows:
+          f"transformers decode tok/s | ratio | bytes/token | read GB/s (range) | bound tok/s | attn / bound | "
+          f"attn / bound on huge pages |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for dtype_name, ap, tp, ad, td, step_bytes, bw, bw_low, bw_high, of_bound, of_huge_bound in rows:
         print(f"| {dtype_name} | {ap:.0f} | {tp:.0f} | {ap / tp:.2f}x | {ad:.1f} | {td:.1f} | {ad / td:.2f}x | "
               f"{step_bytes / 2**20:.0f} MiB | {bw / 1e9:.1f} ({bw_low / 1e9:.1f}-{bw_high / 1e9:.1f}) | "
-              f"{bw / step_bytes:.1f} | {of_bound:.0%} |")
+              f"{bw / step_bytes:.1f} | {of_bound:.0%} | {f'{of_huge_bound:.0%}' if of_huge_bound else 'n/a'} |")
     print("\nattn / bound: the median over rounds of each round's decode rate over the bound at the bandwidth "
-          "read just before and after it; bound tok/s: at the median bandwidth.")
+          "read just before and after it (a tensor on 4 KB pages, as LibTorch allocates); bound tok/s: at the "
+          "median bandwidth. On huge pages: the same against a tensor on transparent huge pages, where "
+          "attn-generate places its weights.")
 
     # Embedding.
     from make_embedding_references import minilm_folder, sentences

@@ -5,6 +5,7 @@
 #include <attn/device.h>
 #include <attn/functional.h>
 #include <attn/hadamard_rows.h>
+#include <attn/huge_pages.h>
 #include <attn/kv_cache.h>
 #include <attn/io/files.h>
 #include <attn/io/state_dict.h>
