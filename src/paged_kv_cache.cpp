@@ -1,6 +1,7 @@
 #include <attn/paged_kv_cache.h>
 
 #include "cache_positions.h"
+#include "huge_page_memory.h"
 #include "common/checks.h"
 #include "common/dtypes.h"
 #include "int8_rows.h"
@@ -9,12 +10,9 @@
 
 #include <ATen/ATen.h>
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
+#include <memory>
 #include <utility>
 #include <set>
 #include <string>
@@ -27,27 +25,22 @@ constexpr const char* kPaged = "attn::PagedKVCache";
 
 /// A zeroed pool [num_blocks, H_kv, ...] stored head by head ([H_kv, num_blocks, ...] in memory): a head's rows
 /// in consecutive blocks then lie one after another, so a sequence whose blocks were taken in order (a prompt's)
-/// streams like a contiguous cache instead of jumping every block_size rows. The memory sits on 2 MiB
-/// boundaries, marked for transparent huge pages where Linux offers them: a sequence's blocks lie anywhere in
-/// the pool, and with 4 KiB pages nearly every block a decode step reads would be a TLB miss of its own.
+/// streams like a contiguous cache instead of jumping every block_size rows. A pool of a huge page or more sits
+/// on huge pages where Linux offers them (huge_page_memory.h): a sequence's blocks lie anywhere in the pool, and
+/// with 4 KiB pages nearly every block a decode step reads would be a TLB miss of its own.
 torch::Tensor block_pool(at::IntArrayRef sizes, torch::Dtype dtype) {
-  constexpr size_t kHugePage = size_t{2} << 20;
   std::vector<int64_t> head_major(sizes.begin(), sizes.end());
   std::swap(head_major[0], head_major[1]);
   const auto as_block_major = [](const torch::Tensor& pool) { return pool.transpose(0, 1); };
   int64_t elements = 1;
   for (int64_t s : sizes) elements *= s;
-  const size_t bytes = static_cast<size_t>(elements) * c10::elementSize(dtype);
-  if (bytes < kHugePage) return as_block_major(at::zeros(head_major, dtype));  // small: not worth a huge page
-  const size_t rounded = std::max(kHugePage, (bytes + kHugePage - 1) / kHugePage * kHugePage);
-  void* data = std::aligned_alloc(kHugePage, rounded);
-  TORCH_CHECK(data != nullptr, kPaged, ": cannot allocate a block pool of ", rounded, " bytes");
-#ifdef MADV_HUGEPAGE
-  madvise(data, rounded, MADV_HUGEPAGE);  // advice only: without huge pages the pool works the same
-#endif
-  std::memset(data, 0, rounded);
-  return as_block_major(
-      torch::from_blob(data, head_major, [](void* p) { std::free(p); }, torch::TensorOptions().dtype(dtype)));
+  const int64_t bytes = elements * static_cast<int64_t>(c10::elementSize(dtype));
+  if (bytes < kHugePageBytes) return as_block_major(at::zeros(head_major, dtype));  // small: not worth a huge page
+  std::string why_not;
+  const std::shared_ptr<HugePageMemory> memory = HugePageMemory::map(bytes, &why_not);
+  TORCH_CHECK(memory != nullptr, kPaged, ": cannot allocate a block pool of ", bytes, " bytes: ", why_not);
+  return as_block_major(torch::from_blob(memory->data(), head_major, [memory](void*) {},
+                                         torch::TensorOptions().dtype(dtype)));
 }
 }  // namespace
 
