@@ -192,7 +192,8 @@ def main():
                 theirs.append((t_prefill, t_decode / (args.new_tokens - 1)))
                 print(f"bench-models: {dtype_name} round {r + 1}/{args.repeats}: attn prefill {prefill:.3f} s, "
                       f"{decode / steps * 1e3:.1f} ms/token ({step_bytes / (decode / steps) / bandwidth:.0%} of "
-                      f"the bound at {bandwidth / 1e9:.1f} GB/s{huge_bound_text(step_bytes / (decode / steps), huge_bandwidths[-1])}); "
+                      f"the bound at {bandwidth / 1e9:.1f} GB/s"
+                      f"{huge_bound_text(step_bytes / (decode / steps), huge_bandwidths[-1])}); "
                       f"transformers {t_prefill:.3f} s, "
                       f"{t_decode / (args.new_tokens - 1) * 1e3:.1f} ms/token", file=sys.stderr)
             a_prefill = statistics.median(p for p, _ in ours)

@@ -15,7 +15,9 @@ std::string transparent_huge_pages_off() {
   const char* path = "/sys/kernel/mm/transparent_hugepage/enabled";
   std::ifstream in(path);
   std::string setting;
-  if (!in || !std::getline(in, setting)) return std::string("this kernel has no transparent huge pages (no ") + path + ")";
+  if (!in || !std::getline(in, setting)) {
+    return std::string("this kernel has no transparent huge pages (no ") + path + ")";
+  }
   if (setting.find("[never]") != std::string::npos) {
     return std::string("transparent huge pages are off (") + path + ": " + setting + ")";
   }
@@ -40,8 +42,9 @@ std::shared_ptr<HugePageMemory> HugePageMemory::map(int64_t bytes, std::string* 
   memory->start_ = reinterpret_cast<char*>(static_cast<uintptr_t>(round_up_to(after_first, kHugePageBytes)));
 #ifdef MADV_HUGEPAGE
   // Advice only: where Linux declines it, the memory works the same on 4 KB pages.
-  memory->advised_ = transparent_huge_pages_off().empty() &&
-                     madvise(memory->start_, static_cast<size_t>(memory->usable_), MADV_HUGEPAGE) == 0;
+  if (transparent_huge_pages_off().empty()) {
+    madvise(memory->start_, static_cast<size_t>(memory->usable_), MADV_HUGEPAGE);
+  }
 #endif
   return memory;
 }

@@ -30,11 +30,10 @@ class HugePageMemory {
   HugePageMemory(const HugePageMemory&) = delete;
   HugePageMemory& operator=(const HugePageMemory&) = delete;
 
+  /// The usable part: at least the bytes asked for, a whole number of huge pages.
   char* data() const { return start_; }
-  int64_t size() const { return usable_; }  // bytes, a whole number of huge pages
-  bool advised() const { return advised_; }
-  /// The bytes of the mapping that Linux backs with huge pages now (AnonHugePages in /proc/self/smaps; 0 where
-  /// that cannot be read), at most size().
+  /// The bytes of the usable part that Linux backs with huge pages now (AnonHugePages in /proc/self/smaps; 0
+  /// where that cannot be read).
   int64_t huge_page_bytes() const;
 
  private:
@@ -43,7 +42,6 @@ class HugePageMemory {
   size_t length_ = 0;
   char* start_ = nullptr;
   int64_t usable_ = 0;
-  bool advised_ = false;
 };
 
 }  // namespace attn

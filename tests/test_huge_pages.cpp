@@ -130,14 +130,14 @@ TEST(HugePages, MovesWeightsKeepingValuesLayoutsAndSharing) {
   EXPECT_EQ(after.at("head").data, after.at("embedding").data);
   EXPECT_EQ(after.at("first_half").storage, after.at("second_half").storage);
   EXPECT_NE(after.at("first_half").storage, before.at("first_half").storage);
-  EXPECT_EQ(static_cast<const char*>(after.at("second_half").data) - static_cast<const char*>(after.at("first_half").data),
-            16 * static_cast<int64_t>(sizeof(float)));
+  const auto address = [&](const char* name) { return static_cast<const char*>(after.at(name).data); };
+  EXPECT_EQ(address("second_half") - address("first_half"), 16 * static_cast<int64_t>(sizeof(float)));
 
   // The moved weights train: gradients reach them, and an optimizer's step updates them where they now are.
   const torch::Tensor x = torch::randn({2, 5, 32});
   const torch::Tensor loss = model.attention->forward(x, x, x).square().sum() + model.embedding.sum() * 0.5;
   loss.backward();
-  const torch::Tensor& q_weight = model.attention->named_parameters()["q_proj.weight"];
+  const torch::Tensor q_weight = model.attention->named_parameters()["q_proj.weight"];
   ASSERT_TRUE(q_weight.grad().defined());
   EXPECT_GT(q_weight.grad().abs().sum().item<double>(), 0.0);
   EXPECT_TRUE(torch::equal(model.embedding.grad(), torch::full({50, 32}, 0.5)));

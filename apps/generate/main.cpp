@@ -80,7 +80,7 @@ Runtime:
   --no-huge-pages       keep the weights where LibTorch allocated them. By default they move into one block on
                         2 MB pages (attn::place_on_huge_pages, where Linux's transparent huge pages are not
                         off): a decoding step reads every weight once, and on 4 KB pages it waits on address
-                        translation (bfloat16 decode about 1.2x faster on huge pages, bench/RESULTS.md)
+                        translations (SmolLM2's decode 1.08x-1.16x faster on huge pages, bench/RESULTS.md)
   --warmup N            before the timed run, N untimed runs of the same prompt with 2 new tokens each
                         (default: 0), so that the timings find LibTorch's kernels built and the allocator
                         warm, as a long-running program's second prompt does (for benchmarks)
@@ -221,7 +221,8 @@ int run(int argc, char** argv) {
   model->load(folder.file("model.safetensors"));
   model->to(o.dtype);
   model->eval();
-  const attn::HugePagePlacement placement = o.huge_pages ? attn::place_on_huge_pages(*model) : attn::HugePagePlacement{};
+  const attn::HugePagePlacement placement =
+      o.huge_pages ? attn::place_on_huge_pages(*model) : attn::HugePagePlacement{};
 
   const std::string message = o.prompt_given ? o.prompt : read_prompt_file(o.prompt_file);
   const std::vector<int64_t> prompt = tokenizer.encode(chat ? chat->prompt(message, o.system) : message);

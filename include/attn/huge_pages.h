@@ -24,10 +24,10 @@ struct HugePagePlacement {
 ///
 /// Why: a decoding step reads every weight once, and each 4 KB page it crosses costs a translation that the
 /// hardware prefetcher waits on; under a hypervisor each one is a two-level walk. On 2 MB pages SmolLM2's
-/// bfloat16 decode ran about 1.2x faster on an Intel Xeon guest (bench/RESULTS.md). Call it after the module's
-/// last `to()` (which allocates anew) and before the work; it moves a storage at a time, so memory peaks at the
-/// model plus its largest storage. A tensor outside the module that shared a parameter's storage keeps the old
-/// memory and no longer shares it, as after `to()`.
+/// decode ran 1.16x (float32) and 1.08x (bfloat16) faster on an Intel Xeon guest (bench/RESULTS.md). Call it
+/// after the module's last `to()` (which allocates anew) and before the work; it moves a storage at a time, so
+/// memory peaks at the model plus its largest storage. A tensor outside the module that shared a parameter's
+/// storage keeps the old memory and no longer shares it, as after `to()`.
 ///
 /// Moves nothing, and says why in `unavailable`, where Linux's transparent huge pages are off
 /// (/sys/kernel/mm/transparent_hugepage/enabled reads never) or absent (not Linux), or the block cannot be
