@@ -41,10 +41,8 @@ std::shared_ptr<HugePageMemory> HugePageMemory::map(int64_t bytes, std::string* 
   const auto after_first = static_cast<int64_t>(reinterpret_cast<uintptr_t>(base)) + kHugePageBytes;
   memory->start_ = reinterpret_cast<char*>(static_cast<uintptr_t>(round_up_to(after_first, kHugePageBytes)));
 #ifdef MADV_HUGEPAGE
-  // Advice only: where Linux declines it, the memory works the same on 4 KB pages.
-  if (transparent_huge_pages_off().empty()) {
-    madvise(memory->start_, static_cast<size_t>(memory->usable_), MADV_HUGEPAGE);
-  }
+  // Advice only: where Linux's huge pages are off, it changes nothing and the memory works the same on 4 KB pages.
+  madvise(memory->start_, static_cast<size_t>(memory->usable_), MADV_HUGEPAGE);
 #endif
   return memory;
 }

@@ -19,9 +19,9 @@ inline int64_t round_up_to(int64_t value, int64_t multiple) { return (value + mu
 std::string transparent_huge_pages_off();
 
 /// A zeroed anonymous mapping of at least `bytes` whose usable part starts on a huge-page boundary and is advised
-/// onto transparent huge pages (madvise MADV_HUGEPAGE) where Linux offers them. The mapping reaches a huge page
-/// past the usable part on either side, unadvised, so Linux never merges it with a neighbouring one. Unmapped
-/// when destroyed: tensors over it hold it through a shared_ptr.
+/// onto transparent huge pages (madvise MADV_HUGEPAGE), which Linux follows where they are not off. The mapping
+/// reaches a huge page past the usable part on either side, unadvised, so Linux never merges it with a
+/// neighbouring one. Unmapped when destroyed: tensors over it hold it through a shared_ptr.
 class HugePageMemory {
  public:
   /// Maps it; a null pointer, with the reason in *why_not, where the mapping fails.

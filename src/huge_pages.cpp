@@ -54,12 +54,12 @@ HugePagePlacement place_on_huge_pages(torch::nn::Module& module) {
   const std::vector<torch::Tensor> buffers = module.buffers(/*recurse=*/true);
   for (const torch::Tensor& t : parameters) take(t);
   for (const torch::Tensor& t : buffers) take(t);
+  if (groups.empty()) return result;
   int64_t total = 0;
   for (StorageGroup& g : groups) {
     g.offset = total;
     total += round_up_to(static_cast<int64_t>(g.storage().nbytes()), kStorageAlignment);
   }
-  if (groups.empty()) return result;
 
   result.unavailable = transparent_huge_pages_off();
   if (!result.unavailable.empty()) return result;  // copying would gain nothing
