@@ -444,7 +444,7 @@ TEST(Int8Cache, FunctionalAndModuleRefuseWhatTheDecodeKernelCannotDo) {
   EXPECT_ERROR_CONTAINS(attention_with_kv_cache(q.clone().requires_grad_(), cache, 0, longs({2})),
                         "computes no gradient");
   EXPECT_ERROR_CONTAINS(attention_with_kv_cache(q, cache, 1, longs({2})),
-                        "attn::attention_with_kv_cache: layer must be in [0, 1) for this cache of 1 layers, got 1");
+                        "attn::attention_with_kv_cache: layer must be in [0, 1) (the cache's layers), got 1");
   EXPECT_ERROR_CONTAINS(attention_with_kv_cache(q, cache.keys(0), cache.values(0), longs({2}), cache.lengths(0)),
                         "an int8 cache needs key_scales");
 

@@ -179,7 +179,7 @@ TEST(KVCache, AppendWritesInPlaceAndOverflowWritesNothing) {
   EXPECT_TRUE(torch::equal(cache.keys(1), before_k));
   EXPECT_TRUE(torch::equal(cache.values(1), before_v));
 
-  EXPECT_ERROR_CONTAINS(cache.append(2, k, v), "attn::KVCache::append: layer must be in [0, 2) for this cache of 2 layers, got 2");
+  EXPECT_ERROR_CONTAINS(cache.append(2, k, v), "attn::KVCache::append: layer must be in [0, 2) (the cache's layers), got 2");
   EXPECT_ERROR_CONTAINS(cache.append(0, k.to(torch::kFloat64), v.to(torch::kFloat64)), "but the cache holds Float");
   EXPECT_ERROR_CONTAINS(cache.append(0, torch::randn({2, 2, 1, 4}), v), "key must be [B, H_kv, T, head_dim] = [2, 3, T, 4]");
   EXPECT_ERROR_CONTAINS(KVCache{KVCacheOptions(1, 1, 1, 4, 0)}, "capacity must be positive");

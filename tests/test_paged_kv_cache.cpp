@@ -406,7 +406,7 @@ TEST(KVCacheErgonomics, OptionsFromTheModuleAndOneModulePerLayer) {
   other->forward_with_cache(x, cache, 2);
   mha->forward_with_cache(x, cache, 1);  // the same module again: the next step
   EXPECT_ERROR_CONTAINS(mha->forward_with_cache(x, cache, 4),
-                        "attn::MultiHeadAttention: layer must be in [0, 4) for this cache of 4 layers, got 4");
+                        "attn::MultiHeadAttention: layer must be in [0, 4) (the cache's layers), got 4");
   cache.reset();
   other->forward_with_cache(x, cache, 1);  // reset hands the layers out again
 

@@ -10,7 +10,7 @@ void check_layer_index(const char* caller, int64_t layer, int64_t num_layers) {
 
 void check_layer_index(const char* cls, const char* method, int64_t layer, int64_t num_layers) {
   TORCH_CHECK(layer >= 0 && layer < num_layers, cls, method ? "::" : "", method ? method : "",
-              ": layer must be in [0, ", num_layers, ") for this cache of ", num_layers, " layers, got ", layer);
+              ": layer must be in [0, ", num_layers, ") (the cache's layers), got ", layer);
 }
 
 void check_row_counts(const char* fn, const char* arg, const std::vector<int64_t>& counts, int64_t batch, int64_t T) {
