@@ -59,6 +59,13 @@ Options:
   --repeats R          timed repeats after one warm-up (default 3)
   --timeout-s S        the ring's timeout per exchange (default 300)
   -h, --help           this text
+
+Values may also be given as --option=VALUE.
+
+Example:
+  attn-ring --ranks 2 --seq 8192 --strategy ulysses --dtype bfloat16
+
+Exit status: 0 when the ring matched one process, 1 when a rank failed or the results differ, 2 for bad usage.
 )";
 
 struct Config {
@@ -115,14 +122,14 @@ void save(const torch::Tensor& t, const std::string& path) {
   const torch::Tensor c = t.contiguous().to(torch::kDouble);
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(c.data_ptr<double>()), c.numel() * sizeof(double));
-  TORCH_CHECK(out.good(), "attn-ring: could not write ", path);
+  TORCH_CHECK(out.good(), "could not write ", path);
 }
 
 torch::Tensor load(const std::string& path, std::vector<int64_t> sizes) {
   torch::Tensor t = torch::empty(sizes, torch::kDouble);
   std::ifstream in(path, std::ios::binary);
   in.read(reinterpret_cast<char*>(t.data_ptr<double>()), t.numel() * sizeof(double));
-  TORCH_CHECK(in.good(), "attn-ring: could not read ", path);
+  TORCH_CHECK(in.good(), "could not read ", path);
   return t;
 }
 
@@ -238,7 +245,7 @@ std::vector<pid_t> spawn(const std::string& self, const std::vector<std::string>
   argv.push_back(nullptr);
   pid_t pid = 0;
   TORCH_CHECK(posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), environ) == 0,
-              "attn-ring: could not start ", self);
+              "could not start ", self);
   return {pid};
 }
 
@@ -249,14 +256,14 @@ void wait_all(const std::vector<pid_t>& pids, const char* what) {
     waitpid(pid, &status, 0);
     ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
   }
-  TORCH_CHECK(ok, "attn-ring: a process of the ", what, " failed (its message is above)");
+  TORCH_CHECK(ok, "a process of the ", what, " failed (its message is above)");
 }
 
 std::vector<double> read_report(const std::string& path) {
   std::ifstream in(path);
   std::vector<double> v(7);
   for (double& x : v) in >> x;
-  TORCH_CHECK(in.good() || in.eof(), "attn-ring: could not read ", path);
+  TORCH_CHECK(in.good() || in.eof(), "could not read ", path);
   return v;
 }
 
@@ -296,10 +303,14 @@ int run(int argc, char** argv) {
   cl.parse(argc, argv);
   if (c.kv_heads < 0) c.kv_heads = c.heads;
   if (c.heads % c.kv_heads != 0) throw attn_apps::UsageError("--kv-heads must divide --heads");
+  if (c.strategy == dist::ContextParallelStrategy::Ulysses && (c.heads % c.ranks != 0 || c.kv_heads % c.ranks != 0)) {
+    throw attn_apps::UsageError(fmt::format("--strategy ulysses needs --ranks ({}) to divide --heads ({}) and the K/V "
+                                            "heads ({})", c.ranks, c.heads, c.kv_heads));
+  }
   if (worker_rank >= -1) return worker(c, worker_rank, dir);
 
   char pattern[] = "/tmp/attn-ring-XXXXXX";
-  TORCH_CHECK(mkdtemp(pattern) != nullptr, "attn-ring: could not make a temporary directory");
+  TORCH_CHECK(mkdtemp(pattern) != nullptr, "could not make a temporary directory");
   dir = pattern;
   char self_buffer[4096];
   const ssize_t self_length = ::readlink("/proc/self/exe", self_buffer, sizeof self_buffer - 1);
@@ -374,7 +385,7 @@ int run(int argc, char** argv) {
   }
   fmt::print("| largest relative difference (output, dq, dk, dv) | | {:.2e} |\n", worst);
   const double tolerance = c.dtype == torch::kDouble ? 1e-10 : c.dtype == torch::kFloat ? 1e-4 : 5e-2;
-  TORCH_CHECK(worst <= tolerance, "attn-ring: the ring differs from one process by ", worst, " (more than ", tolerance, ")");
+  TORCH_CHECK(worst <= tolerance, "the ring differs from one process by ", worst, " (more than ", tolerance, ")");
   return 0;
 }
 
