@@ -118,6 +118,20 @@ TEST(WeightFiles, MismatchListsEverythingAndLeavesTheModuleUnchanged) {
     auto wrong_width = MultiHeadAttention(MultiHeadAttentionOptions(8, 2));
     const auto before = snapshot(*wrong_width);
     EXPECT_ERROR_CONTAINS(io::load_state_dict(*wrong_width, packed), "Mis-shaped: ");
+    // The packed in_proj tensors, whose rows do not split into this module's q, k and v, are named as mis-shaped
+    // against the three they stand for, not listed as unexpected with q, k and v missing.
+    EXPECT_ERROR_CONTAINS(io::load_state_dict(*wrong_width, packed),
+                          "in_proj_weight (file [48, 16], module [24, 8] for q_proj.weight + k_proj.weight + "
+                          "v_proj.weight)");
+    EXPECT_ERROR_CONTAINS(io::load_state_dict(*wrong_width, packed), "in_proj_bias (file [48], module [24] for ");
+    try {
+      io::load_state_dict(*wrong_width, packed);
+      ADD_FAILURE() << "a 16-wide file loaded into an 8-wide module";
+    } catch (const c10::Error& error) {
+      const std::string message = error.what_without_backtrace();
+      EXPECT_EQ(message.find("Missing:"), std::string::npos) << message;
+      EXPECT_EQ(message.find("Unexpected:"), std::string::npos) << message;
+    }
     EXPECT_ERROR_CONTAINS(io::load_state_dict(*wrong_width, packed), "the module is unchanged");
     expect_unchanged(*wrong_width, before);
   }

@@ -64,6 +64,20 @@ WeightNames detect_names(const TensorMap& tensors) {
   return WeightNames::Attn;
 }
 
+PackedProjection packed_projection(const std::string& name, const ShapeMap& expected) {
+  PackedProjection out;
+  if (name != "in_proj_weight" && name != "in_proj_bias") return out;
+  const std::string suffix = name == "in_proj_weight" ? ".weight" : ".bias";
+  for (const char* p : {"q_proj", "k_proj", "v_proj"}) {
+    const auto it = expected.find(p + suffix);
+    if (it == expected.end() || it->second.empty()) return {};
+    if (out.shape.empty()) out.shape = it->second;
+    else out.shape[0] += it->second[0];
+    out.parts.push_back(p + suffix);
+  }
+  return out;
+}
+
 TensorMap to_attn_names(const TensorMap& tensors, WeightNames names, const ShapeMap& expected) {
   if (names == WeightNames::Auto) names = detect_names(tensors);
   TensorMap out;

@@ -20,6 +20,15 @@ WeightNames detect_names(const TensorMap& tensors);
 /// `expected` gives the widths needed to split torch.nn.MultiheadAttention's packed in_proj tensors.
 TensorMap to_attn_names(const TensorMap& tensors, WeightNames names, const ShapeMap& expected);
 
+/// What a tensor that to_attn_names kept under torch.nn.MultiheadAttention's packed name (in_proj_weight,
+/// in_proj_bias) stands for in the module: its q, k and v names and the shape they make packed ([q + k + v rows,
+/// ...]). No parts where `name` is not such a name or the module lacks one of the three.
+struct PackedProjection {
+  std::vector<std::string> parts;
+  std::vector<int64_t> shape;
+};
+PackedProjection packed_projection(const std::string& name, const ShapeMap& expected);
+
 /// attn's tensors under torch.nn.MultiheadAttention's names (packed in_proj when `packed`, i.e. when
 /// kdim == vdim == embed_dim).
 TensorMap to_torch_multihead_names(const TensorMap& tensors, bool packed);

@@ -34,9 +34,9 @@ std::string module_description(const torch::nn::Module& module) {
   return s.str();
 }
 
-std::string join(const std::vector<std::string>& items) {
+std::string join(const std::vector<std::string>& items, const char* separator = ", ") {
   std::string out;
-  for (const auto& s : items) out += (out.empty() ? "" : ", ") + s;
+  for (const auto& s : items) out += (out.empty() ? "" : separator) + s;
   return out;
 }
 
@@ -88,7 +88,20 @@ Fit fit(const TensorMap& tensors, WeightNames names, const ShapeMap& expected) {
     }
   }
   for (const auto& [name, t] : f.mapped) {
-    if (!expected.count(name)) f.unexpected.push_back(name);
+    if (expected.count(name)) continue;
+    // A packed in_proj tensor kept whole, its rows not adding up to the module's q, k and v: one mis-shaped
+    // tensor, not three missing and one unexpected.
+    const detail::PackedProjection packed = detail::packed_projection(name, expected);
+    const auto absent = [&](const std::string& part) { return !f.mapped.count(part); };
+    if (packed.parts.empty() || !std::all_of(packed.parts.begin(), packed.parts.end(), absent)) {
+      f.unexpected.push_back(name);
+      continue;
+    }
+    f.misshaped.push_back(c10::str(name, " (file ", t.sizes(), ", module ", at::IntArrayRef(packed.shape), " for ",
+                                   join(packed.parts, " + "), ")"));
+    for (const std::string& part : packed.parts) {
+      f.missing.erase(std::remove(f.missing.begin(), f.missing.end(), part), f.missing.end());
+    }
   }
   return f;
 }
