@@ -44,7 +44,7 @@ torch::Device resolve_device(const std::string& spec) {
     }
     TORCH_CHECK(cuda_available(), "attn::resolve_device: device \"", spec,
                 "\" was requested but CUDA is not available (this LibTorch has no CUDA support or no GPU is "
-                "visible); use --device cpu or auto");
+                "visible); ask for \"cpu\", or \"auto\" for a GPU where there is one");
     const int64_t count = static_cast<int64_t>(torch::cuda::device_count());
     TORCH_CHECK(index < count, "attn::resolve_device: device \"", spec, "\" was requested but only ", count,
                 " CUDA device(s) are visible (cuda:0 .. cuda:", count - 1, ")");
