@@ -1,7 +1,8 @@
 """Python functions over attn's dispatcher operators (torch.ops.attn.*), with keyword arguments.
 
-Each function calls its operator once and adds nothing else: the operators check their arguments themselves
-and raise errors that name the argument and its shape. The same operators are what attn's C++ API calls
+Each function calls its operator once and adds nothing else but a TypeError, naming the argument, for a
+required tensor that is not one (the dispatcher's own message names neither): the operators check their
+arguments themselves and raise errors that name the argument and its shape. The same operators are what attn's C++ API calls
 (include/attn/ops/*.h in attn's repository states each rule these docstrings summarise).
 """
 from typing import Optional, Tuple, Union
@@ -10,6 +11,12 @@ import torch
 from torch import Tensor
 
 __all__ = ["flash_attention", "decode_attention", "linear_rows"]
+
+
+def _require_tensors(function: str, **arguments) -> None:
+    for name, value in arguments.items():
+        if not isinstance(value, Tensor):
+            raise TypeError(f"attn_torch.{function}: {name} must be a Tensor, got {type(value).__name__}")
 
 
 def flash_attention(query: Tensor, key: Tensor, value: Tensor, *,
@@ -54,9 +61,10 @@ def flash_attention(query: Tensor, key: Tensor, value: Tensor, *,
         softcap: > 0 replaces each scaled score s by softcap · tanh(s / softcap), before the bias and masks
             (Gemma 2's attn_logit_softcapping); 0 is off. The kernel's tanh is a rational approximation
             within 4e-7 relative error, in float64 too.
-        alibi_slopes: [H] or [B, H] float32: adds -slope_h · |i + o - j| to the scores; no gradient.
-        sinks: [H]: one extra logit per head in every row's softmax denominator, attending to nothing (GPT-OSS's
-            sinks); differentiable.
+        alibi_slopes: [H] or [B, H], floating (any float dtype, taken in the computation's): adds -slope_h ·
+            |i + o - j| to the scores; no gradient.
+        sinks: [H], floating (any float dtype, as alibi_slopes): one extra logit per head in every row's softmax
+            denominator, attending to nothing (GPT-OSS's sinks); differentiable.
         cu_seqlens_q, cu_seqlens_k: [N + 1] int64 on the CPU: a packed batch (B = 1, no masks, causal_offset
             0). Sequence s is query rows cu_seqlens_q[s]:cu_seqlens_q[s+1] against key rows
             cu_seqlens_k[s]:cu_seqlens_k[s+1], with its own bottom-right diagonal, as flash_attn_varlen_func.
@@ -74,6 +82,7 @@ def flash_attention(query: Tensor, key: Tensor, value: Tensor, *,
     decoding against a growing cache with causal_offset = Tk - Tq runs one graph. The window sizes are plain
     integers (a model's constants): each new value compiles a new graph.
     """
+    _require_tensors("flash_attention", query=query, key=key, value=value)
     return torch.ops.attn.flash_attention(
         query, key, value, key_padding_mask, attend_mask, additive_mask, is_causal, causal_offset, scale,
         window_left, window_right, softcap, alibi_slopes, sinks, cu_seqlens_q, cu_seqlens_k)
@@ -101,8 +110,8 @@ def decode_attention(query: Tensor, key_cache: Tensor, value_cache: Tensor, quer
             H_kv divides H; query head h reads cache head h // (H // H_kv). float32, float64 or bfloat16 on
             the CPU (the query and caches alike; bfloat16 computed in float32); float32, float16 or bfloat16 on
             CUDA (d_k = d_v <= 256, compute capability 8.0 or newer).
-        query_starts: [B] int64: query t of row b sits at position query_starts[b] + t.
-        key_lengths: [B] int64: row b's cache holds keys 0 .. key_lengths[b] - 1; later slots are ignored.
+        query_starts: [B] integers (int64, int32, ...): query t of row b sits at position query_starts[b] + t.
+        key_lengths: [B] integers: row b's cache holds keys 0 .. key_lengths[b] - 1; later slots are ignored.
         is_causal: query at position p attends key j only if j <= p (besides j < key_lengths[b]).
         scale: multiplies q·k; None is 1 / sqrt(d_k).
         window_left, window_right: key j allowed only if p - window_left <= j <= p + window_right; -1 unbounded.
@@ -118,6 +127,8 @@ def decode_attention(query: Tensor, key_cache: Tensor, value_cache: Tensor, quer
     Returns:
         [B, H, Tq, d_v] in the query's dtype; a query with no allowed key gets a zero row.
     """
+    _require_tensors("decode_attention", query=query, key_cache=key_cache, value_cache=value_cache,
+                     query_starts=query_starts, key_lengths=key_lengths)
     return torch.ops.attn.decode_attention(
         query, key_cache, value_cache, query_starts, key_lengths, is_causal, scale, window_left, window_right,
         softcap, alibi_slopes, sinks, key_scales, value_scales, block_table, tree_mask)
@@ -138,4 +149,5 @@ def linear_rows(input: Tensor, weight: Tensor, bias: Optional[Tensor] = None) ->
     Returns:
         [..., out_features], as torch.nn.functional.linear(input, weight, bias).
     """
+    _require_tensors("linear_rows", input=input, weight=weight)
     return torch.ops.attn.linear_rows(input, weight, bias)

@@ -50,10 +50,11 @@ def expect(name, condition, detail=""):
 
 
 def expect_error(name, call, *words):
-    """call() must raise ValueError (or RuntimeError from the op) whose message contains every one of `words`."""
+    """call() must raise ValueError, TypeError (or RuntimeError from the op) whose message contains every one of
+    `words`."""
     try:
         call()
-    except (ValueError, RuntimeError) as error:
+    except (ValueError, TypeError, RuntimeError) as error:
         message = str(error)
         missing = [w for w in words if w not in message]
         expect(name, not missing, f"raised {type(error).__name__}: {message[:160]}"
@@ -173,6 +174,16 @@ def test_wrappers():
     x, w, bias = torch.randn(3, 5, 96), torch.randn(40, 96), torch.randn(40)
     check("linear_rows float32 15 rows", attn_torch.linear_rows(x, w, bias), F.linear(x.double(), w.double(),
                                                                                         bias.double()), 1e-5)
+    # A required tensor that is None: the wrappers name the function and the argument, where the dispatcher's
+    # message ("tensor does not have a device") names neither.
+    t = torch.randn(1, 2, 3, 4)
+    expect_error("flash_attention names a None key", lambda: attn_torch.flash_attention(t, None, t),
+                 "attn_torch.flash_attention", "key must be a Tensor, got NoneType")
+    expect_error("decode_attention names a None key_lengths",
+                 lambda: attn_torch.decode_attention(t, t, t, torch.zeros(1, dtype=torch.long), None),
+                 "attn_torch.decode_attention", "key_lengths must be a Tensor")
+    expect_error("linear_rows names a None weight", lambda: attn_torch.linear_rows(torch.randn(2, 4), None),
+                 "attn_torch.linear_rows", "weight must be a Tensor")
     expect_error("linear_rows refuses 17 rows (the op's own error)",
                  lambda: attn_torch.linear_rows(torch.randn(17, 8), torch.randn(4, 8)), "16")
     # linear_rows_many, straight through the dispatcher: one result per weight, a bias on the second only.
