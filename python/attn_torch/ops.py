@@ -2,8 +2,8 @@
 
 Each function calls its operator once and adds nothing else but a TypeError, naming the argument, for a
 required tensor that is not one (the dispatcher's own message names neither): the operators check their
-arguments themselves and raise errors that name the argument and its shape. The same operators are what attn's C++ API calls
-(include/attn/ops/*.h in attn's repository states each rule these docstrings summarise).
+arguments themselves and raise errors that name the argument and its shape. The same operators are what attn's
+C++ API calls (include/attn/ops/*.h in attn's repository states each rule these docstrings summarise).
 """
 from typing import Optional, Tuple, Union
 
