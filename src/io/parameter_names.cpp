@@ -74,6 +74,7 @@ PackedProjection packed_projection(const std::string& name, const ShapeMap& expe
     if (out.shape.empty()) out.shape = it->second;
     else out.shape[0] += it->second[0];
     out.parts.push_back(p + suffix);
+    out.rows.push_back(it->second[0]);
   }
   return out;
 }
@@ -90,19 +91,10 @@ TensorMap to_attn_names(const TensorMap& tensors, WeightNames names, const Shape
         if (name == "in_proj_weight" || name == "in_proj_bias") {
           // Packed [q; k; v] rows: split at attn's q/k/v widths. A size that does not add up is kept whole, so
           // that it is reported as mis-shaped against the module instead of split wrongly.
-          const std::string suffix = name == "in_proj_weight" ? ".weight" : ".bias";
-          std::vector<int64_t> widths;
-          for (const char* p : {"q_proj", "k_proj", "v_proj"}) {
-            const auto it = expected.find(p + suffix);
-            if (it != expected.end() && !it->second.empty()) widths.push_back(it->second[0]);
-          }
-          int64_t total = 0;
-          for (int64_t w : widths) total += w;
-          if (widths.size() == 3 && t.dim() >= 1 && t.size(0) == total) {
-            const auto chunks = t.split_with_sizes(widths, 0);
-            out["q_proj" + suffix] = chunks[0];
-            out["k_proj" + suffix] = chunks[1];
-            out["v_proj" + suffix] = chunks[2];
+          const PackedProjection packed = packed_projection(name, expected);
+          if (!packed.parts.empty() && t.dim() >= 1 && t.size(0) == packed.shape[0]) {
+            const auto chunks = t.split_with_sizes(packed.rows, 0);
+            for (size_t i = 0; i < packed.parts.size(); ++i) out[packed.parts[i]] = chunks[i];
           } else {
             out[name] = t;
           }

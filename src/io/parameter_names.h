@@ -20,11 +20,12 @@ WeightNames detect_names(const TensorMap& tensors);
 /// `expected` gives the widths needed to split torch.nn.MultiheadAttention's packed in_proj tensors.
 TensorMap to_attn_names(const TensorMap& tensors, WeightNames names, const ShapeMap& expected);
 
-/// What a tensor that to_attn_names kept under torch.nn.MultiheadAttention's packed name (in_proj_weight,
-/// in_proj_bias) stands for in the module: its q, k and v names and the shape they make packed ([q + k + v rows,
-/// ...]). No parts where `name` is not such a name or the module lacks one of the three.
+/// What torch.nn.MultiheadAttention's packed tensor `name` (in_proj_weight, in_proj_bias) stands for in the
+/// module: its q, k and v names, their rows (where to_attn_names splits it), and the shape they make packed
+/// ([q + k + v rows, ...]). No parts where `name` is not such a name or the module lacks one of the three.
 struct PackedProjection {
   std::vector<std::string> parts;
+  std::vector<int64_t> rows;
   std::vector<int64_t> shape;
 };
 PackedProjection packed_projection(const std::string& name, const ShapeMap& expected);
