@@ -310,5 +310,28 @@ TEST(FusedKernelReference, EveryInputRank) {
   }
 }
 
+// What applies per head (ALiBi's slopes, the sinks, grouped-query key and value heads) applies along dimension -3
+// at every rank, [H, T, d] included: each rank against the same problem as [B, H, T, d] in float64.
+TEST(FusedKernelReference, PerHeadOptionsAtEveryInputRank) {
+  torch::manual_seed(10);
+  const int64_t heads = 4, kv_heads = 2;
+  for (const std::vector<int64_t>& outer : std::vector<std::vector<int64_t>>{{}, {2}, {2, 3}}) {
+    std::vector<int64_t> qs = outer, ks = outer;
+    qs.insert(qs.end(), {heads, 9, 8});
+    ks.insert(ks.end(), {kv_heads, 11, 8});
+    const torch::Tensor q = torch::randn(qs, torch::kFloat64), k = torch::randn(ks, torch::kFloat64),
+                        v = torch::randn(ks, torch::kFloat64);
+    const auto opts = SdpaOptions().causal(true).alibi_slopes(attn::alibi_slopes(heads).to(torch::kFloat64))
+                          .sinks(torch::randn({heads}, torch::kFloat64));
+    const auto as_4d = [](const torch::Tensor& x) { return x.reshape({-1, x.size(-3), x.size(-2), x.size(-1)}); };
+    const torch::Tensor expected =
+        scaled_dot_product_attention(as_4d(q), as_4d(k), as_4d(v), SdpaOptions(opts).backend(Backend::Math));
+    SCOPED_TRACE(::testing::Message() << "query " << q.sizes());
+    const torch::Tensor actual = scaled_dot_product_attention(q, k, v, SdpaOptions(opts).backend(Backend::Fused));
+    ASSERT_EQ(actual.dim(), q.dim());
+    EXPECT_CLOSE(as_4d(actual), expected, tolerance(torch::kFloat64));
+  }
+}
+
 }  // namespace
 }  // namespace attn::test

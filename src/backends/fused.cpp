@@ -16,12 +16,13 @@
 namespace attn::backends {
 namespace {
 
-/// Leading dimensions folded into the op's two: rank 2 -> [1, 1], rank 3 [N] -> [N, 1], rank 4 as is, and
-/// rank > 4 [A, ..., Z] -> [A*...*Y, Z].
+/// Leading dimensions folded into the op's two, the last being the heads (dimension -3, where ALiBi's slopes,
+/// the sinks and grouped-query heads apply): rank 2 -> [1, 1], rank 3 [H] -> [1, H], rank 4 as is, and rank > 4
+/// [A, ..., Z] -> [A*...*Y, Z].
 std::vector<int64_t> folded_lead(at::IntArrayRef lead) {
   switch (lead.size()) {
     case 0: return {1, 1};
-    case 1: return {lead[0], 1};
+    case 1: return {1, lead[0]};
     case 2: return {lead[0], lead[1]};
     default: {
       int64_t outer = 1;
@@ -37,7 +38,7 @@ torch::Tensor fold(const torch::Tensor& x, at::IntArrayRef lead, const std::vect
                    int64_t trailing) {
   if (x.dim() == trailing) return lead.empty() && trailing == 2 ? x.view({1, 1, x.size(0), x.size(1)}) : x;
   switch (lead.size()) {
-    case 1: return x.unsqueeze(1);  // [N|1, ...] -> [N|1, 1, ...]
+    case 1: return x.unsqueeze(0);  // [H|1, ...] -> [1, H|1, ...]
     case 2: return x;
     default: {
       // Rank > 4: broadcast to the full leading shape, then merge; reshape copies only when it must.
