@@ -450,6 +450,7 @@ TEST(VariantsOnTorchBackend, WindowAndAlibiMatchFloat64Reference) {
       {kWide, Variant("causal window, ALiBi [H]").with_causal().with_window(20, 0).with_alibi(1)},
       {kTall, Variant("window, ALiBi [B, H], rows without keys").with_window(4, 2).with_alibi(2)},
       {kGqa, Variant("GQA, window, key padding").with_window(8, 8).with_padding()},
+      {kTall, Variant("ALiBi [H] alone: a bias and no blocked pair").with_alibi(1)},
   };
   uint64_t seed = 3000;
   for (torch::Dtype dtype : {torch::kFloat64, torch::kFloat32}) {

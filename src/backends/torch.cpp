@@ -119,9 +119,9 @@ torch::Tensor torch_attention(const torch::Tensor& query, const torch::Tensor& k
                                                                      /*need_attn_weights=*/false, call.causal));
 #endif
 #endif
-  if (!call.mask.defined()) return out;
-  // A query with no allowed key: LibTorch gives NaN there; attn's contract is a zero row. This is a
-  // device-side fill, no host synchronisation.
+  // Only blocked pairs leave a query with no allowed key (ALiBi's bias alone blocks none). There LibTorch gives
+  // NaN, and attn's contract is a zero row: a device-side fill, no host synchronisation.
+  if (!call.blocked.defined()) return out;
   return out.masked_fill(rows_without_keys(call.blocked), 0.0);
 }
 
