@@ -184,7 +184,7 @@ void check_zip_layout(const std::vector<uint8_t>& b, const std::string& path) {
     torchscript = torchscript || name.find("/code/") != std::string::npos ||
                   (name.size() >= 14 && name.compare(name.size() - 14, 14, "/constants.pkl") == 0);
     compressed_record = compressed_record || method != 0 || compressed != size;
-    if (local > n || size > n - local) fail("a record lies outside the file");
+    if (local > n || compressed > n - local) fail("a record lies outside the file");  // its bytes as stored
     at = extra + extra_len + comment_len;
   }
   TORCH_CHECK(!torchscript, "attn::io: ", path, " is a TorchScript archive (torch.jit.save), which holds code ",
