@@ -410,6 +410,13 @@ TEST(ProjectedMemory, MultiHeadAttentionAsCrossAttention) {
   const ProjectedMemory memory = mha->project_memory(k, v);
   EXPECT_CLOSE(mha->forward_with_memory(q, memory), mha(q, k, v), 1e-6);
   EXPECT_ERROR_CONTAINS(mha->project_memory(v, v), "key must have last dimension 12");
+
+  // With rotary, forward rotates the keys at 0..Tk-1 and the queries at 0..Tq-1; the memory's form does the same.
+  auto rotary = MultiHeadAttention(MultiHeadAttentionOptions(32, 4).kdim(12).vdim(20).num_kv_heads(2)
+                                       .rotary(RotaryEmbeddingOptions(8)));
+  const ProjectedMemory rotated = rotary->project_memory(k, v);
+  EXPECT_CLOSE(rotary->forward_with_memory(q, rotated), rotary(q, k, v), 1e-6);
+  EXPECT_CLOSE(rotary->forward_with_memory(q[0], rotary->project_memory(k[0], v[0])), rotary(q[0], k[0], v[0]), 1e-6);
 }
 
 }  // namespace

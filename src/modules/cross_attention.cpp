@@ -70,7 +70,7 @@ std::tuple<torch::Tensor, torch::Tensor> CrossAttentionImpl::attend(const torch:
 
 ProjectedMemory CrossAttentionImpl::project_memory(const torch::Tensor& context) const {
   const modules::Heads heads =
-      modules::project_memory(layout_of(options), context, context, {*q_proj, *k_proj, *v_proj});
+      modules::project_memory(layout_of(options), context, context, {*q_proj, *k_proj, *v_proj}, /*rotary=*/nullptr);
   return {heads.k, heads.v};
 }
 
@@ -79,7 +79,7 @@ torch::Tensor CrossAttentionImpl::forward_with_memory(const torch::Tensor& x, co
   return std::get<0>(modules::attend_memory(layout_of(options), x, memory.key, memory.value,
                                             {*q_proj, *k_proj, *v_proj}, masks,
                                             modules::sdpa_options(options.attention(), is_training(), score_terms()),
-                                            /*need_weights=*/false));
+                                            /*need_weights=*/false, /*rotary=*/nullptr));
 }
 
 }  // namespace attn

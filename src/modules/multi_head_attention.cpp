@@ -169,7 +169,8 @@ PagedKVCacheOptions MultiHeadAttentionImpl::paged_cache_options(int64_t num_laye
 }
 
 ProjectedMemory MultiHeadAttentionImpl::project_memory(const torch::Tensor& key, const torch::Tensor& value) const {
-  const modules::Heads heads = modules::project_memory(layout(), key, value, {*q_proj, *k_proj, *v_proj});
+  const modules::Heads heads = modules::project_memory(layout(), key, value, {*q_proj, *k_proj, *v_proj},
+                                                       rotary.is_empty() ? nullptr : rotary.get());
   return {heads.k, heads.v};
 }
 
@@ -178,7 +179,8 @@ torch::Tensor MultiHeadAttentionImpl::forward_with_memory(const torch::Tensor& q
   const SdpaOptions sdpa = modules::sdpa_options(options.attention(), is_training(), score_terms());
   torch::Tensor out = std::get<0>(modules::attend_memory(layout(), query, memory.key, memory.value,
                                                          {*q_proj, *k_proj, *v_proj}, masks, sdpa,
-                                                         /*need_weights=*/false));
+                                                         /*need_weights=*/false,
+                                                         rotary.is_empty() ? nullptr : rotary.get()));
   return out_proj ? backends::project_rows(out, out_proj->weight, out_proj->bias) : out;
 }
 

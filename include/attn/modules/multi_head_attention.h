@@ -81,7 +81,8 @@ class MultiHeadAttentionImpl : public torch::nn::Cloneable<MultiHeadAttentionImp
   /// key [B, Tk, kdim], value [B, Tk, vdim] (or unbatched) projected into K/V heads once.
   ProjectedMemory project_memory(const torch::Tensor& key, const torch::Tensor& value) const;
   /// Cross-attention of query [B, Tq, embed_dim] over a memory from project_memory(); equal to
-  /// forward(query, key, value, masks) with the key and value it was projected from (no rotary on it).
+  /// forward(query, key, value, masks) with the key and value it was projected from. With options.rotary, as
+  /// there: project_memory rotates the keys at positions 0..Tk-1, and this the query at 0..Tq-1.
   torch::Tensor forward_with_memory(const torch::Tensor& query, const ProjectedMemory& memory,
                                     const AttentionMasks& masks = {});
 

@@ -150,13 +150,21 @@ Heads project(const ModuleLayout& layout, const CallShape& shape, const torch::T
           split_heads(backends::project_rows(as_batch(value), p.v.weight, p.v.bias), kv_heads)};
 }
 
+namespace {
+
+/// RotaryEmbedding's own forward, with the positions on the heads' device (rotary_cos_sin brings the
+/// frequencies there).
+torch::Tensor rotated(const RotaryEmbeddingImpl& rotary, const torch::Tensor& x, const torch::Tensor& positions) {
+  return rotary.forward(x, positions.to(x.device()));
+}
+
+}  // namespace
+
 void rotate(const RotaryEmbeddingImpl* rotary, Heads& heads, const torch::Tensor& q_positions,
             const torch::Tensor& k_positions) {
   if (rotary == nullptr) return;
-  // RotaryEmbedding's own forward, with the positions on the heads' device (rotary_cos_sin brings the
-  // frequencies there).
-  heads.q = rotary->forward(heads.q, q_positions.to(heads.q.device()));
-  heads.k = rotary->forward(heads.k, k_positions.to(heads.k.device()));
+  heads.q = rotated(*rotary, heads.q, q_positions);
+  heads.k = rotated(*rotary, heads.k, k_positions);
 }
 
 torch::Tensor merge_heads(const torch::Tensor& x, const CallShape& shape) {
@@ -348,7 +356,7 @@ torch::Tensor attend_with_paged_cache(const ModuleLayout& layout, const torch::T
 }
 
 Heads project_memory(const ModuleLayout& layout, const torch::Tensor& key, const torch::Tensor& value,
-                     const Projections& p) {
+                     const Projections& p, const RotaryEmbeddingImpl* rotary) {
   const ProjectionWidths& w = layout.widths;
   TORCH_CHECK(key.defined() && value.defined(), layout.module, ": ", layout.key_name, " and ", layout.value_name,
               " must be defined");
@@ -360,15 +368,17 @@ Heads project_memory(const ModuleLayout& layout, const torch::Tensor& key, const
   as_memory.query_name = layout.key_name;
   const CallShape shape = check_inputs(as_memory, key, key, value, p.q.weight);
   const auto as_batch = [&](const torch::Tensor& t) { return shape.batched ? t : t.unsqueeze(0); };
-  return {torch::Tensor(), split_heads(backends::project_rows(as_batch(key), p.k.weight, p.k.bias), w.kv_heads()),
-          split_heads(backends::project_rows(as_batch(value), p.v.weight, p.v.bias), w.kv_heads())};
+  torch::Tensor k = split_heads(backends::project_rows(as_batch(key), p.k.weight, p.k.bias), w.kv_heads());
+  if (rotary != nullptr) k = rotated(*rotary, k, torch::arange(shape.tk));
+  return {torch::Tensor(), k, split_heads(backends::project_rows(as_batch(value), p.v.weight, p.v.bias), w.kv_heads())};
 }
 
 std::tuple<torch::Tensor, torch::Tensor> attend_memory(const ModuleLayout& layout, const torch::Tensor& query,
                                                        const torch::Tensor& memory_key,
                                                        const torch::Tensor& memory_value,
                                                        const Projections& projections, const AttentionMasks& masks,
-                                                       const SdpaOptions& options, bool need_weights) {
+                                                       const SdpaOptions& options, bool need_weights,
+                                                       const RotaryEmbeddingImpl* rotary) {
   const ProjectionWidths& w = layout.widths;
   TORCH_CHECK(query.defined() && (query.dim() == 2 || query.dim() == 3), layout.module, ": ", layout.query_name,
               " must be [B, T, ", w.query_in, "] or unbatched [T, ", w.query_in, "], got ",
@@ -394,9 +404,10 @@ std::tuple<torch::Tensor, torch::Tensor> attend_memory(const ModuleLayout& layou
   const CallShape shape{batched, batch, query.size(-2), tk};
   SdpaOptions lifted = options;
   lifted.masks(lift_masks(layout, shape, masks, query));
-  const torch::Tensor q = split_heads(
+  torch::Tensor q = split_heads(
       backends::project_rows(batched ? query : query.unsqueeze(0), projections.q.weight, projections.q.bias),
       w.num_heads);
+  if (rotary != nullptr) q = rotated(*rotary, q, torch::arange(shape.tq));
   auto [out, weights] = backends::attention(layout.module, q, memory_key, memory_value, lifted, need_weights);
   if (!batched && weights.defined()) weights = weights.squeeze(0);
   return {merge_heads(out, shape), weights};

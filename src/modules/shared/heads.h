@@ -117,15 +117,18 @@ torch::Tensor attend_with_paged_cache(const ModuleLayout& layout, const torch::T
                                       const std::vector<int64_t>& sequences, const SdpaOptions& options,
                                       const RotaryEmbeddingImpl* rotary);
 
-/// Keys and values of a memory (an encoder's output), projected once and reused by every decoding step.
+/// Keys and values of a memory (an encoder's output), projected once and reused by every decoding step; with
+/// `rotary`, the keys rotated at 0..Tk-1, as attend_heads rotates them.
 Heads project_memory(const ModuleLayout& layout, const torch::Tensor& key, const torch::Tensor& value,
-                     const Projections& projections);
-/// Steps 1-5 with the K/V heads already projected ([B, H_kv, Tk, d] from project_memory).
+                     const Projections& projections, const RotaryEmbeddingImpl* rotary);
+/// Steps 1-5 with the K/V heads already projected ([B, H_kv, Tk, d] from project_memory); with `rotary`, the
+/// query rotated at 0..Tq-1: attend_heads' result on the key and value the memory was projected from.
 std::tuple<torch::Tensor, torch::Tensor> attend_memory(const ModuleLayout& layout, const torch::Tensor& query,
                                                        const torch::Tensor& memory_key,
                                                        const torch::Tensor& memory_value,
                                                        const Projections& projections, const AttentionMasks& masks,
-                                                       const SdpaOptions& options, bool need_weights);
+                                                       const SdpaOptions& options, bool need_weights,
+                                                       const RotaryEmbeddingImpl* rotary);
 
 /// [B, H, Tq, Tk] (or [H, Tq, Tk]) per-head weights in the form the caller asked for.
 torch::Tensor select_head_weights(const torch::Tensor& per_head, HeadWeights head_weights);
