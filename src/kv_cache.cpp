@@ -6,6 +6,7 @@
 #include "common/checks.h"
 #include "common/dtypes.h"
 #include "int8_rows.h"
+#include "layer_writers.h"
 
 #include <ATen/ATen.h>
 
@@ -204,10 +205,8 @@ void KVCache::keep_path(const TokenTree& tree, const std::vector<int64_t>& last)
 
 void KVCache::check_writer(int64_t layer, const void* module, const char* caller) const {
   check_layer("check_writer", layer);
-  const void* writer = (*writers_)[layer];
-  TORCH_CHECK(writer == nullptr || writer == module, caller, ": cache layer ", layer,
-              " was already written by another module since the cache was built or reset: give each attention "
-              "module its own layer index (or reset() the cache before handing it to other modules)");
+  check_layer_writer(*writers_, layer, module, caller, "since the cache was built or reset",
+                     "reset() the cache before handing it to other modules");
 }
 
 void KVCache::claim_layer(int64_t layer, const void* module, const char* caller) {

@@ -5,6 +5,7 @@
 #include "common/checks.h"
 #include "common/dtypes.h"
 #include "int8_rows.h"
+#include "layer_writers.h"
 
 #include <attn/ops/decode_attention.h>
 
@@ -71,6 +72,7 @@ PagedKVCache::PagedKVCache(const PagedKVCacheOptions& options) : options_(option
   }
   references_.assign(N, 0);
   for (int64_t block = 0; block < N; ++block) free_.insert(free_.end(), block);
+  writers_.assign(options.num_layers(), nullptr);
 }
 
 void PagedKVCache::check_layer(const char* fn, int64_t layer) const {
@@ -173,7 +175,19 @@ void PagedKVCache::release(int64_t sequence) {
   end_run(s);
   for (int64_t block : s.blocks) drop_block(block);
   sequences_.erase(sequence);
+  if (sequences_.empty()) std::fill(writers_.begin(), writers_.end(), nullptr);  // no layer holds anything
   ++version_;
+}
+
+void PagedKVCache::check_writer(int64_t layer, const void* module, const char* caller) const {
+  check_layer("check_writer", layer);
+  check_layer_writer(writers_, layer, module, caller, "since the cache was built or last held no sequence",
+                     "release every sequence before handing the cache to other modules");
+}
+
+void PagedKVCache::claim_layer(int64_t layer, const void* module, const char* caller) {
+  check_writer(layer, module, caller);
+  writers_[layer] = module;
 }
 
 std::vector<int64_t> PagedKVCache::sequences() const {

@@ -416,6 +416,24 @@ TEST(KVCacheErgonomics, OptionsFromTheModuleAndOneModulePerLayer) {
   other->forward_with_cache(x, fresh, 0);
   KVCache copy = fresh;
   EXPECT_ERROR_CONTAINS(mha->forward_with_cache(x, copy, 0), "cache layer 0 was already written by another module");
+
+  // The paged cache keeps the same rule, until it holds no sequence.
+  PagedKVCache paged(mha->paged_cache_options(2, 8, 4));
+  const int64_t a = paged.add_sequence(), b = paged.add_sequence();
+  mha->forward_with_cache(x, paged, 1, {a, b});
+  EXPECT_ERROR_CONTAINS(other->forward_with_cache(x.narrow(1, 0, 1), paged, 1, {a, b}),
+                        "cache layer 1 was already written by another module since the cache was built or last held "
+                        "no sequence");
+  EXPECT_EQ(paged.length(1, a), 3);  // refused before anything was written
+  other->forward_with_cache(x, paged, 0, {a, b});
+  mha->forward_with_cache(x.narrow(1, 0, 1), paged, 1, {a, b});  // the same module again: the next step
+  EXPECT_EQ(paged.length(1, b), 4);
+  paged.release(a);
+  EXPECT_ERROR_CONTAINS(other->forward_with_cache(x.narrow(0, 0, 1), paged, 1, {b}), "already written by another");
+  paged.release(b);
+  const int64_t c = paged.add_sequence();
+  other->forward_with_cache(x.narrow(0, 0, 1), paged, 1, {c});  // an empty cache hands the layers out again
+  EXPECT_EQ(paged.length(1, c), 3);
 }
 
 TEST(KVCacheErgonomics, ADeviceThisLibTorchCannotUseIsNamedWithTheBuild) {

@@ -121,6 +121,12 @@ class PagedKVCache {
   const torch::Tensor& key_scales(int64_t layer) const;
   const torch::Tensor& value_scales(int64_t layer) const;
 
+  /// One module per layer, as KVCache::check_writer and claim_layer: a module's forward_with_cache on `layer`
+  /// claims it, and another module's call on that layer is refused, naming `caller`, until the cache holds no
+  /// sequence again (the last one released). A caller appending by hand need not claim.
+  void check_writer(int64_t layer, const void* module, const char* caller) const;
+  void claim_layer(int64_t layer, const void* module, const char* caller);
+
  private:
   struct Sequence {
     int64_t id = 0;
@@ -138,6 +144,7 @@ class PagedKVCache {
 
   PagedKVCacheOptions options_;
   std::vector<torch::Tensor> keys_, values_, key_scales_, value_scales_;
+  std::vector<const void*> writers_;  // per layer: the module that wrote it, or nullptr
   int64_t run_blocks_ = 1;           // blocks per run (run_positions in blocks)
   std::set<int64_t> free_;           // blocks nobody refers to or reserves, in pool order (to find runs)
   int64_t search_from_ = 0;          // where the next search for a run starts: after the last run taken

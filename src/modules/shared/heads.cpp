@@ -327,9 +327,10 @@ torch::Tensor attend_with_tree(const ModuleLayout& layout, const torch::Tensor& 
 torch::Tensor attend_with_paged_cache(const ModuleLayout& layout, const torch::Tensor& x,
                                       const Projections& projections, PagedKVCache& cache, int64_t layer,
                                       const std::vector<int64_t>& sequences, const SdpaOptions& options,
-                                      const RotaryEmbeddingImpl* rotary) {
+                                      const RotaryEmbeddingImpl* rotary, const void* owner) {
   const PagedKVCacheOptions& c = cache.options();
   common::check_layer_index(layout.module, layer, c.num_layers());
+  cache.check_writer(layer, owner, layout.module);  // claimed once the append succeeds
   CacheStep step;
   step.batch = static_cast<int64_t>(sequences.size());
   step.kv_heads = c.num_kv_heads(), step.head_dim = c.head_dim(), step.value_dim = c.value_dim().value_or(c.head_dim());
@@ -346,8 +347,10 @@ torch::Tensor attend_with_paged_cache(const ModuleLayout& layout, const torch::T
   step.keys = [&cache, layer] { return cache.key_blocks(layer); };
   step.values = [&cache, layer] { return cache.value_blocks(layer); };
   auto current = std::make_shared<PagedBatch>();
-  step.append = [&cache, layer, &sequences, current](const torch::Tensor& k, const torch::Tensor& v) {
+  step.append = [&cache, layer, &sequences, current, owner, module = layout.module](const torch::Tensor& k,
+                                                                                  const torch::Tensor& v) {
     cache.append(layer, sequences, k, v);
+    cache.claim_layer(layer, owner, module);
     *current = cache.batch(layer, sequences);
   };
   step.lengths = [current] { return current->lengths; };

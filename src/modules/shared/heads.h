@@ -115,7 +115,7 @@ torch::Tensor attend_with_tree(const ModuleLayout& layout, const torch::Tensor& 
 torch::Tensor attend_with_paged_cache(const ModuleLayout& layout, const torch::Tensor& x,
                                       const Projections& projections, PagedKVCache& cache, int64_t layer,
                                       const std::vector<int64_t>& sequences, const SdpaOptions& options,
-                                      const RotaryEmbeddingImpl* rotary);
+                                      const RotaryEmbeddingImpl* rotary, const void* owner);
 
 /// Keys and values of a memory (an encoder's output), projected once and reused by every decoding step; with
 /// `rotary`, the keys rotated at 0..Tk-1, as attend_heads rotates them.
