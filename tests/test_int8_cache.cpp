@@ -492,5 +492,34 @@ TEST(Int8Cache, ModuleDecodingStaysCloseToTheFloat64Forward) {
             << " (outputs up to " << scale << ")\n";
 }
 
+// A prompt into empty rows of an int8 cache attends over its own keys and values as computed, however it comes:
+// whole, ragged (new_lengths: right padding) or one token. Its outputs are the float model's to float32's
+// rounding, where a read of the int8 rows it appended would be off by the quantization (~1e-2 here).
+TEST(Int8Cache, APromptIntoEmptyRowsAttendsOverItsOwnRowsAsComputed) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(4);
+  const int64_t E = 64, H = 4, T = 12;
+  MultiHeadAttention mha(MultiHeadAttentionOptions(E, H).num_kv_heads(2).causal(true).rotary(RotaryEmbeddingOptions(16)));
+  mha->to(torch::kFloat64);
+  const torch::Tensor x = torch::randn({2, T, E}, torch::kFloat64);
+  const std::vector<int64_t> lengths = {T, 5};
+  for (const std::vector<int64_t>& new_lengths : {std::vector<int64_t>{}, lengths}) {
+    for (int64_t t : {T, int64_t{1}}) {
+      SCOPED_TRACE(::testing::Message() << "T " << t << (new_lengths.empty() ? "" : ", ragged"));
+      if (t == 1 && !new_lengths.empty()) continue;
+      mha->to(torch::kFloat32);
+      KVCache cache(mha->cache_options(1, 2, T).dtype(torch::kInt8));
+      const torch::Tensor prompt = x.narrow(1, 0, t);
+      const torch::Tensor out = mha->forward_with_cache(prompt.to(torch::kFloat32), cache, 0, new_lengths);
+      mha->to(torch::kFloat64);
+      for (int64_t b = 0; b < 2; ++b) {  // each row alone, over its own positions, in float64
+        const int64_t n = new_lengths.empty() ? t : new_lengths[b];
+        const torch::Tensor row = prompt.narrow(0, b, 1).narrow(1, 0, n);
+        EXPECT_CLOSE(out.narrow(0, b, 1).narrow(1, 0, n).to(torch::kFloat64), mha->forward(row, row, row), 1e-5);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attn::test

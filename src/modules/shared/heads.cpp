@@ -207,6 +207,13 @@ struct CacheStep {
   bool fresh = false;  // a KVCache step, whose rows may be empty before it (a prompt)
 };
 
+/// [B, T], true at a ragged step's padding (t >= counts[b]); undefined where every row is whole.
+torch::Tensor padding_positions(const std::vector<int64_t>& counts, int64_t T, const torch::Device& device) {
+  if (counts.empty() || std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == T; })) return {};
+  const torch::Tensor count_tensor = torch::tensor(at::ArrayRef<int64_t>(counts), torch::kLong).to(device);
+  return torch::arange(T, count_tensor.options()).unsqueeze(0) >= count_tensor.unsqueeze(1);
+}
+
 torch::Tensor attend_cache_step(const ModuleLayout& layout, const torch::Tensor& x, const Projections& projections,
                                 CacheStep step, const std::vector<int64_t>& counts, const SdpaOptions& options,
                                 const RotaryEmbeddingImpl* rotary) {
@@ -249,17 +256,21 @@ torch::Tensor attend_cache_step(const ModuleLayout& layout, const torch::Tensor&
   ops::DecodeOnlyInputs decode_only = step.decode_only;
   if (step.after_append) step.after_append(decode_only);
   // A prompt into empty rows of an int8 cache reads none of the cache: it attends over its own keys and values as
-  // computed, by the general backends (the fused kernel), and later steps read the int8 rows it appended.
-  const bool whole = counts.empty() || std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == T; });
-  const bool fresh_int8_prompt = step.quantized && step.fresh && whole && T > 1 &&
-                                 !decode_only.tree_mask.defined() && !decode_only.block_table.defined() &&
-                                 !step.starts.any().item<bool>();
-  torch::Tensor out =
-      fresh_int8_prompt
-          ? std::get<0>(backends::attention(layout.module, heads.q, heads.k, heads.v, options, /*need_weights=*/false))
-          : attend_stored_rows(layout.module, heads.q, step.keys(), step.values(), step.starts, step.lengths(), options,
-                               decode_only);
-  return merge_heads(out, shape);
+  // computed (its padding masked), by the general backends (the fused kernel), and later steps read the int8 rows
+  // it appended.
+  const bool fresh_int8_prompt = step.quantized && step.fresh && !decode_only.tree_mask.defined() &&
+                                 !decode_only.block_table.defined() && !step.starts.any().item<bool>();
+  if (!fresh_int8_prompt) {
+    return merge_heads(attend_stored_rows(layout.module, heads.q, step.keys(), step.values(), step.starts,
+                                          step.lengths(), options, decode_only),
+                       shape);
+  }
+  SdpaOptions prompt = options;
+  const torch::Tensor padding = padding_positions(counts, T, heads.q.device());
+  if (padding.defined()) prompt.masks(AttentionMasks().key_padding_mask(padding.unsqueeze(1)));  // [B, 1, T]
+  return merge_heads(std::get<0>(backends::attention(layout.module, heads.q, heads.k, heads.v, prompt,
+                                                     /*need_weights=*/false)),
+                     shape);
 }
 
 /// The parts of a step over layer `layer` of a KVCache that a plain step and a tree step share.
@@ -288,11 +299,8 @@ CacheStep kv_cache_step(const char* module, KVCache& cache, int64_t layer, const
 }  // namespace
 
 torch::Tensor zero_padding_rows(const torch::Tensor& out, const std::vector<int64_t>& counts) {
-  const int64_t T = out.size(1);
-  if (counts.empty() || std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == T; })) return out;
-  const torch::Tensor count_tensor = torch::tensor(at::ArrayRef<int64_t>(counts), torch::kLong).to(out.device());
-  const torch::Tensor padding = torch::arange(T, count_tensor.options()).view({1, T, 1}) >= count_tensor.view({-1, 1, 1});
-  return out.masked_fill(padding, 0.0);
+  const torch::Tensor padding = padding_positions(counts, out.size(1), out.device());
+  return padding.defined() ? out.masked_fill(padding.unsqueeze(-1), 0.0) : out;
 }
 
 torch::Tensor attend_with_cache(const ModuleLayout& layout, const torch::Tensor& x, const Projections& projections,
