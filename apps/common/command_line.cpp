@@ -47,6 +47,11 @@ void CommandLine::add_file_option(const std::string& name, std::string& file) {
 void CommandLine::add_output_file_option(const std::string& name, std::string& file) {
   add_option(name, [name, &file](const std::string& value) {
     if (value.empty()) throw UsageError(fmt::format("{} needs a file name", name));
+    std::error_code folder_error;
+    if (std::filesystem::path(value).filename().empty() || std::filesystem::is_directory(value, folder_error)) {
+      throw UsageError(fmt::format("{} {}: that is a folder; name a file (e.g. {})", name, value,
+                                   (std::filesystem::path(value) / "out").lexically_normal().string()));
+    }
     const std::filesystem::path parent = std::filesystem::path(value).parent_path();
     const std::filesystem::path folder = parent.empty() ? std::filesystem::path(".") : parent;
     std::error_code error;
