@@ -19,6 +19,18 @@ constexpr const char* kSdpa = "attn::scaled_dot_product_attention";
 constexpr const char* kSdpaWithWeights = "attn::scaled_dot_product_attention_with_weights";
 constexpr const char* kWithCache = "attn::attention_with_kv_cache";
 constexpr const char* kVarlen = "attn::varlen_attention";
+
+/// The query a cache object reads, checked against the cache: where they differ the query is what the caller
+/// passed wrong, not the cache's tensors, which the caller never named. `rows` is the cache's batch, or the
+/// sequences of a paged batch.
+void check_query_for_cache(const torch::Tensor& query, int64_t rows, const char* rows_are, int64_t kv_heads,
+                           int64_t head_dim) {
+  TORCH_CHECK(query.defined() && query.dim() == 4 && query.size(0) == rows && query.size(1) > 0 &&
+                  query.size(1) % kv_heads == 0 && query.size(3) == head_dim,
+              kWithCache, ": query must be [B, H, Tq, d_k] = [", rows, ", H, Tq, ", head_dim, "] (", rows_are,
+              ", the cache's head_dim) with H a multiple of the cache's ", kv_heads, " key/value heads, got ",
+              query.defined() ? query.sizes() : at::IntArrayRef{});
+}
 }  // namespace
 
 torch::Tensor scaled_dot_product_attention(const torch::Tensor& query, const torch::Tensor& key,
@@ -45,6 +57,8 @@ torch::Tensor attention_with_kv_cache(const torch::Tensor& query, const torch::T
 torch::Tensor attention_with_kv_cache(const torch::Tensor& query, const KVCache& cache, int64_t layer,
                                       const torch::Tensor& query_starts, const SdpaOptions& options) {
   common::check_layer_index(kWithCache, layer, cache.num_layers());
+  const KVCacheOptions& c = cache.options();
+  check_query_for_cache(query, c.batch(), "the cache's batch", c.num_kv_heads(), c.head_dim());
   const torch::Tensor &keys = cache.keys(layer), &values = cache.values(layer), &lengths = cache.lengths(layer);
   ops::DecodeOnlyInputs decode_only;
   decode_only.key_scales = cache.key_scales(layer), decode_only.value_scales = cache.value_scales(layer);
@@ -62,6 +76,8 @@ torch::Tensor attention_with_kv_cache(const torch::Tensor& query, const PagedKVC
   const int64_t layer = batch.layer;
   TORCH_CHECK(layer >= 0 && layer < cache.num_layers(), kWithCache, ": the PagedBatch's layer must be in [0, ",
               cache.num_layers(), "), got ", layer);
+  check_query_for_cache(query, static_cast<int64_t>(batch.sequences.size()), "the PagedBatch's sequences",
+                        cache.options().num_kv_heads(), cache.options().head_dim());
   ops::DecodeOnlyInputs decode_only;
   decode_only.key_scales = cache.key_scales(layer), decode_only.value_scales = cache.value_scales(layer);
   decode_only.block_table = batch.block_table;
