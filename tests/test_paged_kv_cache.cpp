@@ -335,6 +335,10 @@ TEST(PagedKVCache, AFullPoolAStaleBatchAndUnknownSequencesAreRefusedCleanly) {
   PagedKVCache other(PagedKVCacheOptions(1, 2, 8, 3, 4));
   EXPECT_ERROR_CONTAINS(attention_with_kv_cache(torch::randn({1, 4, 1, 8}), other, cache.batch(0, {a}), longs({4})),
                         "the PagedBatch was made by another PagedKVCache");
+  // A query that does not fit the batch is named as the query, against the cache's form.
+  EXPECT_ERROR_CONTAINS(attention_with_kv_cache(torch::randn({2, 4, 1, 8}), cache, cache.batch(0, {a}), longs({4, 4})),
+                        "query must be [B, H, Tq, d_k] = [1, H, Tq, 8] (the PagedBatch's sequences, the cache's "
+                        "head_dim) with H a multiple of the cache's 2 key/value heads, got [2, 4, 1, 8]");
   // The op refuses a table whose blocks are not in the pool.
   const PagedBatch fresh = cache.batch(0, {a});
   torch::Tensor bad = fresh.block_table.clone();
@@ -394,6 +398,10 @@ TEST(KVCacheErgonomics, OptionsFromTheModuleAndOneModulePerLayer) {
                                                            {sequence}),
                           "the cache holds blocks of [H_kv, block_size, head_dim] = [3, 16, 8] (value_dim 8) for 1 "
                           "sequences, but this call needs [1, 2, ..., 8]");
+    EXPECT_ERROR_CONTAINS(mha->forward_with_cache(torch::randn({2, 1, 48}).to(torch::kBFloat16), paged, 0, {sequence}),
+                          "attn::MultiHeadAttention: x must have one row per sequence, [1, T, E] for the 1 sequences "
+                          "given, got [2, 1, 48]");
+    EXPECT_EQ(paged.length(0, sequence), 0);
   }
 
   MultiHeadAttention other(MultiHeadAttentionOptions(48, 6).num_kv_heads(3).head_dim(8));

@@ -339,8 +339,12 @@ torch::Tensor attend_with_paged_cache(const ModuleLayout& layout, const torch::T
   const PagedKVCacheOptions& c = cache.options();
   common::check_layer_index(layout.module, layer, c.num_layers());
   cache.check_writer(layer, owner, layout.module);  // claimed once the append succeeds
+  const int64_t rows = static_cast<int64_t>(sequences.size());
+  TORCH_CHECK(!x.defined() || x.dim() != 3 || x.size(0) == rows, layout.module,
+              ": x must have one row per sequence, [", rows, ", T, E] for the ", rows, " sequences given, got ",
+              x.sizes());
   CacheStep step;
-  step.batch = static_cast<int64_t>(sequences.size());
+  step.batch = rows;
   step.kv_heads = c.num_kv_heads(), step.head_dim = c.head_dim(), step.value_dim = c.value_dim().value_or(c.head_dim());
   step.layout = [o = &c, count = sequences.size()] {
     return "blocks of [H_kv, block_size, head_dim] = [" + std::to_string(o->num_kv_heads()) + ", " +
