@@ -500,6 +500,10 @@ TEST(Export, RejectsMalformedMasks) {
                         "attend_mask must be [Tq, Tk] or [B|1, H|1, Tq, Tk]");
   EXPECT_THROW_CONTAINING(call(AttentionMasks().additive_mask(torch::zeros({3, 4}, torch::kDouble))), "additive_mask");
   EXPECT_THROW_CONTAINING(exported.forward({q, torch::randn({2, 4, 5}), kv}), "last dimension 8");
+  EXPECT_THROW_CONTAINING(call(AttentionMasks().key_padding_mask(torch::zeros({2, 4}))),
+                          "key_padding_mask must be a bool tensor (true = padding), got float32");
+  EXPECT_THROW_CONTAINING(exported.forward({q, kv.to(torch::kFloat64), kv}),
+                          "the key is float64 but the module's parameters are float32");
 }
 
 // ---------------------------------------------------------------------------------------------------------

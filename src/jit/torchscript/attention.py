@@ -19,6 +19,12 @@ def _broadcasts_to(self, shape: List[int], target: List[int]) -> bool:
             return False
     return True
 
+def _dtype_name(self, dtype: int) -> str:
+    names = {3: "int32", 4: "int64", 5: "float16", 6: "float32", 7: "float64", 11: "bool", 15: "bfloat16"}
+    if dtype in names:
+        return names[dtype]
+    return "ScalarType " + str(dtype)
+
 def _check_input(self, name: str, x: Tensor, width: int, rank: int):
     assert x.dim() == rank, (
         "attn: " + name + " must have the query's rank " + str(rank)
@@ -148,6 +154,11 @@ def _project_and_attend(self, query: Tensor, key: Tensor, value: Tensor, key_pad
     self._check_input("the query", query, self.query_width, rank)
     self._check_input("the key", key, self.key_width, rank)
     self._check_input("the value", value, self.value_width, rank)
+    weight_dtype = self.q_proj.weight.dtype
+    for name, x in [("query", query), ("key", key), ("value", value)]:
+        assert x.dtype == weight_dtype, (
+            "attn: the " + name + " is " + self._dtype_name(x.dtype) + " but the module's parameters are "
+            + self._dtype_name(weight_dtype) + ": convert the inputs, or the module before exporting it")
     batched = rank == 3
     tq = query.size(-2)
     tk = key.size(-2)
@@ -164,9 +175,12 @@ def _project_and_attend(self, query: Tensor, key: Tensor, value: Tensor, key_pad
         expected = [tk]
         if batched:
             expected = [batch, tk]
-        assert key_padding_mask.dtype == 11 and key_padding_mask.shape == expected, (
-            "attn: key_padding_mask must be a bool tensor of shape " + str(expected)
-            + " (true = padding), got shape " + str(key_padding_mask.shape))
+        assert key_padding_mask.dtype == 11, (
+            "attn: key_padding_mask must be a bool tensor (true = padding), got "
+            + self._dtype_name(key_padding_mask.dtype))
+        assert key_padding_mask.shape == expected, (
+            "attn: key_padding_mask must be of shape " + str(expected) + " (true = padding), got shape "
+            + str(key_padding_mask.shape))
         padding = key_padding_mask.reshape([batch, 1, tk])
     attend = self._lift_pair_mask("attend_mask", attend_mask, True, query, batched, batch, tq, tk)
     additive = self._lift_pair_mask("additive_mask", additive_mask, False, query, batched, batch, tq, tk)
