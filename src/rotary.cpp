@@ -137,6 +137,8 @@ std::tuple<torch::Tensor, torch::Tensor> rotary_cos_sin(const RotaryFrequencies&
   TORCH_CHECK(frequencies.inv_freq.defined() && frequencies.inv_freq.dim() == 1, fn,
               ": inv_freq must be a 1-D tensor [rotary_dim / 2] (from attn::rotary_frequencies)");
   common::check_integer(fn, "positions", positions);
+  TORCH_CHECK(at::isFloatingType(dtype), fn, ": dtype must be a floating type (cos and sin are in it), got ",
+              c10::toString(dtype));
   return ops::rotary_angle_table(positions, frequencies.inv_freq, frequencies.attention_factor, dtype);
 }
 

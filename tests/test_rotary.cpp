@@ -359,6 +359,11 @@ TEST(RotaryErrors, NameTheArgumentAndTheShapes) {
   throws_with([&] { rope->forward(x8, torch::arange(5).to(torch::kFloat)); }, "positions must be an integer tensor");
   throws_with([&] { rope->forward(x8, torch::zeros({3, 5}, torch::kLong)); }, "positions must be [B, T] = [2, 5] for x");
   throws_with([&] { rope->forward(torch::randn({5, 8}), torch::arange(5)); }, "x must be [B, H, T, head_dim]");
+  throws_with([&] { rope->forward(torch::randn({2, 5, 3, 8}), torch::arange(5)); },
+              "positions must be [T] = [3] for x [2, 5, 3, 8] (heads first: T is x's dimension -2), got [5]");
+  const RotaryFrequencies frequencies = rotary_frequencies(RotaryEmbeddingOptions(8), 5);
+  throws_with([&] { rotary_cos_sin(frequencies, torch::arange(5), torch::kInt); },
+              "attn::rotary_cos_sin: dtype must be a floating type (cos and sin are in it), got Int");
 }
 
 }  // namespace

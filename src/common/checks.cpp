@@ -40,7 +40,7 @@ void check_rotary_positions(const char* fn, const at::Tensor& x, const at::Tenso
               x.dim() == 4 ? " or [B, T]" : "", " for x ", x.sym_sizes(), ", got ", positions.sym_sizes());
   if (positions.dim() == 1) {
     TORCH_CHECK(positions.sym_size(0) == T, fn, ": positions must be [T] = [", T, "] for x ", x.sym_sizes(),
-                ", got ", positions.sym_sizes());
+                " (heads first: T is x's dimension -2), got ", positions.sym_sizes());
   } else {
     TORCH_CHECK(positions.sym_size(0) == x.sym_size(0) && positions.sym_size(1) == T, fn,
                 ": positions must be [B, T] = [", x.sym_size(0), ", ", T, "] for x ", x.sym_sizes(), ", got ",
