@@ -52,17 +52,24 @@ KVCache::KVCache(const KVCacheOptions& options) : options_(options) {
               "only, got device ", options.device(), "; keep a cache on ", options.device(), " in the model's dtype");
   const auto tensor_options = torch::TensorOptions().dtype(options.dtype()).device(options.device());
   const int64_t B = options.batch(), H = options.num_kv_heads(), capacity = options.capacity();
-  for (int64_t l = 0; l < options.num_layers(); ++l) {
-    // Zeroed, not empty: the kernels never read past a row's length, but a caller reading the buffer may.
-    keys_.push_back(at::zeros({B, H, capacity, options.head_dim()}, tensor_options));
-    values_.push_back(at::zeros({B, H, capacity, value_dim}, tensor_options));
-    if (quantized()) {
-      key_scales_.push_back(at::zeros({B, H, capacity}, torch::kFloat32));
-      value_scales_.push_back(at::zeros({B, H, capacity}, torch::kFloat32));
-    } else {
-      key_scales_.emplace_back();
-      value_scales_.emplace_back();
+  try {
+    for (int64_t l = 0; l < options.num_layers(); ++l) {
+      // Zeroed, not empty: the kernels never read past a row's length, but a caller reading the buffer may.
+      keys_.push_back(at::zeros({B, H, capacity, options.head_dim()}, tensor_options));
+      values_.push_back(at::zeros({B, H, capacity, value_dim}, tensor_options));
+      if (quantized()) {
+        key_scales_.push_back(at::zeros({B, H, capacity}, torch::kFloat32));
+        value_scales_.push_back(at::zeros({B, H, capacity}, torch::kFloat32));
+      } else {
+        key_scales_.emplace_back();
+        value_scales_.emplace_back();
+      }
     }
+  } catch (const c10::Error& e) {  // the allocator's message names bytes only: say which options asked for them
+    TORCH_CHECK(false, kCache, ": cannot allocate the buffers of ", options.num_layers(), " layer(s) of [B, H_kv, ",
+                "capacity, head_dim] = [", B, ", ", H, ", ", capacity, ", ", options.head_dim(), "] (value_dim ",
+                value_dim, ", ", common::dtype_name(options.dtype()), ") on ", options.device(),
+                "; a smaller capacity or batch fits: ", e.what_without_backtrace());
   }
   for (int64_t l = 0; l < options.num_layers(); ++l) lengths_.push_back(at::zeros({options.batch()}, at::kLong));
   writers_ = std::make_shared<std::vector<const void*>>(options.num_layers(), nullptr);

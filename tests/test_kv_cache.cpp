@@ -191,6 +191,10 @@ TEST(KVCache, AppendWritesInPlaceAndOverflowWritesNothing) {
   EXPECT_ERROR_CONTAINS(cache.append(0, k.to(torch::kFloat64), v.to(torch::kFloat64)), "but the cache holds Float");
   EXPECT_ERROR_CONTAINS(cache.append(0, torch::randn({2, 2, 1, 4}), v), "key must be [B, H_kv, T, head_dim] = [2, 3, T, 4]");
   EXPECT_ERROR_CONTAINS(KVCache{KVCacheOptions(1, 1, 1, 4, 0)}, "capacity must be positive");
+  // More than any machine has (2^50 bytes): the allocator's refusal, with the options that asked for it.
+  EXPECT_ERROR_CONTAINS(KVCache{KVCacheOptions(1, 1, 1, 64, int64_t{1} << 42)},
+                        "attn::KVCache: cannot allocate the buffers of 1 layer(s) of [B, H_kv, capacity, head_dim] = "
+                        "[1, 1, 4398046511104, 64] (value_dim 64, Float) on cpu; a smaller capacity or batch fits");
 
   cache.truncate(1);
   EXPECT_EQ(values_of(cache.lengths(1)), (std::vector<int64_t>{1, 1}));
