@@ -124,6 +124,8 @@ TEST_P(Functional, EmptySequencesGiveEmptyOrZeroResults) {
             (std::vector<int64_t>{2, 0, 5}));
   EXPECT_EQ(attn::scaled_dot_product_attention(randn({0, 3, 4}), randn({0, 3, 4}), randn({0, 3, 5})).sizes(),
             (std::vector<int64_t>{0, 3, 5}));
+  EXPECT_EQ(attn::scaled_dot_product_attention(randn({2, 0, 3, 4}), randn({2, 0, 3, 4}), randn({2, 0, 3, 5})).sizes(),
+            (std::vector<int64_t>{2, 0, 3, 5}));  // no heads
   const torch::Tensor no_keys =
       attn::scaled_dot_product_attention(randn({2, 3, 4}), randn({2, 0, 4}), randn({2, 0, 5}));
   EXPECT_EQ(no_keys.sizes(), (std::vector<int64_t>{2, 3, 5}));

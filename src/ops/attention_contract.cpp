@@ -42,7 +42,8 @@ SymFlashSizes check_qkv(const char* fn, const at::Tensor& q, const at::Tensor& k
   constexpr int64_t kMaxWidth = std::numeric_limits<int32_t>::max();  // BLAS's 32-bit sizes
   TORCH_CHECK(s.dk <= kMaxWidth && vs[3] <= kMaxWidth, fn, ": d_k and d_v must be at most ", kMaxWidth,
               " for the fused kernel's BLAS tiles, got query ", qs, " and value ", vs, "; use attn::Backend::Math");
-  const bool heads_divide = s.kv_heads > 0 && s.heads % s.kv_heads == 0;
+  // No heads at all (an empty [0, T, d] input folds to [1, 0, T, d]) is an empty call, not a mismatch.
+  const bool heads_divide = (s.kv_heads > 0 && s.heads % s.kv_heads == 0) || (s.heads == 0 && s.kv_heads == 0);
   TORCH_CHECK(ks[0] == s.batch && heads_divide && ks[3] == s.dk, fn, ": key must be [B, H_kv, Tk, d_k] = [", s.batch,
               ", H_kv, Tk, ", s.dk, "] with H_kv dividing the query's ", s.heads, " heads, to match query ", qs,
               ", got key ", ks);
