@@ -499,7 +499,8 @@ TEST(Int8Cache, APromptIntoEmptyRowsAttendsOverItsOwnRowsAsComputed) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(4);
   const int64_t E = 64, H = 4, T = 12;
-  MultiHeadAttention mha(MultiHeadAttentionOptions(E, H).num_kv_heads(2).causal(true).rotary(RotaryEmbeddingOptions(16)));
+  MultiHeadAttention mha(
+      MultiHeadAttentionOptions(E, H).num_kv_heads(2).causal(true).rotary(RotaryEmbeddingOptions(16)));
   mha->to(torch::kFloat64);
   const torch::Tensor x = torch::randn({2, T, E}, torch::kFloat64);
   const std::vector<int64_t> lengths = {T, 5};

@@ -147,8 +147,8 @@ TEST(DecodeKernel, RefusesInconsistentArguments) {
                         "takes no masks");
   // Over a KVCache, whose tensors the caller did not pass, a query that does not fit it is named as the query.
   const KVCache cache(KVCacheOptions(1, 2, 2, 8, 10));
-  for (const torch::Tensor& query : {torch::randn({2, 4, 1, 16}), torch::randn({2, 3, 1, 8}), torch::randn({1, 4, 1, 8}),
-                                     torch::randn({2, 1, 4, 8})}) {
+  for (const torch::Tensor& query : {torch::randn({2, 4, 1, 16}), torch::randn({2, 3, 1, 8}),
+                                     torch::randn({1, 4, 1, 8}), torch::randn({2, 1, 4, 8})}) {
     EXPECT_ERROR_CONTAINS(attention_with_kv_cache(query, cache, 0, longs({0, 0})),
                           "attn::attention_with_kv_cache: query must be [B, H, Tq, d_k] = [2, H, Tq, 8] (the cache's "
                           "batch, the cache's head_dim) with H a multiple of the cache's 2 key/value heads, got");

@@ -132,7 +132,8 @@ torch::Tensor MultiHeadAttentionImpl::forward_with_cache(const torch::Tensor& x,
   check_self_attention("forward_with_cache");
   const SdpaOptions sdpa = modules::sdpa_options(options.attention(), is_training(), score_terms());
   torch::Tensor out = modules::attend_with_paged_cache(layout(), x, {*q_proj, *k_proj, *v_proj}, cache, layer,
-                                                       sequences, sdpa, rotary.is_empty() ? nullptr : rotary.get(), this);
+                                                       sequences, sdpa, rotary.is_empty() ? nullptr : rotary.get(),
+                                                       this);
   return out_proj ? backends::project_rows(out, out_proj->weight, out_proj->bias) : out;
 }
 
