@@ -156,6 +156,41 @@ TEST(MetaKernels, LinearRowsMatchesTheCpuKernelsLayoutAndRefusals) {
   }
 }
 
+// A meta tensor beside real ones sends the call to the Meta kernel, whose result is an uninitialised tensor of the
+// real inputs' device: every such mix is an error naming the argument, never that result.
+TEST(MetaKernels, AMetaArgumentBesideRealInputsIsRefused) {
+  torch::manual_seed(9);
+  const torch::Tensor q = torch::randn({1, 2, 5, 8}), k = torch::randn({1, 2, 7, 8});
+  ops::FlashArguments packed;
+  packed.cu_seqlens_q = meta(torch::tensor({0, 5}, torch::kLong));
+  packed.cu_seqlens_k = torch::tensor({0, 7}, torch::kLong);
+  EXPECT_ERROR_CONTAINS(ops::flash_attention(q, k, k, packed),
+                        "attn::flash_attention: cu_seqlens_q is on meta but query is on cpu");
+
+  const torch::Tensor qd = torch::randn({2, 4, 1, 8}), kc = torch::randn({2, 2, 12, 8});
+  const torch::Tensor starts = torch::tensor({11, 11}, torch::kLong), lengths = torch::tensor({12, 12}, torch::kLong);
+  EXPECT_ERROR_CONTAINS(ops::decode_attention(qd, kc, kc, meta(starts), lengths),
+                        "attn::decode_attention: query_starts is on meta but query is on cpu");
+  EXPECT_ERROR_CONTAINS(ops::decode_attention(qd, kc, kc, starts, meta(lengths)),
+                        "attn::decode_attention: key_lengths is on meta but query is on cpu");
+  const torch::Tensor blocks = torch::randn({6, 2, 4, 8}), table = torch::tensor({0, 1, 2, 3, 4, 5}).view({2, 3});
+  EXPECT_ERROR_CONTAINS(ops::decode_attention(qd, blocks, blocks, starts, lengths, true, c10::nullopt, -1, -1, 0.0,
+                                              c10::nullopt, c10::nullopt, {}, {}, meta(table)),
+                        "attn::decode_attention: block_table is on meta but query is on cpu");
+  const torch::Tensor tree = torch::ones({2, 2}, torch::kBool).tril();
+  EXPECT_ERROR_CONTAINS(ops::decode_attention(torch::randn({2, 4, 2, 8}), kc, kc, torch::tensor({10, 10}), lengths,
+                                              true, c10::nullopt, -1, -1, 0.0, c10::nullopt, c10::nullopt, {}, {}, {},
+                                              meta(tree)),
+                        "attn::decode_attention: tree_mask is on meta but query is on cpu");
+
+  const torch::Tensor x = torch::randn({2, 8}), w = torch::randn({4, 8}), b = torch::randn({4});
+  EXPECT_ERROR_CONTAINS(ops::linear_rows(x, meta(w)), "attn::linear_rows: weight is on meta but input is on cpu");
+  EXPECT_ERROR_CONTAINS(ops::linear_rows(x, w, meta(b)), "attn::linear_rows: bias is on meta but input is on cpu");
+  EXPECT_ERROR_CONTAINS(ops::linear_rows(meta(x), w), "attn::linear_rows: weight is on cpu but input is on meta");
+  EXPECT_ERROR_CONTAINS(ops::linear_rows_many(x, {w, meta(w)}),
+                        "attn::linear_rows_many: weights[1] is on meta but input is on cpu");
+}
+
 TEST(MetaKernels, RotaryPositionsMatchesTheCpuKernelsLayoutAndRefusals) {
   const torch::Tensor f = torch::rand({3}, torch::kDouble);
   for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {

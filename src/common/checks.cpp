@@ -27,6 +27,18 @@ void check_integer(const char* fn, const char* arg, const at::Tensor& t) {
               " must be an integer tensor, got ", t.defined() ? dtype_name(t) : "an undefined tensor");
 }
 
+void check_not_meta_beside_real(const char* fn, const char* arg, const at::Tensor& t, const char* ref_arg,
+                                const at::Tensor& ref) {
+  TORCH_CHECK(!t.device().is_meta() || ref.device().is_meta(), fn, ": ", arg, " is on meta but ", ref_arg, " is on ",
+              ref.device(), "; move them to the same device");
+}
+
+void check_host_index_device(const char* fn, const char* arg, const at::Tensor& t, const char* ref_arg,
+                             const at::Tensor& ref) {
+  TORCH_CHECK(t.device().is_cpu() || t.device().is_meta(), fn, ": ", arg, " must be on the CPU, got ", t.device());
+  check_not_meta_beside_real(fn, arg, t, ref_arg, ref);
+}
+
 void check_rotary_positions(const char* fn, const at::Tensor& x, const at::Tensor& positions) {
   TORCH_CHECK(x.defined() && (x.dim() == 3 || x.dim() == 4), fn,
               ": x must be [B, H, T, head_dim] or unbatched [H, T, head_dim], got ",

@@ -38,6 +38,15 @@ void check_floating(const char* fn, const char* arg, const at::Tensor& t);
 void check_same_device_dtype(const char* fn, const char* arg, const at::Tensor& t, const char* ref_arg,
                              const at::Tensor& ref);
 
+/// An index tensor the kernels read on the host (cu_seqlens, block_table, tree_mask): on the CPU, or on meta beside
+/// a meta `ref`. A meta one beside real inputs would send the call to the Meta kernel, which returns an empty
+/// (uninitialised) result instead of an error.
+void check_host_index_device(const char* fn, const char* arg, const at::Tensor& t, const char* ref_arg,
+                             const at::Tensor& ref);
+/// `t` is on meta only if `ref` is (positions and other index tensors that may sit on the inputs' device).
+void check_not_meta_beside_real(const char* fn, const char* arg, const at::Tensor& t, const char* ref_arg,
+                                const at::Tensor& ref);
+
 /// `t` is a defined integer tensor (not bool), e.g. positions.
 void check_integer(const char* fn, const char* arg, const at::Tensor& t);
 

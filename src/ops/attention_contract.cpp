@@ -127,12 +127,13 @@ bool given(const c10::optional<at::Tensor>& t) { return t && t->defined(); }
 
 /// A cu_seqlens argument: [N + 1] int64 on the CPU (or meta, where its values are not read), 0 first,
 /// non-decreasing, `total` last.
-void check_cu_seqlens(const char* fn, const char* arg, const at::Tensor& cu, const c10::SymInt& total) {
+void check_cu_seqlens(const char* fn, const char* arg, const at::Tensor& cu, const c10::SymInt& total,
+                      const at::Tensor& query) {
   TORCH_CHECK(cu.dim() == 1 && cu.sym_size(0) >= 1, fn, ": ", arg,
               " must be [N + 1] (N packed sequences), got shape ", cu.sym_sizes());
   TORCH_CHECK(cu.scalar_type() == at::kLong, fn, ": ", arg, " must be int64, got ", common::dtype_name(cu));
+  common::check_host_index_device(fn, arg, cu, "query", query);
   if (cu.device().is_meta()) return;
-  TORCH_CHECK(cu.device().is_cpu(), fn, ": ", arg, " must be on the CPU, got ", cu.device());
   const at::Tensor c = cu.contiguous();
   const int64_t* v = c.data_ptr<int64_t>();
   TORCH_CHECK(v[0] == 0, fn, ": ", arg, "[0] must be 0, got ", v[0]);
@@ -174,8 +175,8 @@ void check_variant_args(const char* fn, SymFlashSizes& s, const at::Tensor& quer
     TORCH_CHECK(!a.has_masks(), fn, ": packed sequences (cu_seqlens) take no masks");
     TORCH_CHECK(causal_offset == 0, fn, ": packed sequences align each sequence's diagonal bottom-right; "
                 "causal_offset must be 0, got ", causal_offset);
-    check_cu_seqlens(fn, "cu_seqlens_q", *cu_seqlens_q, s.tq);
-    check_cu_seqlens(fn, "cu_seqlens_k", *cu_seqlens_k, s.tk);
+    check_cu_seqlens(fn, "cu_seqlens_q", *cu_seqlens_q, s.tq, query);
+    check_cu_seqlens(fn, "cu_seqlens_k", *cu_seqlens_k, s.tk, query);
     TORCH_CHECK(cu_seqlens_q->sym_size(0) == cu_seqlens_k->sym_size(0), fn,
                 ": cu_seqlens_q and cu_seqlens_k must have the same length, got ", cu_seqlens_q->sym_sizes(), " and ",
                 cu_seqlens_k->sym_sizes());
@@ -273,10 +274,9 @@ SymCacheSizes check_cache_call_symbolic(const char* fn, const at::Tensor& query,
   if (paged) {
     TORCH_CHECK(table.dim() == 2 && table.sym_size(0) == s.batch, fn, ": block_table must be [B, max_blocks] = [",
                 s.batch, ", max_blocks], got ", table.sym_sizes());
-    TORCH_CHECK(at::isIntegralType(table.scalar_type(), /*includeBool=*/false) &&
-                    (table.device().is_cpu() || table.device().is_meta()),
-                fn, ": block_table must hold integers on the CPU, got ", common::dtype_name(table), " on ",
-                table.device());
+    TORCH_CHECK(at::isIntegralType(table.scalar_type(), /*includeBool=*/false), fn,
+                ": block_table must hold integers, got ", common::dtype_name(table));
+    common::check_host_index_device(fn, "block_table", table, "query", query);
     TORCH_CHECK(positions > 0, fn, ": a paged cache's blocks must hold at least one position, got key_cache ", ks);
     s.block_size = positions;
     s.capacity = table.sym_size(1) * positions;
@@ -310,6 +310,7 @@ SymCacheSizes check_cache_call_symbolic(const char* fn, const at::Tensor& query,
                 "], got ", t.defined() ? t.sym_sizes() : c10::SymIntArrayRef{});
     TORCH_CHECK(at::isIntegralType(t.scalar_type(), /*includeBool=*/false), fn, ": ", arg,
                 " must hold integers, got ", common::dtype_name(t));
+    common::check_not_meta_beside_real(fn, arg, t, "query", query);
   }
   return s;
 }
@@ -359,9 +360,9 @@ FlashArguments check_decode_variants(const char* fn, const SymCacheSizes& s, con
   if (scale) TORCH_CHECK(std::isfinite(*scale), fn, ": scale must be finite, got ", *scale);
   if (tree_mask.defined()) {
     const c10::SymInt& n = s.tq;
-    TORCH_CHECK(tree_mask.scalar_type() == at::kBool && (tree_mask.device().is_cpu() || tree_mask.device().is_meta()),
-                fn, ": tree_mask must be bool on the CPU, got ", common::dtype_name(tree_mask), " on ",
-                tree_mask.device());
+    TORCH_CHECK(tree_mask.scalar_type() == at::kBool, fn, ": tree_mask must be bool, got ",
+                common::dtype_name(tree_mask));
+    common::check_host_index_device(fn, "tree_mask", tree_mask, "query", query);
     TORCH_CHECK((tree_mask.dim() == 2 || (tree_mask.dim() == 3 && tree_mask.sym_size(0) == s.batch)) &&
                     tree_mask.sym_size(-1) == n && tree_mask.sym_size(-2) == n,
                 fn, ": tree_mask must be [Tq, Tq] or [B, Tq, Tq] = [", s.batch, ", ", n, ", ", n, "], got ",

@@ -17,6 +17,10 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 constexpr const char* kOp = "attn::flash_attention";
+// Where a gradient this op does not compute can be had: C++ users and Python users (torch.ops.attn) read the same
+// messages.
+constexpr const char* kDifferentiableElsewhere =
+    "attn::Backend::Math in C++, or torch.nn.functional.scaled_dot_product_attention from Python";
 
 /// A call's arguments kept for its backward pass: the masks, the slopes and the packed boundaries take no
 /// gradient, so they are held as they are (sinks, which do, are saved as a variable too).
@@ -48,7 +52,7 @@ class FlashAttentionFunction : public torch::autograd::Function<FlashAttentionFu
     // The backward op has no derivative of its own: refuse create_graph=True rather than return gradients
     // that silently lack their second-order part.
     TORCH_CHECK(!torch::GradMode::is_enabled(), kOp,
-                ": double backward (create_graph=True) is not supported; use attn::Backend::Math");
+                ": double backward (create_graph=True) is not supported; use ", kDifferentiableElsewhere);
     const variable_list saved = ctx->get_saved_variables();
     const torch::Tensor& grad_out = grads[0];
     variable_list result(kInputCount);
@@ -75,11 +79,11 @@ std::tuple<torch::Tensor, torch::Tensor> flash_attention_autograd(const torch::T
   TORCH_CHECK(!(arguments.additive_mask && arguments.additive_mask->defined() &&
                 arguments.additive_mask->requires_grad()),
               kOp,
-              ": additive_mask requires grad, but this op does not differentiate with respect to it; use "
-              "attn::Backend::Math for a learned bias");
+              ": additive_mask requires grad, but this op does not differentiate with respect to it; for a learned "
+              "bias use ", kDifferentiableElsewhere);
   TORCH_CHECK(!(arguments.has_alibi() && arguments.alibi_slopes->requires_grad()), kOp,
-              ": alibi_slopes requires grad, but this op does not differentiate with respect to them; use "
-              "attn::Backend::Math for learned slopes");
+              ": alibi_slopes requires grad, but this op does not differentiate with respect to them; for learned "
+              "slopes use ", kDifferentiableElsewhere, " with the bias they make");
   variable_list out = FlashAttentionFunction::apply(query, key, value, arguments.sinks, arguments);
   return {out[0], out[1]};
 }
@@ -95,8 +99,8 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor> flash_att
                           (grad_output.requires_grad() || query.requires_grad() || key.requires_grad() ||
                            value.requires_grad() || output.requires_grad() ||
                            (arguments.has_sinks() && arguments.sinks->requires_grad()));
-  TORCH_CHECK(!needs_grad, "attn::flash_attention_backward is not differentiable (double backward); use "
-                           "attn::Backend::Math");
+  TORCH_CHECK(!needs_grad, "attn::flash_attention_backward is not differentiable (double backward); use ",
+              kDifferentiableElsewhere);
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   return flash_attention_backward(grad_output, query, key, value, output, logsumexp, arguments);
 }
