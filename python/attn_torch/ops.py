@@ -73,7 +73,9 @@ def flash_attention(query: Tensor, key: Tensor, value: Tensor, *,
     with no allowed key gets a zero output row (not NaN) and zero gradients.
 
     Returns:
-        (output, logsumexp): output [B, H, Tq, d_v] in the inputs' dtype; logsumexp [B, H, Tq] of the scaled,
+        (output, logsumexp): output [B, H, Tq, d_v] in the inputs' dtype, a [B, Tq, H, d_v] buffer seen through
+        a transpose (output.transpose(1, 2).reshape(B, Tq, H * d_v) is free; call .contiguous() before a .view
+        of another shape); logsumexp [B, H, Tq] of the scaled,
         masked scores, the sink included, float32 (float64 for float64 inputs); -inf for a query with no key.
         Only output is differentiable: logsumexp carries no gradient (requires_grad False), as in PyTorch's
         own flash attention, so a loss that uses it gets none through it.
