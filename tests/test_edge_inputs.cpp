@@ -109,6 +109,58 @@ std::vector<EdgeCase> edge_cases() {
          pad.index_put_({0, 0, 5}, true);
          return std::make_pair(sdpa(q, k, v, b, SdpaOptions().masks(AttentionMasks().key_padding_mask(pad))), expected);
        }},
+      // The same NaN, and a NaN key that the causal mask blocks for every query, kept out of the gradients: dq,
+      // dk and dv equal the float64 gradients over the other keys, and the blocked keys get zero gradients.
+      {"nan_at_blocked_keys_gradients",
+       [](Backend b) {
+         const torch::Tensor q0 = r({1, 2, 4, 8}), k0 = r({1, 2, 7, 8}), v0 = r({1, 2, 7, 4}), grad = r({1, 2, 4, 4});
+         // Keys 0..4 are real, key 5 is padding, key 6 lies past every query's diagonal (top-left: j <= i).
+         const auto real = torch::indexing::Slice(0, 5);
+         const torch::Tensor q64 = q0.to(torch::kDouble).requires_grad_();
+         const torch::Tensor k64 = k0.index({"...", real, torch::indexing::Slice()}).to(torch::kDouble).requires_grad_();
+         const torch::Tensor v64 = v0.index({"...", real, torch::indexing::Slice()}).to(torch::kDouble).requires_grad_();
+         const torch::Tensor allowed = torch::ones({4, 5}, torch::kBool).tril();
+         const torch::Tensor s64 = torch::matmul(q64, k64.transpose(-2, -1)) / std::sqrt(8.0);
+         const torch::Tensor p64 = torch::softmax(s64.masked_fill(allowed.logical_not(), -INFINITY), -1);
+         torch::matmul(p64, v64).backward(grad.to(torch::kDouble));
+
+         torch::Tensor k = k0.clone(), v = v0.clone();
+         for (int64_t j : {5, 6}) k.index_put_({0, torch::indexing::Slice(), j, 2}, NAN);
+         v.index_put_({0, torch::indexing::Slice(), 5, 1}, NAN);
+         k.requires_grad_(), v.requires_grad_();
+         const torch::Tensor q = q0.clone().requires_grad_();
+         torch::Tensor pad = torch::zeros({1, 1, 7}, torch::kBool);
+         pad.index_put_({0, 0, 5}, true);
+         const SdpaOptions o = SdpaOptions()
+                                   .masks(AttentionMasks().key_padding_mask(pad))
+                                   .causal(true)
+                                   .causal_alignment(CausalAlignment::TopLeft);
+         sdpa(q, k, v, b, o).backward(grad);
+         const auto padded = [](const torch::Tensor& g) {  // the float64 key gradients, zero for keys 5 and 6
+           return torch::cat({g, torch::zeros({1, 2, 2, g.size(-1)}, g.options())}, 2);
+         };
+         const torch::Tensor actual = torch::cat({q.grad().flatten(), k.grad().flatten(), v.grad().flatten()});
+         const torch::Tensor expected =
+             torch::cat({q64.grad().flatten(), padded(k64.grad()).flatten(), padded(v64.grad()).flatten()});
+         return std::make_pair(actual, expected.to(torch::kFloat));
+       }},
+      // A learned additive mask and learned ALiBi slopes under NoGradGuard: constants there, as for inference.
+      {"learned_bias_and_slopes_under_no_grad",
+       [](Backend b) {
+         const torch::Tensor q = r({1, 2, 5, 8}), k = r({1, 2, 6, 8}), v = r({1, 2, 6, 4});
+         const torch::Tensor bias = r({5, 6}).requires_grad_(), slopes = torch::rand({2}).requires_grad_();
+         torch::NoGradGuard no_grad;
+         const torch::Tensor out =
+             sdpa(q, k, v, b, SdpaOptions().masks(AttentionMasks().additive_mask(bias)).alibi_slopes(slopes));
+         EXPECT_FALSE(out.requires_grad());
+         // float64: s = q·k / sqrt(8) + bias - slope_h · |i + (Tk - Tq) - j| (bottom-right), softmax, · v.
+         const torch::Tensor i = torch::arange(5, torch::kDouble).view({5, 1}) + 1, j = torch::arange(6, torch::kDouble);
+         const torch::Tensor distance = (i - j).abs();
+         const torch::Tensor s = torch::matmul(q.to(torch::kDouble), k.to(torch::kDouble).transpose(-2, -1)) /
+                                     std::sqrt(8.0) +
+                                 bias.to(torch::kDouble) - slopes.to(torch::kDouble).view({2, 1, 1}) * distance;
+         return std::make_pair(out, torch::matmul(torch::softmax(s, -1), v.to(torch::kDouble)).to(torch::kFloat));
+       }},
       // Requires-grad inputs under NoGradGuard: a plain result that records no graph.
       {"requires_grad_under_no_grad",
        [](Backend b) {

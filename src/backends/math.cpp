@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace attn::backends {
 namespace {
@@ -36,6 +37,30 @@ torch::Tensor weighted_values(const torch::Tensor& probs, const torch::Tensor& v
   return out.masked_fill(nan, std::numeric_limits<double>::quiet_NaN());
 }
 
+/// q · kᵀ where a blocked key reaches neither the scores nor the query's gradient. The scores of blocked pairs are
+/// overwritten later, but a product's backward multiplies their zero gradients by the key, so a NaN or Inf key
+/// would make dq NaN for every query that the key is blocked for. Queries that attend no non-finite key read the
+/// keys with those entries zeroed; the others (whose rows IEEE arithmetic owns) read them as they are.
+torch::Tensor key_scores(const torch::Tensor& scaled_query, const torch::Tensor& key, const torch::Tensor& blocked) {
+  const torch::Tensor key_t = key.transpose(-2, -1);
+  if (!blocked.defined()) return grouped_matmul(scaled_query, key_t);
+  const torch::Tensor finite = key.isfinite();
+  // As in weighted_values: skip the exact path on the CPU when every key is finite, never check on CUDA.
+  if (key.is_cpu() && finite.all().item<bool>()) return grouped_matmul(scaled_query, key_t);
+
+  const auto dtype = scaled_query.scalar_type();
+  std::vector<int64_t> pairs(scaled_query.sizes().begin(), scaled_query.sizes().end() - 1);  // [..., Tq, Tk]
+  pairs.push_back(key.size(-2));
+  const torch::Tensor reach = blocked.logical_not().to(dtype).expand(pairs);
+  // [.., Tq, 1]: whether the query may attend a key with a non-finite entry.
+  const torch::Tensor attends_bad =
+      (grouped_matmul(reach, finite.logical_not().to(dtype)) > 0).any(-1, /*keepdim=*/true);
+  const torch::Tensor clean = grouped_matmul(scaled_query, key.masked_fill(finite.logical_not(), 0).transpose(-2, -1));
+  // The masked_fill's backward zeroes the rows whose gradient the exact product would make NaN.
+  const torch::Tensor exact = grouped_matmul(scaled_query.masked_fill(attends_bad.logical_not(), 0), key_t);
+  return at::where(attends_bad, exact, clean);
+}
+
 }  // namespace
 
 std::tuple<torch::Tensor, torch::Tensor> math_attention(const torch::Tensor& query, const torch::Tensor& key,
@@ -51,9 +76,10 @@ std::tuple<torch::Tensor, torch::Tensor> math_attention(const torch::Tensor& que
     return {out.to(dtype), probs.defined() ? probs.to(dtype) : probs};
   }
   const double scale = options.scale() ? *options.scale() : 1.0 / std::sqrt(static_cast<double>(query.size(-1)));
-  // Scale q before the product, not the scores after it: in float16 an unscaled q·k can overflow to inf.
-  torch::Tensor scores = grouped_matmul(query * scale, key.transpose(-2, -1));
   const int64_t tq = query.size(-2), tk = key.size(-2);
+  const torch::Tensor blocked = blocked_pairs(options, tq, tk, query.device());
+  // Scale q before the product, not the scores after it: in float16 an unscaled q·k can overflow to inf.
+  torch::Tensor scores = key_scores(query * scale, key, blocked);
   // The score terms in masks.h's order: softcap, ALiBi, additive mask, then the blocked pairs.
   scores = softcapped(scores, options.softcap());
   if (options.alibi_slopes().defined()) {
@@ -62,7 +88,6 @@ std::tuple<torch::Tensor, torch::Tensor> math_attention(const torch::Tensor& que
   }
   if (options.masks().additive_mask().defined()) scores = scores + options.masks().additive_mask();
 
-  const torch::Tensor blocked = blocked_pairs(options, tq, tk, query.device());
   torch::Tensor no_keys;
   if (blocked.defined()) {
     // A row with no allowed key would be softmax(-inf, ..., -inf) = NaN, and its gradient NaN too. Give such
