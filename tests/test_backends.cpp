@@ -23,8 +23,31 @@ TEST(Backends, AutoPicksFusedOnTheCpuUnlessItCannot) {
     EXPECT_EQ(resolved_backend(q, SdpaOptions().masks(AttentionMasks().additive_mask(learned_bias))),
               Backend::Fused);
   }
+  const torch::Tensor learned_slopes = torch::rand({2}).requires_grad_();
+  EXPECT_EQ(resolved_backend(q, SdpaOptions().alibi_slopes(learned_slopes)), Backend::Math);
+  {
+    torch::NoGradGuard no_grad;
+    EXPECT_EQ(resolved_backend(q, SdpaOptions().alibi_slopes(learned_slopes)), Backend::Fused);
+  }
   EXPECT_EQ(resolved_backend(q, SdpaOptions().backend(Backend::Math)), Backend::Math);
   EXPECT_EQ(resolved_backend(q, SdpaOptions().backend(Backend::Torch)), Backend::Torch);
+}
+
+// Learned ALiBi slopes under Auto: Math differentiates them, and their gradient is the float64 one.
+TEST(Backends, AutoGivesLearnedSlopesTheirGradient) {
+  torch::manual_seed(4);
+  const torch::Tensor q = torch::randn({1, 2, 5, 8}), k = torch::randn({1, 2, 6, 8}), v = torch::randn({1, 2, 6, 4});
+  const torch::Tensor slopes = torch::rand({2}).requires_grad_(), grad = torch::randn({1, 2, 5, 4});
+  scaled_dot_product_attention(q, k, v, SdpaOptions().alibi_slopes(slopes)).backward(grad);
+
+  // float64: s = q·k / sqrt(8) - slope_h · |i + (Tk - Tq) - j| (bottom-right), softmax, · v.
+  const torch::Tensor slopes64 = slopes.detach().to(torch::kDouble).requires_grad_();
+  const torch::Tensor i = torch::arange(5, torch::kDouble).view({5, 1}) + 1, j = torch::arange(6, torch::kDouble);
+  const torch::Tensor s = torch::matmul(q.to(torch::kDouble), k.to(torch::kDouble).transpose(-2, -1)) / std::sqrt(8.0) -
+                          slopes64.view({2, 1, 1}) * (i - j).abs();
+  torch::matmul(torch::softmax(s, -1), v.to(torch::kDouble)).backward(grad.to(torch::kDouble));
+  ASSERT_TRUE(slopes.grad().defined());
+  EXPECT_CLOSE(slopes.grad(), slopes64.grad().to(torch::kFloat), tolerance(torch::kFloat32));
 }
 
 TEST(Backends, ExplicitFusedRefusesWhatItCannotDo) {
@@ -38,6 +61,9 @@ TEST(Backends, ExplicitFusedRefusesWhatItCannotDo) {
   EXPECT_ERROR_CONTAINS(
       scaled_dot_product_attention(q, q, q, SdpaOptions(fused).masks(AttentionMasks().additive_mask(bias))),
       "does not differentiate with respect to additive_mask");
+  const torch::Tensor slopes = torch::rand({2}).requires_grad_();
+  EXPECT_ERROR_CONTAINS(scaled_dot_product_attention(q, q, q, SdpaOptions(fused).alibi_slopes(slopes)),
+                        "Backend::Fused does not differentiate with respect to alibi_slopes, which requires grad");
   const torch::Tensor meta = torch::empty({1, 2, 4, 8}, torch::TensorOptions().device(torch::kMeta));
   EXPECT_ERROR_CONTAINS(scaled_dot_product_attention(meta, meta, meta, fused),
                         "Backend::Fused has no kernel for these inputs on meta: no attn kernel runs on meta");

@@ -16,9 +16,15 @@
 namespace attn::backends {
 namespace {
 
-bool additive_needs_grad(const SdpaOptions& options) {
+/// The option that needs a gradient which attn's op does not compute (it takes the additive mask and the ALiBi
+/// slopes as constants), or nullptr.
+const char* constant_needing_grad(const SdpaOptions& options) {
+  if (!at::GradMode::is_enabled()) return nullptr;
   const torch::Tensor& add = options.masks().additive_mask();
-  return add.defined() && add.requires_grad() && at::GradMode::is_enabled();
+  if (add.defined() && add.requires_grad()) return "additive_mask";
+  const torch::Tensor& slopes = options.alibi_slopes();
+  if (slopes.defined() && slopes.requires_grad()) return "alibi_slopes";
+  return nullptr;
 }
 
 /// Whether the call records a graph for gradients of q, k, v or the sinks.
@@ -71,9 +77,9 @@ Backend resolve(const char* fn, const torch::Tensor& query, const torch::Tensor&
     case Backend::Fused: {
       TORCH_CHECK(options.dropout() == 0.0, fn, ": Backend::Fused does not apply dropout (got dropout = ",
                   options.dropout(), "); use Backend::Math, or put the module in eval mode");
-      TORCH_CHECK(!additive_needs_grad(options), fn,
-                  ": Backend::Fused does not differentiate with respect to additive_mask, which requires grad; "
-                  "use Backend::Math");
+      const char* learned = constant_needing_grad(options);
+      TORCH_CHECK(!learned, fn, ": Backend::Fused does not differentiate with respect to ", learned,
+                  ", which requires grad; use Backend::Math (or Backend::Auto, which takes it)");
       if (query.is_cpu()) {
         TORCH_CHECK(common::is_fused_kernel_dtype(query.scalar_type()), fn,
                     ": Backend::Fused supports float32, float64, bfloat16 and float16 on the CPU, got ",
@@ -98,7 +104,8 @@ Backend resolve(const char* fn, const torch::Tensor& query, const torch::Tensor&
   }
   if (need_weights) return Backend::Math;
   if (query.is_cpu()) {
-    const bool fused_ok = common::is_fused_kernel_dtype(query.scalar_type()) && options.dropout() == 0.0 && !additive_needs_grad(options);
+    const bool fused_ok = common::is_fused_kernel_dtype(query.scalar_type()) && options.dropout() == 0.0 &&
+                          !constant_needing_grad(options);
     return fused_ok ? Backend::Fused : Backend::Math;
   }
   // On a GPU: the variants (and packed sequences) go to attn's op where it has a kernel for them, blockwise, in
@@ -106,7 +113,7 @@ Backend resolve(const char* fn, const torch::Tensor& query, const torch::Tensor&
   // kernels itself.
   if (has_variants(options) || packed) {
     const ops::FlashKernelSupport support = op_support(query, key, value, options, packed);
-    const bool op_ok = support.forward && options.dropout() == 0.0 &&
+    const bool op_ok = support.forward && options.dropout() == 0.0 && !constant_needing_grad(options) &&
                        (support.backward || !needs_grad(query, key, value, options));
     if (op_ok) return Backend::Fused;
   }

@@ -75,13 +75,14 @@ std::tuple<torch::Tensor, torch::Tensor> flash_attention_autograd(const torch::T
                                                                   const torch::Tensor& value,
                                                                   const FlashArguments& arguments) {
   // The kernel treats the additive mask and the slopes as constants; silently dropping their gradients would
-  // be wrong.
-  TORCH_CHECK(!(arguments.additive_mask && arguments.additive_mask->defined() &&
+  // be wrong. Without grad mode nothing records gradients, so they are constants indeed.
+  const bool grad_mode = torch::GradMode::is_enabled();
+  TORCH_CHECK(!(grad_mode && arguments.additive_mask && arguments.additive_mask->defined() &&
                 arguments.additive_mask->requires_grad()),
               kOp,
               ": additive_mask requires grad, but this op does not differentiate with respect to it; for a learned "
               "bias use ", kDifferentiableElsewhere);
-  TORCH_CHECK(!(arguments.has_alibi() && arguments.alibi_slopes->requires_grad()), kOp,
+  TORCH_CHECK(!(grad_mode && arguments.has_alibi() && arguments.alibi_slopes->requires_grad()), kOp,
               ": alibi_slopes requires grad, but this op does not differentiate with respect to them; for learned "
               "slopes use ", kDifferentiableElsewhere, " with the bias they make");
   variable_list out = FlashAttentionFunction::apply(query, key, value, arguments.sinks, arguments);
