@@ -21,4 +21,13 @@ std::runtime_error json_file_error(const std::string& what, const std::string& p
   return std::runtime_error(what + " '" + path + "': " + message);
 }
 
+int64_t positive_integer(const nlohmann::json& j, const char* key, const std::string& what, const std::string& path) {
+  if (!j.contains(key)) throw json_file_error(what, path, std::string("no '") + key + "' field");
+  const nlohmann::json& value = j.at(key);
+  if (!value.is_number_integer() || value.get<int64_t>() <= 0) {
+    throw json_file_error(what, path, std::string(key) + " must be a positive integer, got " + value.dump());
+  }
+  return value.get<int64_t>();
+}
+
 }  // namespace attn_apps

@@ -14,4 +14,7 @@ nlohmann::json read_json_file(const std::string& path, const std::string& what);
 /// The error about the contents of such a file, in the same wording: "WHAT 'PATH': MESSAGE".
 std::runtime_error json_file_error(const std::string& what, const std::string& path, const std::string& message);
 
+/// j[key] as a positive integer (a size or a count), or that error naming the key.
+int64_t positive_integer(const nlohmann::json& j, const char* key, const std::string& what, const std::string& path);
+
 }  // namespace attn_apps

@@ -84,7 +84,7 @@ std::string usage() {
 Options parse_args(int argc, char** argv) {
   Options o;
   attn_apps::CommandLine command_line;
-  command_line.add_file_option("--model", o.model);
+  command_line.add_folder_option("--model", o.model);
   command_line.add_option("--sentence", [&](const std::string& value) { o.sentences.push_back(value); });
   command_line.add_file_option("--input", o.input);
   command_line.add_output_file_option("--output", o.output);
@@ -186,8 +186,10 @@ int run(int argc, char** argv) {
                                  config.max_position_embeddings));
   }
   const auto tokenizer = attn::text::WordPiece::from_file(folder.file("tokenizer.json"));
+  const attn::models::NamedWeights weights(folder.file("model.safetensors"));
+  config.check_weights(weights);
   attn::models::Bert model(config);
-  model->load(folder.file("model.safetensors"));
+  model->load(weights);
   model->eval();
   const std::vector<std::string> sentences = o.input.empty() ? o.sentences : read_lines(o.input);
   const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -6,14 +6,11 @@
 #include <stdexcept>
 
 namespace attn::models {
-BertConfig BertConfig::from_file(const std::string& path) {
+// A function try block: nlohmann's own errors (a field of another type) name the file too.
+BertConfig BertConfig::from_file(const std::string& path) try {
   const nlohmann::json j = attn_apps::read_json_file(path, "model config");
   const auto invalid = [&path](const std::string& what) {
     return attn_apps::json_file_error("model config", path, what);
-  };
-  const auto need = [&](const char* key) -> const nlohmann::json& {
-    if (!j.contains(key)) throw invalid(std::string("no '") + key + "' field");
-    return j.at(key);
   };
   if (j.value("model_type", "") != "bert") {
     throw invalid("model_type is '" + j.value("model_type", "") + "'; this runs 'bert' models");
@@ -25,20 +22,39 @@ BertConfig BertConfig::from_file(const std::string& path) {
     throw invalid("position_embedding_type '" + j.value("position_embedding_type", "") +
                                  "' is not supported (only absolute)");
   }
+  const auto positive = [&](const char* key) { return attn_apps::positive_integer(j, key, "model config", path); };
   BertConfig c;
-  c.hidden_size = need("hidden_size").get<int64_t>();
-  c.num_layers = need("num_hidden_layers").get<int64_t>();
-  c.num_heads = need("num_attention_heads").get<int64_t>();
-  c.intermediate_size = need("intermediate_size").get<int64_t>();
-  c.vocab_size = need("vocab_size").get<int64_t>();
-  c.max_position_embeddings = need("max_position_embeddings").get<int64_t>();
-  c.type_vocab_size = j.value("type_vocab_size", int64_t{2});
+  c.hidden_size = positive("hidden_size");
+  c.num_layers = positive("num_hidden_layers");
+  c.num_heads = positive("num_attention_heads");
+  c.intermediate_size = positive("intermediate_size");
+  c.vocab_size = positive("vocab_size");
+  c.max_position_embeddings = positive("max_position_embeddings");
+  c.type_vocab_size = j.contains("type_vocab_size") ? positive("type_vocab_size") : 2;
   c.layer_norm_eps = j.value("layer_norm_eps", 1e-12);
   if (c.num_heads <= 0 || c.hidden_size % c.num_heads != 0) {
     throw invalid("hidden_size " + std::to_string(c.hidden_size) + " is not divisible by num_attention_heads " +
                                  std::to_string(c.num_heads));
   }
   return c;
+} catch (const nlohmann::json::exception& e) {
+  throw attn_apps::json_file_error("model config", path, e.what());
+}
+
+namespace {
+
+/// sentence-transformers folders store BertModel's names bare; BertFor* checkpoints put "bert." in front.
+std::string name_prefix(const NamedWeights& weights) {
+  return weights.contains("embeddings.word_embeddings.weight") ? "" : "bert.";
+}
+
+}  // namespace
+
+void BertConfig::check_weights(const NamedWeights& weights) const {
+  const std::string prefix = name_prefix(weights);
+  weights.check_count(prefix + "encoder.layer.", num_layers, "num_hidden_layers");
+  weights.check_shape(prefix + "embeddings.word_embeddings.weight", {vocab_size, hidden_size},
+                      "vocab_size and hidden_size");
 }
 
 BertLayerImpl::BertLayerImpl(const BertConfig& c) {
@@ -80,10 +96,10 @@ torch::Tensor BertImpl::forward(const torch::Tensor& ids, const torch::Tensor& a
   return x;
 }
 
-void BertImpl::load(const std::string& path) {
-  const NamedWeights weights(path);
-  // sentence-transformers folders store BertModel's names bare; BertFor* checkpoints put "bert." in front.
-  const std::string prefix = weights.contains("embeddings.word_embeddings.weight") ? "" : "bert.";
+void BertImpl::load(const std::string& path) { load(NamedWeights(path)); }
+
+void BertImpl::load(const NamedWeights& weights) {
+  const std::string prefix = name_prefix(weights);
   const auto take = [&](const std::string& name, torch::Tensor& into) { weights.copy(prefix + name, into); };
   const auto take_linear = [&](const std::string& name, torch::nn::Linear& linear) {
     take(name + ".weight", linear->weight);

@@ -3,6 +3,8 @@
 // masks and stock LibTorch layers (post-norm LayerNorm, GELU), read from a Hugging Face folder: config.json
 // and model.safetensors in transformers' names. For inference; sentence embeddings by mean pooling.
 
+#include "named_weights.h"
+
 #include <attn/attn.h>
 
 #include <torch/torch.h>
@@ -19,6 +21,9 @@ struct BertConfig {
 
   /// Reads config.json; throws std::runtime_error naming the file and the field that is missing or unsupported.
   static BertConfig from_file(const std::string& path);
+  /// Throws std::runtime_error unless `weights` hold this config's layers and word embedding (before the model
+  /// allocates them).
+  void check_weights(const NamedWeights& weights) const;
 };
 
 /// One encoder layer: x = norm(x + attention(x)), then norm(x + W2 · gelu(W1 · x)).
@@ -41,6 +46,7 @@ class BertImpl : public torch::nn::Module {
   /// Loads model.safetensors (transformers' names, with or without a "bert." prefix); throws naming what is
   /// missing or mis-shaped.
   void load(const std::string& safetensors_path);
+  void load(const NamedWeights& weights);
 
   BertConfig config;
   torch::nn::Embedding word_embeddings{nullptr}, position_embeddings{nullptr}, token_type_embeddings{nullptr};

@@ -27,7 +27,8 @@ std::string dtype_name(torch::Dtype dtype) {
 
 }  // namespace
 
-LlamaConfig LlamaConfig::from_file(const std::string& path) {
+// A function try block: nlohmann's own errors (a field of another type) name the file too.
+LlamaConfig LlamaConfig::from_file(const std::string& path) try {
   const nlohmann::json j = attn_apps::read_json_file(path, "model config");
   const auto invalid = [&path](const std::string& what) {
     return attn_apps::json_file_error("model config", path, what);
@@ -39,14 +40,15 @@ LlamaConfig LlamaConfig::from_file(const std::string& path) {
   if (j.value("model_type", "") != "llama") {
     throw invalid("model_type is '" + j.value("model_type", "") + "'; this runs 'llama' models");
   }
+  const auto positive = [&](const char* key) { return attn_apps::positive_integer(j, key, "model config", path); };
   LlamaConfig c;
-  c.hidden_size = need("hidden_size").get<int64_t>();
-  c.intermediate_size = need("intermediate_size").get<int64_t>();
-  c.num_layers = need("num_hidden_layers").get<int64_t>();
-  c.num_heads = need("num_attention_heads").get<int64_t>();
-  c.num_kv_heads = j.value("num_key_value_heads", c.num_heads);
-  c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? j["head_dim"].get<int64_t>() : c.hidden_size / c.num_heads;
-  c.vocab_size = need("vocab_size").get<int64_t>();
+  c.hidden_size = positive("hidden_size");
+  c.intermediate_size = positive("intermediate_size");
+  c.num_layers = positive("num_hidden_layers");
+  c.num_heads = positive("num_attention_heads");
+  c.num_kv_heads = j.contains("num_key_value_heads") ? positive("num_key_value_heads") : c.num_heads;
+  c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? positive("head_dim") : c.hidden_size / c.num_heads;
+  c.vocab_size = positive("vocab_size");
   c.max_position_embeddings = j.value("max_position_embeddings", int64_t{0});
   c.rms_norm_eps = need("rms_norm_eps").get<double>();
   c.tie_word_embeddings = j.value("tie_word_embeddings", false);
@@ -59,6 +61,13 @@ LlamaConfig LlamaConfig::from_file(const std::string& path) {
   c.rope_theta = !rope.is_null() && rope.contains("rope_theta") ? rope["rope_theta"].get<double>() : j.value("rope_theta", 10000.0);
   if (j.value("attention_bias", false) || j.value("mlp_bias", false)) throw invalid("biases are not supported");
   return c;
+} catch (const nlohmann::json::exception& e) {
+  throw attn_apps::json_file_error("model config", path, e.what());
+}
+
+void LlamaConfig::check_weights(const NamedWeights& weights) const {
+  weights.check_count("model.layers.", num_layers, "num_hidden_layers");
+  weights.check_shape("model.embed_tokens.weight", {vocab_size, hidden_size}, "vocab_size and hidden_size");
 }
 
 RmsNormImpl::RmsNormImpl(int64_t dim, double eps) : eps(eps) { weight = register_parameter("weight", torch::ones({dim})); }
@@ -266,8 +275,9 @@ KVCache LlamaImpl::make_cache(int64_t batch, int64_t capacity, std::optional<tor
                      .device(w.device()));
 }
 
-void LlamaImpl::load(const std::string& path) {
-  const NamedWeights weights(path);
+void LlamaImpl::load(const std::string& path) { load(NamedWeights(path)); }
+
+void LlamaImpl::load(const NamedWeights& weights) {
   const auto take = [&](const std::string& name, torch::Tensor& into) { weights.copy(name, into); };
   take("model.embed_tokens.weight", embed_tokens->weight);
   take("model.norm.weight", norm->weight);

@@ -4,6 +4,8 @@
 // weight tables, read from the folder scripts/convert-gguf.py writes: config.json and model.safetensors in
 // transformers' names. For inference.
 
+#include "named_weights.h"
+
 #include <attn/attn.h>
 
 #include <torch/torch.h>
@@ -24,6 +26,9 @@ struct LlamaConfig {
 
   /// Reads config.json; throws std::runtime_error naming the file and the field that is missing or unsupported.
   static LlamaConfig from_file(const std::string& path);
+  /// Throws std::runtime_error unless `weights` hold this config's layers and token embedding: checked before the
+  /// model allocates them, so a config that disagrees with its weights is an error, not gigabytes of zeros.
+  void check_weights(const NamedWeights& weights) const;
 };
 
 /// x · rsqrt(mean(x²) + eps) · weight, in float32 whatever x's dtype (as transformers' LlamaRMSNorm). On the CPU
@@ -85,6 +90,7 @@ class LlamaImpl : public torch::nn::Module {
   KVCache make_cache(int64_t batch, int64_t capacity, std::optional<torch::Dtype> cache_dtype = std::nullopt) const;
   /// Loads model.safetensors (transformers' names); throws listing what is missing or mis-shaped.
   void load(const std::string& safetensors_path);
+  void load(const NamedWeights& weights);
 
   LlamaConfig config;
   Weight embed_tokens{nullptr};  // [vocab, hidden]

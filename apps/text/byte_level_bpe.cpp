@@ -71,7 +71,8 @@ ByteLevelBpe::~ByteLevelBpe() = default;
 ByteLevelBpe::ByteLevelBpe(ByteLevelBpe&&) noexcept = default;
 ByteLevelBpe& ByteLevelBpe::operator=(ByteLevelBpe&&) noexcept = default;
 
-ByteLevelBpe ByteLevelBpe::from_file(const std::string& path) {
+// A function try block: nlohmann's own errors (a missing field, one of another type) name the file too.
+ByteLevelBpe ByteLevelBpe::from_file(const std::string& path) try {
   const nlohmann::json j = attn_apps::read_json_file(path, "tokenizer");
   const auto invalid = [&path](const std::string& what) {
     return attn_apps::json_file_error("tokenizer", path, what);
@@ -155,6 +156,8 @@ ByteLevelBpe ByteLevelBpe::from_file(const std::string& path) {
                              &error, &offset, nullptr);
   if (!s->pattern) throw std::logic_error("the GPT-2 pattern does not compile with this PCRE2");
   return ByteLevelBpe(std::move(s));
+} catch (const nlohmann::json::exception& e) {
+  throw attn_apps::json_file_error("tokenizer", path, e.what());
 }
 
 std::vector<int64_t> ByteLevelBpe::encode_piece(std::string_view piece) const {

@@ -216,7 +216,8 @@ WordPiece::~WordPiece() = default;
 WordPiece::WordPiece(WordPiece&&) noexcept = default;
 WordPiece& WordPiece::operator=(WordPiece&&) noexcept = default;
 
-WordPiece WordPiece::from_file(const std::string& path) {
+// A function try block: nlohmann's own errors (a missing field, one of another type) name the file too.
+WordPiece WordPiece::from_file(const std::string& path) try {
   const nlohmann::json j = attn_apps::read_json_file(path, "tokenizer");
   const auto invalid = [&path](const std::string& what) {
     return attn_apps::json_file_error("tokenizer", path, what);
@@ -319,6 +320,8 @@ WordPiece WordPiece::from_file(const std::string& path) {
     throw invalid("a token is not valid UTF-8");
   }
   return WordPiece(std::move(s));
+} catch (const nlohmann::json::exception& e) {
+  throw attn_apps::json_file_error("tokenizer", path, e.what());
 }
 
 namespace {
