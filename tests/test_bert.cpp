@@ -113,6 +113,24 @@ TEST(Bert, ConfigErrorsNameTheFileAndField) {
   expect_error(R"({"model_type": "llama"})", "this runs 'bert' models");
   expect_error(R"({"model_type": "bert", "hidden_act": "relu"})", "hidden_act 'relu'");
   expect_error(R"({"model_type": "bert", "hidden_size": 8})", "no 'num_hidden_layers' field");
+  expect_error(R"({"model_type": "bert", "hidden_size": 8, "num_hidden_layers": 0})",
+               "num_hidden_layers must be a positive integer, got 0");
+}
+
+TEST(Bert, ConfigThatDisagreesWithItsWeightsIsRefused) {
+  const NamedWeights weights(kModel + "/model.safetensors");
+  BertConfig config = BertConfig::from_file(kModel + "/config.json");
+  EXPECT_NO_THROW(config.check_weights(weights));
+  config.num_layers = 100000;
+  try {
+    config.check_weights(weights);
+    ADD_FAILURE() << "no error for 100000 layers";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("hold 6 blocks encoder.layer.0..5, but the model config's "
+                                         "num_hidden_layers is 100000"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -367,6 +367,37 @@ TEST(Llama, ConfigErrorsNameTheFileAndField) {
   expect_error(R"({"model_type": "bert"})", "this runs 'llama' models");
   expect_error(R"({"model_type": "llama", "hidden_size": 8})", "no 'intermediate_size' field");
   expect_error("{not json", "");
+  expect_error(R"({"model_type": "llama", "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1,
+                  "num_attention_heads": 2, "vocab_size": -5, "rms_norm_eps": 1e-5})",
+               "vocab_size must be a positive integer, got -5");
+  expect_error(R"({"model_type": "llama", "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1,
+                  "num_attention_heads": 2, "vocab_size": 5, "rms_norm_eps": "small"})",
+               "type must be number, but is string");
+}
+
+// A config that disagrees with its weights is refused before the model allocates its layers (100,000 layers of
+// SmolLM2 would be 300 GB of zeros).
+TEST(Llama, ConfigThatDisagreesWithItsWeightsIsRefused) {
+  const NamedWeights weights(kModel + "/model.safetensors");
+  LlamaConfig config = LlamaConfig::from_file(kModel + "/config.json");
+  EXPECT_NO_THROW(config.check_weights(weights));
+  const auto expect_error = [&](const LlamaConfig& c, const std::string& words) {
+    try {
+      c.check_weights(weights);
+      ADD_FAILURE() << "no error for " << words;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  LlamaConfig layers = config;
+  layers.num_layers = 100000;
+  expect_error(layers, "hold 30 blocks model.layers.0..29, but the model config's num_hidden_layers is 100000");
+  layers.num_layers = 29;
+  expect_error(layers, "num_hidden_layers is 29");
+  LlamaConfig vocab = config;
+  vocab.vocab_size += 1;
+  expect_error(vocab, "'model.embed_tokens.weight' is [49152, 576], but the model config's vocab_size and "
+                      "hidden_size make it [49153, 576]");
 }
 
 TEST(Sampler, GreedyIsTheArgmaxAndTopKOneIsToo) {

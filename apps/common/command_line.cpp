@@ -40,7 +40,24 @@ void CommandLine::add_option(const std::string& name, std::function<void(const s
 void CommandLine::add_file_option(const std::string& name, std::string& file) {
   add_option(name, [name, &file](const std::string& value) {
     if (value.empty()) throw UsageError(fmt::format("{} needs a file name", name));
+    if (value != "-") {
+      std::error_code error;
+      const std::filesystem::file_status status = std::filesystem::status(value, error);
+      if (status.type() == std::filesystem::file_type::not_found) {
+        throw UsageError(fmt::format("{} {}: no such file", name, value));
+      }
+      if (status.type() == std::filesystem::file_type::directory) {
+        throw UsageError(fmt::format("{} {}: that is a folder; name a file", name, value));
+      }
+    }
     file = value;
+  });
+}
+
+void CommandLine::add_folder_option(const std::string& name, std::string& folder) {
+  add_option(name, [name, &folder](const std::string& value) {
+    if (value.empty()) throw UsageError(fmt::format("{} needs a folder", name));
+    folder = value;
   });
 }
 

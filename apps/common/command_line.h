@@ -29,8 +29,12 @@ class CommandLine {
   /// "--name VALUE" or "--name=VALUE". A missing VALUE, or one that starts with "--" (the value forgotten and
   /// the next option taken for it), is a UsageError.
   void add_option(const std::string& name, std::function<void(const std::string& value)> on_value);
-  /// "--name FILE" read by the app; an empty FILE is a UsageError.
+  /// "--name FILE" read by the app; an empty FILE, one that does not exist and a folder are UsageErrors, found
+  /// before any work ("-", stdin where the app reads it, is left to the app).
   void add_file_option(const std::string& name, std::string& file);
+  /// "--name DIR", a folder the app reads files from (checked by the app, which knows what belongs there); an
+  /// empty DIR is a UsageError.
+  void add_folder_option(const std::string& name, std::string& folder);
   /// "--name FILE" that the app writes at the end of its run: an empty FILE, or a folder that does not exist or
   /// cannot be written, is a UsageError at once, before any work.
   void add_output_file_option(const std::string& name, std::string& file);

