@@ -13,16 +13,21 @@
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/torch.h>
 
+#include <ftw.h>
+#include <signal.h>
 #include <spawn.h>
+#include <stdio.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
-#include <ftw.h>
-#include <stdio.h>
-#include <unistd.h>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <thread>
 #include <vector>
@@ -156,6 +161,9 @@ double median(std::vector<double> v) {
 
 /// One rank (rank >= 0) or the single process (rank -1): writes its results and measurements under dir.
 int worker(const Config& c, int rank, const std::string& dir) {
+  // A worker ends with the program that started it (killed, or stopped by Ctrl-C), not minutes later.
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (::getppid() == 1) return 1;  // it ended before the line above
   torch::set_num_threads(c.threads);
   torch::zeros({1}).add_(1);  // LibTorch loaded and initialised: what the process holds before any input
   const double fixed_mib = rss_mib();
@@ -239,23 +247,87 @@ int worker(const Config& c, int rank, const std::string& dir) {
   return report.good() ? 0 : 1;
 }
 
-std::vector<pid_t> spawn(const std::string& self, const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  TORCH_CHECK(posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), environ) == 0,
-              "could not start ", self);
-  return {pid};
+/// The workers running now, for the signal handler (a fixed array: the handler may not allocate).
+constexpr int kMaxWorkers = 65;
+volatile sig_atomic_t running_count = 0;
+pid_t running[kMaxWorkers];
+volatile sig_atomic_t stop_signal = 0;
+
+/// SIGINT or SIGTERM: pass it on to the workers; the program then waits for them, removes its temporary folder
+/// and ends with the signal.
+extern "C" void on_stop_signal(int signal) {
+  stop_signal = signal;
+  for (sig_atomic_t i = 0; i < running_count; ++i) ::kill(running[i], SIGTERM);
 }
 
-void wait_all(const std::vector<pid_t>& pids, const char* what) {
+void handle_stop_signals() {
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = 0;  // no SA_RESTART: waitpid returns with EINTR, and the program checks stop_signal
+  ::sigaction(SIGINT, &action, nullptr);
+  ::sigaction(SIGTERM, &action, nullptr);
+}
+
+/// The folder the ranks share their files in, removed however the program ends (a failed rank, a signal).
+struct TemporaryFolder {
+  std::string path;
+  TemporaryFolder() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/attn-ring-XXXXXX";
+    TORCH_CHECK(::mkdtemp(pattern.data()) != nullptr, "could not make a temporary folder ", pattern, ": ",
+                std::strerror(errno));
+    path = pattern;
+  }
+  TemporaryFolder(const TemporaryFolder&) = delete;
+  TemporaryFolder& operator=(const TemporaryFolder&) = delete;
+  ~TemporaryFolder() { remove(); }
+  void remove() {
+    if (path.empty()) return;
+    // nftw, not std::filesystem::remove_all: a LibTorch wheel (2.11) exports a copy of it that crashes when code
+    // built with a newer GCC calls it.
+    ::nftw(path.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); }, 16,
+           FTW_DEPTH | FTW_PHYS);
+    path.clear();
+  }
+};
+
+/// Ends the program with the signal it was stopped by, once the workers are gone and the folder removed.
+void end_if_stopped(TemporaryFolder& folder) {
+  if (!stop_signal) return;
+  const int signal = stop_signal;
+  folder.remove();
+  ::signal(signal, SIG_DFL);
+  ::raise(signal);
+}
+
+/// Starts the processes and waits for all of them; a stop signal reaches each of them.
+void run_all(const std::string& self, const std::vector<std::vector<std::string>>& commands, const char* what,
+             TemporaryFolder& folder) {
+  TORCH_CHECK(commands.size() <= static_cast<size_t>(kMaxWorkers), "too many processes");
+  std::vector<pid_t> pids;
+  for (const auto& args : commands) {
+    if (stop_signal) break;
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    TORCH_CHECK(posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), environ) == 0,
+                "could not start ", self);
+    pids.push_back(pid);
+    running[running_count] = pid;
+    running_count = running_count + 1;
+  }
+  if (stop_signal) on_stop_signal(stop_signal);  // a worker started after the signal arrived
   bool ok = true;
   for (pid_t pid : pids) {
     int status = 0;
-    waitpid(pid, &status, 0);
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
     ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
   }
+  running_count = 0;
+  end_if_stopped(folder);
   TORCH_CHECK(ok, "a process of the ", what, " failed (its message is above)");
 }
 
@@ -309,9 +381,9 @@ int run(int argc, char** argv) {
   }
   if (worker_rank >= -1) return worker(c, worker_rank, dir);
 
-  char pattern[] = "/tmp/attn-ring-XXXXXX";
-  TORCH_CHECK(mkdtemp(pattern) != nullptr, "could not make a temporary directory");
-  dir = pattern;
+  handle_stop_signals();
+  TemporaryFolder folder;
+  dir = folder.path;
   char self_buffer[4096];
   const ssize_t self_length = ::readlink("/proc/self/exe", self_buffer, sizeof self_buffer - 1);
   const std::string self = self_length > 0 ? std::string(self_buffer, static_cast<size_t>(self_length)) : "/proc/self/exe";
@@ -325,12 +397,12 @@ int run(int argc, char** argv) {
              c.causal ? "causal" : "full", dist::to_string(c.layout), c.dtype_name, c.threads, c.repeats);
   fmt::print("  ring: starting {} ranks...\n", c.ranks);
   std::fflush(stdout);
-  std::vector<pid_t> pids;
-  for (int r = 0; r < c.ranks; ++r) pids.push_back(spawn(self, args_for(r))[0]);
-  wait_all(pids, "ring");
+  std::vector<std::vector<std::string>> ranks;
+  for (int r = 0; r < c.ranks; ++r) ranks.push_back(args_for(r));
+  run_all(self, ranks, "ring", folder);
   fmt::print("  single process: running...\n");
   std::fflush(stdout);
-  wait_all(spawn(self, args_for(-1)), "single process");
+  run_all(self, {args_for(-1)}, "single process", folder);
 
   // Compare, from the files.
   const auto full = [&](const std::string& what, int64_t heads) {
@@ -363,10 +435,8 @@ int run(int argc, char** argv) {
     all_wait = std::max(all_wait, rep[5]);
     fixed = std::max(fixed, rep[6]);
   }
-  // nftw, not std::filesystem::remove_all: a LibTorch wheel (2.11) exports a copy of it that crashes when code
-  // built with a newer GCC calls it.
-  ::nftw(dir.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); }, 16,
-         FTW_DEPTH | FTW_PHYS);
+  end_if_stopped(folder);
+  folder.remove();
   // Ulysses's all-to-alls are not overlapped: all of their time is exposed.
   const double hidden = c.strategy == dist::ContextParallelStrategy::Ulysses ? 0.0
                         : comm > 0 ? std::clamp(1.0 - wait / comm, 0.0, 1.0) : 1.0;
