@@ -268,11 +268,13 @@ int run(int argc, char** argv) {
   fmt::print("{}\n", stream.finish());
   std::fflush(stdout);  // the text before the timings on stderr
   if (!o.quiet) {
-    fmt::print(stderr, "attn-generate: prefill {} tokens in {:.3f} s ({:.1f} tokens/s); decode {} tokens in {:.3f} s "
-                       "({:.1f} tokens/s); {} threads\n",
+    // A speculative step makes one token or more: the next line counts its tokens.
+    const char* step = o.speculate ? "steps" : "tokens";
+    fmt::print(stderr, "attn-generate: prefill {} tokens in {:.3f} s ({:.1f} tokens/s); decode {} {} in {:.3f} s "
+                       "({:.1f} {}/s); {} threads\n",
                result.prefill_tokens, result.prefill_seconds, result.prefill_tokens / result.prefill_seconds,
-               result.decode_steps, result.decode_seconds,
-               result.decode_steps > 0 ? result.decode_steps / result.decode_seconds : 0.0, o.threads);
+               result.decode_steps, step, result.decode_seconds,
+               result.decode_steps > 0 ? result.decode_steps / result.decode_seconds : 0.0, step, o.threads);
     if (o.speculate) {
       const int64_t made = static_cast<int64_t>(result.tokens[0].size());
       fmt::print(stderr, "attn-generate: speculative: {} tokens in {} steps ({:.2f} tokens per step, {:.1f} tokens/s "
