@@ -114,7 +114,12 @@ DemoOptions parse_args(int argc, char** argv) {
     options.seed = parse_integer<uint64_t>("--seed", value, 0, UINT64_MAX, "a non-negative integer");
   });
   command_line.add_option("--device", [&](const std::string& value) {
-    options.device = value;  // checked by attn::resolve_device, which knows what is available
+    try {
+      attn::resolve_device(value);  // the spelling and whether the device is there: a usage error either way
+    } catch (const c10::Error& e) {
+      throw UsageError(fmt::format("--device {}: {}", value, e.what_without_backtrace()));
+    }
+    options.device = value;
   });
   command_line.add_output_file_option("--svg", options.svg_path);
   command_line.add_flag("--causal", [&] { options.causal = true; });
