@@ -148,6 +148,16 @@ std::string json_escaped(const std::string& text) {
 
 void print_routes(const std::string& device, const std::string& json_path) {
   const std::string gpu = device_name(device);
+  // An error in the table: what was refused, without the function's name or the advice after it (the JSON keeps
+  // the message).
+  const auto in_a_cell = [](const std::string& route) {
+    if (route.rfind("error: ", 0) != 0) return route;
+    std::string reason = route.substr(7);
+    const size_t named = reason.rfind("attn::", 0) == 0 ? reason.find(": ") : std::string::npos;
+    if (named != std::string::npos) reason = reason.substr(named + 2);
+    reason = reason.substr(0, std::min(reason.find(';'), reason.find(", which")));
+    return "refused: " + reason;
+  };
   fmt::print("attn routes on {}{} (attn::describe_route: the backend, and the kernel behind it)\n", device,
              gpu.empty() ? "" : " (" + gpu + ")");
   const std::vector<std::string> dtypes{"float16", "bfloat16", "float32"};
@@ -172,7 +182,7 @@ void print_routes(const std::string& device, const std::string& json_path) {
           routes[training] = "error: " + std::string(error.what_without_backtrace()).substr(0, 120);
         }
       }
-      fmt::print("{:<{}}  {:<9}  {:<34}  {}\n", c.name, width, dtype, routes[0], routes[1]);
+      fmt::print("{:<{}}  {:<9}  {:<34}  {}\n", c.name, width, dtype, in_a_cell(routes[0]), in_a_cell(routes[1]));
       rows.push_back(fmt::format("  {{\"call\": \"{}\", \"dtype\": \"{}\", \"device\": \"{}\", \"gpu\": \"{}\", "
                                  "\"inference\": \"{}\", \"training\": \"{}\"}}",
                                  json_escaped(c.name), dtype, device, json_escaped(gpu), json_escaped(routes[0]),
