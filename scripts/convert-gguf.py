@@ -83,6 +83,10 @@ def main():
     if config.tie_word_embeddings:
         state.pop("lm_head.weight", None)  # the same tensor as the embedding; safetensors refuses shared storage
     save_file(state, os.path.join(args.out, "model.safetensors"), metadata={"format": "pt", "source": name})
+    # safetensors writes its file readable by its owner only; give it the mode the other files get.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(os.path.join(args.out, "model.safetensors"), 0o666 & ~umask)
     config.to_json_file(os.path.join(args.out, "config.json"))
     tokenizer.save_pretrained(args.out)
     with open(os.path.join(args.out, "attn-convert.json"), "w") as f:
