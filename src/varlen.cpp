@@ -79,12 +79,13 @@ torch::Tensor unpack_padded(const torch::Tensor& packed, const torch::Tensor& cu
 
 torch::Tensor packed_positions(const torch::Tensor& cu_seqlens, const torch::Device& device) {
   const std::vector<int64_t> cu = boundaries("attn::packed_positions", cu_seqlens);
-  std::vector<int64_t> positions;
-  positions.reserve(cu.back());
+  // A tensor, not a std::vector first: a length too large to allocate is LibTorch's c10::Error, not bad_alloc.
+  torch::Tensor positions = torch::empty({cu.back()}, torch::kLong);
+  int64_t* out = positions.data_ptr<int64_t>();
   for (size_t s = 0; s + 1 < cu.size(); ++s) {
-    for (int64_t i = 0; i < cu[s + 1] - cu[s]; ++i) positions.push_back(i);
+    for (int64_t i = 0; i < cu[s + 1] - cu[s]; ++i) *out++ = i;
   }
-  return torch::tensor(positions, torch::kLong).to(device);
+  return positions.to(device);
 }
 
 }  // namespace attn

@@ -757,6 +757,8 @@ TEST(PackPadded, PackUnpackAndPositionsByHand) {
   EXPECT_TRUE(attn::unpack_padded(flat_packed.data, flat_packed.cu_seqlens)
                   .equal(torch::tensor({{1.0, 2.0, 3.0}, {5.0, 0.0, 0.0}}, kF64)));
   EXPECT_TRUE(attn::packed_positions(flat_packed.cu_seqlens).equal(torch::tensor({0, 1, 2, 0}, torch::kLong)));
+  // A packed length no machine can hold: LibTorch's allocation error (c10::Error), not std::bad_alloc.
+  EXPECT_THROW(attn::packed_positions(torch::tensor({int64_t{0}, int64_t{1} << 50}, torch::kLong)), c10::Error);
 }
 
 // ------------------------------------------------------------------------------------------------------------
