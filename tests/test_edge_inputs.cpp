@@ -117,8 +117,10 @@ std::vector<EdgeCase> edge_cases() {
          // Keys 0..4 are real, key 5 is padding, key 6 lies past every query's diagonal (top-left: j <= i).
          const auto real = torch::indexing::Slice(0, 5);
          const torch::Tensor q64 = q0.to(torch::kDouble).requires_grad_();
-         const torch::Tensor k64 = k0.index({"...", real, torch::indexing::Slice()}).to(torch::kDouble).requires_grad_();
-         const torch::Tensor v64 = v0.index({"...", real, torch::indexing::Slice()}).to(torch::kDouble).requires_grad_();
+         const auto real_keys = [&](const torch::Tensor& t) {
+           return t.index({"...", real, torch::indexing::Slice()}).to(torch::kDouble).requires_grad_();
+         };
+         const torch::Tensor k64 = real_keys(k0), v64 = real_keys(v0);
          const torch::Tensor allowed = torch::ones({4, 5}, torch::kBool).tril();
          const torch::Tensor s64 = torch::matmul(q64, k64.transpose(-2, -1)) / std::sqrt(8.0);
          const torch::Tensor p64 = torch::softmax(s64.masked_fill(allowed.logical_not(), -INFINITY), -1);
@@ -154,7 +156,8 @@ std::vector<EdgeCase> edge_cases() {
              sdpa(q, k, v, b, SdpaOptions().masks(AttentionMasks().additive_mask(bias)).alibi_slopes(slopes));
          EXPECT_FALSE(out.requires_grad());
          // float64: s = q·k / sqrt(8) + bias - slope_h · |i + (Tk - Tq) - j| (bottom-right), softmax, · v.
-         const torch::Tensor i = torch::arange(5, torch::kDouble).view({5, 1}) + 1, j = torch::arange(6, torch::kDouble);
+         const torch::Tensor i = torch::arange(5, torch::kDouble).view({5, 1}) + 1;
+         const torch::Tensor j = torch::arange(6, torch::kDouble);
          const torch::Tensor distance = (i - j).abs();
          const torch::Tensor s = torch::matmul(q.to(torch::kDouble), k.to(torch::kDouble).transpose(-2, -1)) /
                                      std::sqrt(8.0) +

@@ -39,7 +39,8 @@ void NamedWeights::check_count(const std::string& prefix, int64_t count, const s
   const int64_t held = count_numbered(prefix);
   if (held != count) {
     const std::string blocks = held == 0 ? "no blocks " + prefix + "N"
-                                         : std::to_string(held) + " blocks " + prefix + "0.." + std::to_string(held - 1);
+                                         : std::to_string(held) + " blocks " + prefix + "0.." +
+                                               std::to_string(held - 1);
     throw std::runtime_error("weights '" + path_ + "' hold " + blocks + ", but the model config's " + field + " is " +
                              std::to_string(count));
   }
