@@ -46,7 +46,8 @@ LlamaConfig LlamaConfig::from_file(const std::string& path) try {
   c.intermediate_size = positive("intermediate_size");
   c.num_layers = positive("num_hidden_layers");
   c.num_heads = positive("num_attention_heads");
-  c.num_kv_heads = j.contains("num_key_value_heads") ? positive("num_key_value_heads") : c.num_heads;
+  c.num_kv_heads =
+      j.value("num_key_value_heads", nlohmann::json()).is_null() ? c.num_heads : positive("num_key_value_heads");
   c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? positive("head_dim") : c.hidden_size / c.num_heads;
   c.vocab_size = positive("vocab_size");
   c.max_position_embeddings = j.value("max_position_embeddings", int64_t{0});
