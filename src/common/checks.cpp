@@ -29,8 +29,7 @@ void check_integer(const char* fn, const char* arg, const at::Tensor& t) {
 
 void check_not_meta_beside_real(const char* fn, const char* arg, const at::Tensor& t, const char* ref_arg,
                                 const at::Tensor& ref) {
-  TORCH_CHECK(!t.device().is_meta() || ref.device().is_meta(), fn, ": ", arg, " is on meta but ", ref_arg, " is on ",
-              ref.device(), "; move them to the same device");
+  if (t.device().is_meta()) check_same_device(fn, arg, t, ref_arg, ref);
 }
 
 void check_host_index_device(const char* fn, const char* arg, const at::Tensor& t, const char* ref_arg,
@@ -88,10 +87,15 @@ void check_floating(const char* fn, const char* arg, const at::Tensor& t) {
 #endif
 }
 
-void check_same_device_dtype(const char* fn, const char* arg, const at::Tensor& t, const char* ref_arg,
-                             const at::Tensor& ref) {
+void check_same_device(const char* fn, const char* arg, const at::Tensor& t, const char* ref_arg,
+                       const at::Tensor& ref) {
   TORCH_CHECK(t.device() == ref.device(), fn, ": ", arg, " is on ", t.device(), " but ", ref_arg, " is on ",
               ref.device(), "; move them to the same device");
+}
+
+void check_same_device_dtype(const char* fn, const char* arg, const at::Tensor& t, const char* ref_arg,
+                             const at::Tensor& ref) {
+  check_same_device(fn, arg, t, ref_arg, ref);
   TORCH_CHECK(t.scalar_type() == ref.scalar_type(), fn, ": ", arg, " is ", dtype_name(t), " but ", ref_arg,
               " is ", dtype_name(ref), "; convert them to the same dtype");
 }

@@ -35,6 +35,9 @@ bool broadcasts_to(at::IntArrayRef mask, at::IntArrayRef target);
 /// `t` has one of the attention dtypes (is_attention_dtype), and is not float16 on the CPU of LibTorch 1.x.
 /// Callers check `defined()` first.
 void check_floating(const char* fn, const char* arg, const at::Tensor& t);
+/// `t` is on `ref`'s device: "ARG is on X but REF_ARG is on Y; move them to the same device".
+void check_same_device(const char* fn, const char* arg, const at::Tensor& t, const char* ref_arg,
+                       const at::Tensor& ref);
 void check_same_device_dtype(const char* fn, const char* arg, const at::Tensor& t, const char* ref_arg,
                              const at::Tensor& ref);
 

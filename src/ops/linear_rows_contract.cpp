@@ -21,8 +21,7 @@ struct Names {
 void check_dtype_device(const Names& n, const std::string& arg, const at::Tensor& t, const at::Tensor& input) {
   TORCH_CHECK(t.device().is_cpu() || t.device().is_meta(), n.op, ": ", arg, " must be on the CPU, got ", t.device());
   // A meta tensor beside a real one would send the call to the Meta kernel: an uninitialised result, no error.
-  TORCH_CHECK(t.device() == input.device(), n.op, ": ", arg, " is on ", t.device(), " but input is on ",
-              input.device(), "; move them to the same device");
+  common::check_same_device(n.op, arg.c_str(), t, "input", input);
   TORCH_CHECK(t.scalar_type() == input.scalar_type(), n.op, ": ", arg, " must have input's dtype ",
               common::dtype_name(input), ", got ", common::dtype_name(t));
 }
