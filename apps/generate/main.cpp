@@ -226,6 +226,16 @@ int run(int argc, char** argv) {
     throw std::runtime_error(fmt::format("--model {}: the model has no chat template; pass --raw to use the prompt "
                                          "as it is", o.model));
   }
+  // The prompt before the weights: a prompt that does not fit the model is told at once, not after the load.
+  const std::string message = o.prompt_given ? o.prompt : read_prompt_file(o.prompt_file);
+  const std::vector<int64_t> prompt = tokenizer.encode(chat ? chat->prompt(message, o.system) : message);
+  if (prompt.empty()) throw UsageError("the prompt is empty");
+  try {
+    attn::models::check_fits_positions(config, static_cast<int64_t>(prompt.size()), o.generation.max_new_tokens,
+                                       o.speculate ? attn::models::widest_draft(o.lookup) : 0, "--max-new-tokens");
+  } catch (const std::invalid_argument& error) {
+    throw UsageError(error.what());
+  }
   const attn::models::NamedWeights weights(folder.file("model.safetensors"));
   config.check_weights(weights);
   attn::models::Llama model(config);
@@ -234,10 +244,6 @@ int run(int argc, char** argv) {
   model->eval();
   const attn::HugePagePlacement placement =
       o.huge_pages ? attn::place_on_huge_pages(*model) : attn::HugePagePlacement{};
-
-  const std::string message = o.prompt_given ? o.prompt : read_prompt_file(o.prompt_file);
-  const std::vector<int64_t> prompt = tokenizer.encode(chat ? chat->prompt(message, o.system) : message);
-  if (prompt.empty()) throw UsageError("the prompt is empty");
   if (config.eos_token_id >= 0 && !o.ignore_eos) o.generation.stop_tokens.push_back(config.eos_token_id);
   if (!o.quiet) {
     const char* dtype = o.dtype == torch::kFloat32 ? "float32" : "bfloat16";

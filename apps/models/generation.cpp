@@ -12,6 +12,18 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+void check_fits_positions(const LlamaConfig& config, int64_t prompt_tokens, int64_t max_new_tokens,
+                          int64_t draft_positions, const char* caller) {
+  const int64_t limit = config.max_position_embeddings;
+  if (limit > 0 && prompt_tokens + max_new_tokens + draft_positions > limit) {
+    throw std::invalid_argument(std::string(caller) + ": a prompt of " + std::to_string(prompt_tokens) +
+                                (prompt_tokens == 1 ? " token" : " tokens") + " plus " +
+                                std::to_string(max_new_tokens) + (max_new_tokens == 1 ? " new token" : " new tokens") +
+                                (draft_positions > 0 ? " and a draft of " + std::to_string(draft_positions) : "") +
+                                " exceeds the model's " + std::to_string(limit) + " positions");
+  }
+}
+
 GenerationResult generate(Llama& model, const std::vector<std::vector<int64_t>>& prompts,
                           const GenerationOptions& options, const TokenCallback& on_token) {
   if (prompts.empty()) throw std::invalid_argument("generate: no prompts");
@@ -25,13 +37,8 @@ GenerationResult generate(Llama& model, const std::vector<std::vector<int64_t>>&
     lengths.push_back(static_cast<int64_t>(prompt.size()));
   }
   const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  check_fits_positions(model->config, longest, options.max_new_tokens, 0, "generate");
   const int64_t capacity = longest + options.max_new_tokens;
-  const int64_t limit = model->config.max_position_embeddings;
-  if (limit > 0 && capacity > limit) {
-    throw std::invalid_argument("generate: a prompt of " + std::to_string(longest) + " tokens plus " +
-                                std::to_string(options.max_new_tokens) + " new tokens exceeds the model's " +
-                                std::to_string(limit) + " positions");
-  }
 
   torch::NoGradGuard no_grad;
   const torch::Device device = model->embed_tokens->weight.device();

@@ -30,7 +30,7 @@ GenerationResult generate_speculative(Llama& model, const std::vector<std::vecto
   }
   torch::NoGradGuard no_grad;
   const torch::Device device = model->embed_tokens->weight.device();
-  const int64_t widest = lookup.branches * lookup.draft_tokens + 1;  // the most candidates one step scores
+  const int64_t widest = widest_draft(lookup);
   GenerationResult result;
   result.tokens.resize(prompts.size());
   result.logits.resize(prompts.size());
@@ -38,14 +38,9 @@ GenerationResult generate_speculative(Llama& model, const std::vector<std::vecto
   for (size_t row = 0; row < prompts.size(); ++row) {
     const std::vector<int64_t>& prompt = prompts[row];
     if (prompt.empty()) throw std::invalid_argument("generate_speculative: prompt " + std::to_string(row) + " is empty");
+    check_fits_positions(model->config, static_cast<int64_t>(prompt.size()), options.max_new_tokens, widest,
+                         "generate_speculative");
     const int64_t capacity = static_cast<int64_t>(prompt.size()) + options.max_new_tokens + widest;
-    const int64_t limit = model->config.max_position_embeddings;
-    if (limit > 0 && capacity > limit) {
-      throw std::invalid_argument("generate_speculative: a prompt of " + std::to_string(prompt.size()) + " tokens plus " +
-                                  std::to_string(options.max_new_tokens) + " new tokens and a draft of " +
-                                  std::to_string(widest) + " exceeds the model's " + std::to_string(limit) +
-                                  " positions");
-    }
     KVCache cache = model->make_cache(1, capacity, options.kv_cache_dtype);
     std::vector<int64_t>& out = result.tokens[row];
     std::vector<int64_t> history = prompt;

@@ -16,6 +16,9 @@ struct SpeculativeStats {
   int64_t accepted_tokens = 0;   ///< of them, kept
 };
 
+/// The most positions one step scores: every branch's draft and the root.
+inline int64_t widest_draft(const LookupOptions& lookup) { return lookup.branches * lookup.draft_tokens + 1; }
+
 /// generate() with greedy sampling, one prompt at a time, each step verifying a lookup draft. Throws
 /// std::invalid_argument where options.sampling is not greedy (temperature 0), as generate() does for bad
 /// prompts. The result's decode_steps count the model calls; `stats` (optional) gets the drafting counts.
