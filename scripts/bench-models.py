@@ -112,7 +112,7 @@ def attn_generate_run(app, model_dir, prompt_file, new_tokens, threads, dtype):
                              "--max-new-tokens", str(new_tokens), "--threads", str(threads), "--dtype", dtype,
                              "--warmup", "1"],
                             capture_output=True, text=True, check=True)
-    m = re.search(r"prefill (\d+) tokens in ([\d.]+) s .*; decode (\d+) tokens in ([\d.]+) s", result.stderr)
+    m = re.search(r"prefill (\d+) tokens? in ([\d.]+) s .*; decode (\d+) tokens? in ([\d.]+) s", result.stderr)
     if not m:
         raise SystemExit(f"bench-models: no timings in attn-generate's output:\n{result.stderr}")
     return int(m.group(1)), float(m.group(2)), int(m.group(3)), float(m.group(4))

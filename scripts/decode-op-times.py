@@ -81,7 +81,7 @@ def run(app, hook, args, new_tokens):
         if line.startswith("op-times "):
             name, count, seconds = line[len("op-times "):].rsplit(" ", 2)
             ops[name] = (int(count), float(seconds))
-    decode = re.search(r"decode (\d+) tokens in ([0-9.]+) s", done.stderr)
+    decode = re.search(r"decode (\d+) tokens? in ([0-9.]+) s", done.stderr)
     if not ops or not decode:
         sys.exit(f"decode-op-times: no timings in attn-generate's report:\n{done.stderr}")
     return ops, int(decode.group(1)), float(decode.group(2))

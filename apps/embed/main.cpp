@@ -7,6 +7,7 @@
 #include "app_main.h"
 #include "bert.h"
 #include "command_line.h"
+#include "counted.h"
 #include "freed_memory.h"
 #include "process_restart.h"
 #include "json_file.h"
@@ -223,9 +224,9 @@ int run(int argc, char** argv) {
     }
   }
   if (!o.quiet) {
-    fmt::print(stderr, "attn-embed: {} sentences x {} dims in {:.3f} s ({:.1f} sentences/s; model loaded in {:.1f} s); "
-                       "{} threads\n",
-               sentences.size(), embeddings.size(1), embed_seconds, sentences.size() / embed_seconds, load_seconds, o.threads);
+    fmt::print(stderr, "attn-embed: {} x {} dims in {:.3f} s ({:.1f} sentences/s; model loaded in {:.1f} s); {}\n",
+               attn_apps::counted(static_cast<int64_t>(sentences.size()), "sentence"), embeddings.size(1),
+               embed_seconds, sentences.size() / embed_seconds, load_seconds, attn_apps::counted(o.threads, "thread"));
   }
   return 0;
 }

@@ -5,6 +5,7 @@
 #include "app_main.h"
 #include "chat_format.h"
 #include "command_line.h"
+#include "counted.h"
 #include "freed_memory.h"
 #include "process_restart.h"
 #include "generation.h"
@@ -207,17 +208,12 @@ std::string huge_pages_summary(bool asked, const attn::HugePagePlacement& placem
                      placement.huge_page_bytes / 1e6);
 }
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
 int run(int argc, char** argv) {
   Options o = parse_args(argc, argv);
   at::set_num_threads(o.threads);
   const attn_apps::ModelFolder folder(
       o.model, "attn-generate reads a converted model folder; for a GGUF file run scripts/convert-gguf.py --gguf FILE --out DIR first",
       "the folder should be the output of scripts/convert-gguf.py --out " + o.model);
-  const auto start = std::chrono::steady_clock::now();
   const attn::models::LlamaConfig config = attn::models::LlamaConfig::from_file(folder.file("config.json"));
   const auto tokenizer = attn::text::ByteLevelBpe::from_file(folder.file("tokenizer.json"));
   const std::optional<attn::models::ChatFormat> chat =
@@ -236,6 +232,7 @@ int run(int argc, char** argv) {
   } catch (const std::invalid_argument& error) {
     throw UsageError(error.what());
   }
+  const auto start = std::chrono::steady_clock::now();  // the load alone: a prompt typed at a terminal is not in it
   const attn::models::NamedWeights weights(folder.file("model.safetensors"));
   config.check_weights(weights);
   attn::models::Llama model(config);
@@ -248,9 +245,10 @@ int run(int argc, char** argv) {
   if (!o.quiet) {
     const char* dtype = o.dtype == torch::kFloat32 ? "float32" : "bfloat16";
     fmt::print(stderr, "attn-generate: {} layers, {} heads ({} key/value), {} loaded in {:.1f} s ({}); {} KV cache; "
-               "{} prompt tokens\n", config.num_layers, config.num_heads, config.num_kv_heads, dtype,
-               seconds_since(start), huge_pages_summary(o.huge_pages, placement),
-               o.generation.kv_cache_dtype ? "int8" : dtype, prompt.size());
+               "{}\n", config.num_layers, config.num_heads, config.num_kv_heads, dtype,
+               attn::models::seconds_since(start), huge_pages_summary(o.huge_pages, placement),
+               o.generation.kv_cache_dtype ? "int8" : dtype,
+               attn_apps::counted(static_cast<int64_t>(prompt.size()), "prompt token"));
   }
 
   // Untimed runs through the same path as the timed one (plain or speculative), their tokens discarded.
@@ -275,17 +273,18 @@ int run(int argc, char** argv) {
   std::fflush(stdout);  // the text before the timings on stderr
   if (!o.quiet) {
     // A speculative step makes one token or more: the next line counts its tokens.
-    const char* step = o.speculate ? "steps" : "tokens";
-    fmt::print(stderr, "attn-generate: prefill {} tokens in {:.3f} s ({:.1f} tokens/s); decode {} {} in {:.3f} s "
-                       "({:.1f} {}/s); {} threads\n",
-               result.prefill_tokens, result.prefill_seconds, result.prefill_tokens / result.prefill_seconds,
-               result.decode_steps, step, result.decode_seconds,
-               result.decode_steps > 0 ? result.decode_steps / result.decode_seconds : 0.0, step, o.threads);
+    const char* step = o.speculate ? "step" : "token";
+    fmt::print(stderr, "attn-generate: prefill {} in {:.3f} s ({:.1f} tokens/s); decode {} in {:.3f} s "
+                       "({:.1f} {}s/s); {}\n",
+               attn_apps::counted(result.prefill_tokens, "token"), result.prefill_seconds,
+               result.prefill_tokens / result.prefill_seconds, attn_apps::counted(result.decode_steps, step),
+               result.decode_seconds, result.decode_steps > 0 ? result.decode_steps / result.decode_seconds : 0.0,
+               step, attn_apps::counted(o.threads, "thread"));
     if (o.speculate) {
       const int64_t made = static_cast<int64_t>(result.tokens[0].size());
-      fmt::print(stderr, "attn-generate: speculative: {} tokens in {} steps ({:.2f} tokens per step, {:.1f} tokens/s "
+      fmt::print(stderr, "attn-generate: speculative: {} in {} ({:.2f} tokens per step, {:.1f} tokens/s "
                          "with the prefill's last token); {} of {} drafted tokens accepted ({:.0f}%)\n",
-                 made, stats.steps, stats.steps > 0 ? double(made) / stats.steps : 0.0,
+                 attn_apps::counted(made, "token"), attn_apps::counted(stats.steps, "step"), stats.steps > 0 ? double(made) / stats.steps : 0.0,
                  made / result.decode_seconds, stats.accepted_tokens, stats.drafted_tokens,
                  stats.drafted_tokens > 0 ? 100.0 * stats.accepted_tokens / stats.drafted_tokens : 0.0);
     }

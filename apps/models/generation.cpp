@@ -1,5 +1,7 @@
 #include "generation.h"
 
+#include "counted.h"
+
 #include <algorithm>
 #include <chrono>
 #include <numeric>
@@ -12,16 +14,16 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-void check_fits_positions(const LlamaConfig& config, int64_t prompt_tokens, int64_t max_new_tokens,
-                          int64_t draft_positions, const char* caller) {
-  const int64_t limit = config.max_position_embeddings;
-  if (limit > 0 && prompt_tokens + max_new_tokens + draft_positions > limit) {
-    throw std::invalid_argument(std::string(caller) + ": a prompt of " + std::to_string(prompt_tokens) +
-                                (prompt_tokens == 1 ? " token" : " tokens") + " plus " +
-                                std::to_string(max_new_tokens) + (max_new_tokens == 1 ? " new token" : " new tokens") +
+int64_t check_fits_positions(const LlamaConfig& config, int64_t prompt_tokens, int64_t max_new_tokens,
+                             int64_t draft_positions, const char* caller) {
+  const int64_t limit = config.max_position_embeddings, needed = prompt_tokens + max_new_tokens + draft_positions;
+  if (limit > 0 && needed > limit) {
+    throw std::invalid_argument(std::string(caller) + ": a prompt of " + attn_apps::counted(prompt_tokens, "token") +
+                                " plus " + attn_apps::counted(max_new_tokens, "new token") +
                                 (draft_positions > 0 ? " and a draft of " + std::to_string(draft_positions) : "") +
                                 " exceeds the model's " + std::to_string(limit) + " positions");
   }
+  return needed;
 }
 
 GenerationResult generate(Llama& model, const std::vector<std::vector<int64_t>>& prompts,
@@ -37,8 +39,7 @@ GenerationResult generate(Llama& model, const std::vector<std::vector<int64_t>>&
     lengths.push_back(static_cast<int64_t>(prompt.size()));
   }
   const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
-  check_fits_positions(model->config, longest, options.max_new_tokens, 0, "generate");
-  const int64_t capacity = longest + options.max_new_tokens;
+  const int64_t capacity = check_fits_positions(model->config, longest, options.max_new_tokens, 0, "generate");
 
   torch::NoGradGuard no_grad;
   const torch::Device device = model->embed_tokens->weight.device();

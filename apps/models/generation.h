@@ -46,10 +46,10 @@ using TokenCallback = std::function<void(int64_t row, int64_t token)>;
 
 /// Throws std::invalid_argument where a prompt of `prompt_tokens` plus `max_new_tokens` new tokens, and
 /// `draft_positions` more (a speculative step's widest draft; 0 otherwise), needs more positions than the model's
-/// max_position_embeddings (when the config has one). `caller` begins the message. An app calls it once the
-/// prompt is tokenized, before it loads the weights.
-void check_fits_positions(const LlamaConfig& config, int64_t prompt_tokens, int64_t max_new_tokens,
-                          int64_t draft_positions, const char* caller);
+/// max_position_embeddings (when the config has one). `caller` begins the message. Returns the positions needed,
+/// the KV cache's capacity. An app calls it once the prompt is tokenized, before it loads the weights.
+int64_t check_fits_positions(const LlamaConfig& config, int64_t prompt_tokens, int64_t max_new_tokens,
+                             int64_t draft_positions, const char* caller);
 
 /// Generates from `prompts` (token ids, each non-empty). Throws std::invalid_argument for an empty prompt or
 /// batch, or for prompt + max_new_tokens beyond the model's max_position_embeddings (when the config has one).

@@ -38,9 +38,8 @@ GenerationResult generate_speculative(Llama& model, const std::vector<std::vecto
   for (size_t row = 0; row < prompts.size(); ++row) {
     const std::vector<int64_t>& prompt = prompts[row];
     if (prompt.empty()) throw std::invalid_argument("generate_speculative: prompt " + std::to_string(row) + " is empty");
-    check_fits_positions(model->config, static_cast<int64_t>(prompt.size()), options.max_new_tokens, widest,
-                         "generate_speculative");
-    const int64_t capacity = static_cast<int64_t>(prompt.size()) + options.max_new_tokens + widest;
+    const int64_t capacity = check_fits_positions(model->config, static_cast<int64_t>(prompt.size()),
+                                                  options.max_new_tokens, widest, "generate_speculative");
     KVCache cache = model->make_cache(1, capacity, options.kv_cache_dtype);
     std::vector<int64_t>& out = result.tokens[row];
     std::vector<int64_t> history = prompt;

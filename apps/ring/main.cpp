@@ -4,6 +4,7 @@
 
 #include "app_main.h"
 #include "command_line.h"
+#include "counted.h"
 
 #include <attn/distributed/gloo.h>
 #include <attn/distributed/ring_attention.h>
@@ -392,9 +393,10 @@ int run(int argc, char** argv) {
     for (const auto& s : config_args(c)) a.push_back(s);
     return a;
   };
-  fmt::print("attn-ring: {} on {} ranks, B={} H={} H_kv={} d={} T={} {} {} {}, {} thread(s) per process, {} repeat(s)\n",
+  fmt::print("attn-ring: {} on {} ranks, B={} H={} H_kv={} d={} T={} {} {} {}, {} per process, {}\n",
              dist::to_string(c.strategy), c.ranks, c.batch, c.heads, c.kv_heads, c.head_dim, c.seq,
-             c.causal ? "causal" : "full", dist::to_string(c.layout), c.dtype_name, c.threads, c.repeats);
+             c.causal ? "causal" : "full", dist::to_string(c.layout), c.dtype_name,
+             attn_apps::counted(c.threads, "thread"), attn_apps::counted(c.repeats, "repeat"));
   fmt::print("  ring: starting {} ranks...\n", c.ranks);
   std::fflush(stdout);
   std::vector<std::vector<std::string>> ranks;
