@@ -83,6 +83,10 @@ std::vector<BadInput> option_cases() {
       {"zero_kdim", [] { MultiHeadAttention(MultiHeadAttentionOptions(8, 2).kdim(0)); }, "kdim must be positive, got 0"},
       {"width_overflows", [] { MultiHeadAttention(MultiHeadAttentionOptions(8, int64_t{1} << 31).head_dim(int64_t{1} << 40)); }, "num_heads * head_dim = 2147483648 * 1099511627776 does not fit in 64 bits"},
       {"cross_width_overflows", [] { CrossAttention(CrossAttentionOptions(8, 8, int64_t{1} << 62).num_heads(4)); }, "num_heads * d_k = 4 * 4611686018427387904 does not fit in 64 bits"},
+      // Widths that fit in 64 bits but whose weights do not fit in a tensor: the module and the projection are named.
+      {"mha_projection_overflows", [] { MultiHeadAttention(int64_t{1} << 40, 1); }, "attn::MultiHeadAttention: cannot create q_proj, a Linear of in_features 1099511627776 and out_features 1099511627776 (a weight of [1099511627776, 1099511627776])"},
+      {"head_projection_overflows", [] { AttentionHead(int64_t{1} << 40, int64_t{1} << 30); }, "attn::AttentionHead: cannot create q_proj, a Linear of in_features 1099511627776 and out_features 1073741824"},
+      {"cross_projection_overflows", [] { CrossAttention(CrossAttentionOptions(int64_t{1} << 40, 8, int64_t{1} << 30)); }, "attn::CrossAttention: cannot create q_proj, a Linear of in_features 1099511627776 and out_features 1073741824"},
       {"zero_head_dim", [] { MultiHeadAttention(MultiHeadAttentionOptions(8, 2).head_dim(0)); }, "head_dim must be positive"},
       {"mha_dropout", [] { MultiHeadAttention(MultiHeadAttentionOptions(8, 2).dropout(-0.1)); }, "dropout must be in [0, 1], got -0.1"},
       {"head_zero_d_k", [] { AttentionHead(16, 0); }, "attn::AttentionHead: d_k must be positive, got 0"},

@@ -16,13 +16,13 @@ void AttentionHeadImpl::reset() {
   common::check_positive(kAttentionHead, "d_k", options.d_k());
   common::check_positive(kAttentionHead, "d_v", options.d_v());
   modules::check_attention_options(kAttentionHead, options.attention());
-  const auto linear = [&](int64_t out) {
-    return torch::nn::Linear(torch::nn::LinearOptions(options.d_in(), out).bias(options.bias()));
+  const auto projection = [&](const char* name, int64_t out) {
+    return modules::register_projection(*this, kAttentionHead, name, options.d_in(), out, options.bias());
   };
   // Created in this order so that a seeded build draws the same weights as the notebooks' classes.
-  q_proj = register_module("q_proj", linear(options.d_k()));
-  k_proj = register_module("k_proj", linear(options.d_k()));
-  v_proj = register_module("v_proj", linear(options.d_v()));
+  q_proj = projection("q_proj", options.d_k());
+  k_proj = projection("k_proj", options.d_k());
+  v_proj = projection("v_proj", options.d_v());
 }
 
 void AttentionHeadImpl::pretty_print(std::ostream& stream) const {

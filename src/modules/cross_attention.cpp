@@ -19,14 +19,14 @@ void CrossAttentionImpl::reset() {
   common::check_positive(kCrossAttention, "num_heads", options.num_heads());
   modules::check_attention_options(kCrossAttention, options.attention());
   const int64_t heads = options.num_heads();
-  const auto linear = [&](int64_t in, int64_t out) {
-    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(options.bias()));
+  const auto projection = [&](const char* name, int64_t in, int64_t out) {
+    return modules::register_projection(*this, kCrossAttention, name, in, out, options.bias());
   };
   const int64_t qk_width = modules::checked_width(kCrossAttention, "num_heads * d_k", heads, options.d_k());
   const int64_t v_width = modules::checked_width(kCrossAttention, "num_heads * d_v", heads, options.d_v());
-  q_proj = register_module("q_proj", linear(options.d_query_in(), qk_width));
-  k_proj = register_module("k_proj", linear(options.d_context_in(), qk_width));
-  v_proj = register_module("v_proj", linear(options.d_context_in(), v_width));
+  q_proj = projection("q_proj", options.d_query_in(), qk_width);
+  k_proj = projection("k_proj", options.d_context_in(), qk_width);
+  v_proj = projection("v_proj", options.d_context_in(), v_width);
   sinks = modules::register_sinks(*this, options.sinks(), heads);
 }
 

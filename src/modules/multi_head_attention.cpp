@@ -49,15 +49,15 @@ void MultiHeadAttentionImpl::reset() {
   } else {
     rotary = nullptr;
   }
-  const auto linear = [&](int64_t in, int64_t out) {
-    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(options.bias()));
+  const auto projection = [&](const char* name, int64_t in, int64_t out) {
+    return modules::register_projection(*this, kMultiHeadAttention, name, in, out, options.bias());
   };
   // Created in this order so that a seeded build draws the same weights as the notebooks' classes.
-  q_proj = register_module("q_proj", linear(options.embed_dim(), inner));
-  k_proj = register_module("k_proj", linear(options.kdim(), kv_inner));
-  v_proj = register_module("v_proj", linear(options.vdim(), kv_inner));
+  q_proj = projection("q_proj", options.embed_dim(), inner);
+  k_proj = projection("k_proj", options.kdim(), kv_inner);
+  v_proj = projection("v_proj", options.vdim(), kv_inner);
   if (options.output_projection()) {
-    out_proj = register_module("out_proj", linear(inner, options.embed_dim()));
+    out_proj = projection("out_proj", inner, options.embed_dim());
   } else {
     out_proj = nullptr;
   }

@@ -24,6 +24,18 @@ SdpaOptions sdpa_options(const AttentionOptions& attention, bool training, const
   return options;
 }
 
+torch::nn::Linear register_projection(torch::nn::Module& module, const char* owner, const std::string& name, int64_t in,
+                                      int64_t out, bool bias) {
+  torch::nn::Linear linear{nullptr};
+  try {
+    linear = torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, owner, ": cannot create ", name, ", a Linear of in_features ", in, " and out_features ", out,
+                " (a weight of [", out, ", ", in, "]): ", e.what_without_backtrace());
+  }
+  return module.register_module(name, linear);
+}
+
 torch::Tensor register_sinks(torch::nn::Module& module, bool sinks, int64_t num_heads) {
   if (!sinks) return {};
   return module.register_parameter("sinks", torch::zeros({num_heads}));

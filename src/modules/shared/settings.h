@@ -5,6 +5,7 @@
 #include <attn/options.h>
 
 #include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
 #include <torch/types.h>
 
 #include <string>
@@ -24,6 +25,12 @@ struct ScoreTerms {
 /// The SdpaOptions a module attends with: its AttentionOptions, with dropout only in training mode, and its
 /// score terms (a module without any passes {}).
 SdpaOptions sdpa_options(const AttentionOptions& attention, bool training, const ScoreTerms& terms);
+
+/// Creates and registers the projection `name`, a Linear of in_features `in` and out_features `out`, as reset()
+/// does; LibTorch's allocation error (a size that overflows, memory that cannot be had) comes back naming the
+/// module, the projection and its shape.
+torch::nn::Linear register_projection(torch::nn::Module& module, const char* owner, const std::string& name, int64_t in,
+                                      int64_t out, bool bias);
 
 /// Registers (or, when off, leaves out) the `sinks` parameter [num_heads] in zeros, as reset() does.
 torch::Tensor register_sinks(torch::nn::Module& module, bool sinks, int64_t num_heads);
