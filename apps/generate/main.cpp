@@ -284,7 +284,8 @@ int run(int argc, char** argv) {
       const int64_t made = static_cast<int64_t>(result.tokens[0].size());
       fmt::print(stderr, "attn-generate: speculative: {} in {} ({:.2f} tokens per step, {:.1f} tokens/s "
                          "with the prefill's last token); {} of {} drafted tokens accepted ({:.0f}%)\n",
-                 attn_apps::counted(made, "token"), attn_apps::counted(stats.steps, "step"), stats.steps > 0 ? double(made) / stats.steps : 0.0,
+                 attn_apps::counted(made, "token"), attn_apps::counted(stats.steps, "step"),
+                 stats.steps > 0 ? double(made) / stats.steps : 0.0,
                  made / result.decode_seconds, stats.accepted_tokens, stats.drafted_tokens,
                  stats.drafted_tokens > 0 ? 100.0 * stats.accepted_tokens / stats.drafted_tokens : 0.0);
     }
