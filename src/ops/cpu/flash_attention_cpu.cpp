@@ -161,7 +161,7 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_cpu(const at::Tensor& query, 
   // The pairs of Q·Kᵀ run along d_k.
   const ProductRoute route = flash_product_route(query.scalar_type(), s.dk % 2 == 0);
   const KernelCall call(s, arguments, compute_type(query), route);
-  if (multiplies_bfloat16(route)) {
+  if (query.scalar_type() == at::kBFloat16 && reads_bfloat16(route)) {
     const at::Tensor q = row_major_layout(query), k = row_major_layout(key), v = row_major_layout(value);
     at::Tensor out, lse;
     std::tie(out, lse) = empty_forward_results(s, q.options(), call.compute);
@@ -198,15 +198,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> flash_attention_backw
                                      two_columns_of_zeros(output), logsumexp, arguments);
     return {grad_q, grad_k, grad_v.narrow(-1, 0, 0), grad_sinks};
   }
-  // The pairs route reads the inputs as bfloat16 pairs, dO and O included (a dO or O of another dtype widens);
-  // d_v is the length of dO·Vᵀ's pairs, so it must be even as well.
-  const ProductRoute route = flash_product_route(
-      query.scalar_type(), s.dk % 2 == 0 && s.dv % 2 == 0 && grad_output.scalar_type() == at::kBFloat16 &&
-                               output.scalar_type() == at::kBFloat16);
+  // The kernels read bfloat16 inputs as they are only if dO and O are bfloat16 too (else all of them widen); the
+  // pairs run along d_v in dO·Vᵀ, so it must be even as well.
+  const bool bfloat16_inputs = query.scalar_type() == at::kBFloat16 && grad_output.scalar_type() == at::kBFloat16 &&
+                               output.scalar_type() == at::kBFloat16;
+  const ProductRoute route =
+      flash_product_route(query.scalar_type(), bfloat16_inputs && s.dk % 2 == 0 && s.dv % 2 == 0);
   const KernelCall call(s, arguments, compute_type(query), route);
   const at::ScalarType compute = call.compute;
-  const bool pairs = multiplies_bfloat16(route);
-  const auto layout = [&](const at::Tensor& t) { return pairs ? row_major_layout(t) : kernel_layout(t, compute); };
+  const bool as_bfloat16 = bfloat16_inputs && reads_bfloat16(route);
+  const auto layout = [&](const at::Tensor& t) { return as_bfloat16 ? row_major_layout(t) : kernel_layout(t, compute); };
   const at::Tensor q = layout(query), k = layout(key), v = layout(value), dout = layout(grad_output),
                    out = layout(output);
   const at::Tensor lse = logsumexp.contiguous();
@@ -230,8 +231,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> flash_attention_backw
   const int64_t splits = std::clamp<int64_t>(wanted, 1, std::max<int64_t>(k_blocks, 1));
 
   // The gradients accumulate in the compute type on every route, dQ in a slice per split; the kernel writes them
-  // in the inputs' type (bfloat16 on the bfloat16 routes, else the compute type), dQ as the slices' sum.
-  const at::ScalarType written = pairs ? at::kBFloat16 : compute;
+  // in the inputs' type (bfloat16 where the kernels read it, else the compute type), dQ as the slices' sum.
+  const at::ScalarType written = as_bfloat16 ? at::kBFloat16 : compute;
   at::Tensor grad_q_splits = at::zeros({splits * s.batch, s.heads, s.tq, s.dk}, q.options().dtype(compute));
   at::Tensor grad_q = splits == 1 && written == compute
                           ? grad_q_splits
@@ -253,7 +254,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> flash_attention_backw
     args.grad_v = output_view<In>(grad_v);
     flash_backward(args);
   };
-  if (pairs) {
+  if (as_bfloat16) {
     run(FlashBackward<float, c10::BFloat16>{});
   } else {
     AT_DISPATCH_FLOATING_TYPES(compute, "attn::flash_attention_backward", [&] { run(FlashBackward<scalar_t>{}); });

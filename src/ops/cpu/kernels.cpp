@@ -9,11 +9,13 @@
 namespace attn::ops::cpu {
 namespace {
 
-/// The bfloat16 routes run only where products/route.h chose them: on AVX512-BF16 (and AMX, for its tiles), with
-/// even pair dimensions.
+/// bfloat16 inputs reach the kernels on BLAS, which widens them as it reads them, or on the routes that multiply
+/// them, which run only where products/route.h chose them: on AVX512-BF16 (and AMX, for its tiles), with even
+/// pair dimensions.
 template <typename Pass>
-void check_pairs_route(const Pass& args, bool needs_even_dv) {
+void check_bfloat16_route(const Pass& args, bool needs_even_dv) {
   const ProductRoute route = args.problem.route;
+  if (route == ProductRoute::Blas) return;
   TORCH_INTERNAL_ASSERT(multiplies_bfloat16(route) && hardware_capability_limit() == Capability::Avx512Bf16 &&
                             (route != ProductRoute::AmxTiles || hardware_has_amx()),
                         "attn: bfloat16 inputs reached the kernel on the ", product_route_name(args.problem.route),
@@ -28,7 +30,7 @@ void check_pairs_route(const Pass& args, bool needs_even_dv) {
 void flash_forward(const FlashForward<float>& a) { on_active_variant([&](auto v) { decltype(v)::flash_forward(a); }); }
 void flash_forward(const FlashForward<double>& a) { on_active_variant([&](auto v) { decltype(v)::flash_forward(a); }); }
 void flash_forward(const FlashForward<float, c10::BFloat16>& a) {
-  check_pairs_route(a, false);
+  check_bfloat16_route(a, false);
   on_active_variant([&](auto v) { decltype(v)::flash_forward(a); });
 }
 void flash_backward(const FlashBackward<float>& a) {
@@ -38,7 +40,7 @@ void flash_backward(const FlashBackward<double>& a) {
   on_active_variant([&](auto v) { decltype(v)::flash_backward(a); });
 }
 void flash_backward(const FlashBackward<float, c10::BFloat16>& a) {
-  check_pairs_route(a, true);
+  check_bfloat16_route(a, true);
   on_active_variant([&](auto v) { decltype(v)::flash_backward(a); });
 }
 void decode_forward(const DecodeArgs<float>& a) { on_active_variant([&](auto v) { decltype(v)::decode_forward(a); }); }

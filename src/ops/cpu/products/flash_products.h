@@ -85,7 +85,9 @@ template <bool kBackward, typename T, typename In, typename Run>
 void with_products(const TileOperands<T, In>& o, const View4<const In>* grad_out, const Run& run) {
   switch (o.route) {
     case ProductRoute::Blas:
-      if constexpr (std::is_same_v<T, In>) return run(make_route<BlasProducts<T>>(o, grad_out));
+      if constexpr (std::is_same_v<T, In> || (std::is_same_v<T, float> && std::is_same_v<In, c10::BFloat16>)) {
+        return run(make_route<BlasProducts<T, In>>(o, grad_out));
+      }
       break;
     case ProductRoute::FloatTiles:
 #ifdef ATTN_FLOAT_TILE_PRODUCTS

@@ -18,12 +18,15 @@ enum class ProductRoute {
 inline bool multiplies_bfloat16(ProductRoute route) {
   return route == ProductRoute::BfloatPairs || route == ProductRoute::AmxTiles;
 }
+/// Whether a call's bfloat16 inputs reach the kernels as they are: the pairs and AMX's tiles multiply them, and
+/// BLAS widens each tile's operands as it reads them. Only the float tiles take them widened whole first.
+inline bool reads_bfloat16(ProductRoute route) { return route != ProductRoute::FloatTiles; }
 const char* product_route_name(ProductRoute route);
 
 /// The route of a fused call on inputs of dtype `input`:
 ///  - bfloat16 where `pairs_fit` (the pair dimensions are even: d_k forward; d_k and d_v, with a bfloat16 dO,
 ///    backward) takes AMX's tiles where amx_route_chosen(), else the pairs where bf16_route_chosen();
-///    otherwise it is widened to float;
+///    otherwise it is widened to float (reads_bfloat16);
 ///  - float32 (and bfloat16 or float16, widened) takes the tiles on the AVX-512 variant unless float_products()
 ///    is Blas;
 ///  - float64, and the portable and AVX2 variants, take BLAS.
