@@ -105,8 +105,9 @@ double bytes_read(const Config& config);
 /// Key/value heads of an attention configuration (Hkv, or H when 0).
 inline int64_t kv_heads(const Config& c) { return c.Hkv > 0 ? c.Hkv : c.H; }
 extern const double kBandwidthBytes;
-/// Why the configuration is not run (its scores would not fit), or std::nullopt.
-std::optional<std::string> skip_reason(const Config& config);
+/// Why the configuration is not run on `device` (its scores or cache would not fit; the bfloat16 GEMM ceiling
+/// where LibTorch has no bfloat16 GEMM for the CPU), or std::nullopt.
+std::optional<std::string> skip_reason(const Config& config, const std::string& device);
 
 // ---------------------------------------------------------------------------------------------------------
 // One configuration, measured in the child process (run_one.cpp).
@@ -190,7 +191,12 @@ double bandwidth_gbps(const std::vector<Record>& records);
 struct Ceilings {
   double float32 = std::numeric_limits<double>::quiet_NaN();
   double bfloat16 = std::numeric_limits<double>::quiet_NaN();
-  double of(const std::string& dtype) const { return dtype == "bfloat16" ? bfloat16 : float32; }
+  /// The bfloat16 ceiling was not run (skip_reason): bfloat16 rows are relative to the float32 one, the GEMM attn
+  /// widens bfloat16 to on such a CPU.
+  bool bfloat16_on_float32 = false;
+  double of(const std::string& dtype) const {
+    return dtype == "bfloat16" && !bfloat16_on_float32 ? bfloat16 : float32;
+  }
   /// Takes a GEMM record's result, if r is one.
   void take(const Record& r);
 };

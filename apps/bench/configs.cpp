@@ -2,6 +2,8 @@
 
 #include "bench.h"
 
+#include <attn/cpu_kernel_info.h>
+
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -470,7 +472,13 @@ double flops(const Config& c) {
   }
 }
 
-std::optional<std::string> skip_reason(const Config& c) {
+std::optional<std::string> skip_reason(const Config& c, const std::string& device) {
+  // LibTorch multiplies bfloat16 in reference loops on x86 without AVX-512: a 2048³ product takes from seconds
+  // (1.13) to a minute (2.x), each rep, and its rate says nothing of attn's, which widens bfloat16 to float there.
+  if (c.kind == Kind::Gemm && c.dtype == "bfloat16" && device == "cpu" &&
+      attn::cpu_kernel_info().bfloat16_linear == "widened") {
+    return std::string("LibTorch has no bfloat16 GEMM for this CPU; bfloat16 rows' % GEMM is of the float32 ceiling");
+  }
   if (c.kind == Kind::Decode) {
     if (c.gpu) return std::nullopt;  // LibTorch >= 2.5 reads the shared heads itself; the caches fit the GPU
     const double cache = bytes_read(c);

@@ -85,7 +85,8 @@ ratios to stdout.
 
 FLOPs follow FlashAttention's benchmarks: attention 4·B·H·Tq·Tk·d forward, half if causal, backward 2.5×
 forward, plus 2·T·d_in·d_out per projection. "% GEMM" is relative to a 2048³ torch::mm of the row's dtype
-(float32, or bfloat16 where the suite has bfloat16 rows) measured first in the same run. The decode suite
+(float32, or bfloat16 where the suite has bfloat16 rows) measured first in the same run; on x86 without
+AVX-512, where LibTorch has no bfloat16 GEMM, bfloat16 rows are relative to the float32 one. The decode suite
 is bound by memory instead: "GB/s" is the K/V cache (or, for linear rows, the weight) read per step, and
 "% BW" is relative to a streaming read (sum over 1 GiB) measured first in the same run.
 
@@ -289,7 +290,7 @@ int run_suite(const BenchOptions& options, const char* argv0) {
     const int p = partner[i];
     if (measured_with_partner[i]) {
       record = *measured_with_partner[i];
-    } else if (const auto reason = bench::skip_reason(c)) {
+    } else if (const auto reason = bench::skip_reason(c, device)) {
       record.skipped = *reason;
     } else if (in_process) {
       bench::RunSettings settings;
@@ -307,7 +308,7 @@ int run_suite(const BenchOptions& options, const char* argv0) {
                                     "--reps", std::to_string(capped(reps, c.max_reps)), "--device", device};
       if (options.threads > 0) args.insert(args.end(), {"--threads", std::to_string(options.threads)});
       // The pair runs when the first of the two comes up; the other's record waits for its turn in the list.
-      const bool pair = p >= 0 && !bench::skip_reason(selected[p]);
+      const bool pair = p >= 0 && !bench::skip_reason(selected[p], device);
       if (pair) args.insert(args.end(), {"--alternate-with", selected[p].name});
       bench::ChildOutcome outcome = bench::run_child(argv0, args);
       record.measurement = outcome.measurement;

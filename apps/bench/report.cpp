@@ -140,6 +140,7 @@ double bandwidth_gbps(const std::vector<Record>& records) {
 
 void Ceilings::take(const Record& r) {
   if (r.config.kind != Kind::Gemm) return;
+  if (r.config.dtype == "bfloat16" && !r.skipped.empty()) bfloat16_on_float32 = true;
   (r.config.dtype == "bfloat16" ? bfloat16 : float32) = r.gflops();
 }
 
@@ -186,6 +187,10 @@ void print_ratios(const std::vector<Record>& records, const Ceilings& ceilings) 
       fmt::print(", {:.2f}x the fp32 one", ceilings.bfloat16 / ceilings.float32);
     }
     fmt::print("{}\n", c.dtype == "bfloat16" ? "; bfloat16 rows' % GEMM is of this one" : "");
+  }
+  if (ceilings.bfloat16_on_float32) {
+    fmt::print("  GEMM ceiling (bfloat16 torch::mm): not run, LibTorch has no bfloat16 GEMM for this CPU; bfloat16 "
+               "rows' % GEMM is of the fp32 one, the GEMM attn widens bfloat16 to here\n");
   }
 
   for (const Record& r : records) {
