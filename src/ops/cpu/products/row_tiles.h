@@ -1,6 +1,7 @@
 #pragma once
 // Register tiles for the decode kernel, and the widening loads (load_one, load_two) that the fused backward's row
-// pass reads dO and O with too; compiled once per instruction set (CPU_CAPABILITY_*) as part of a variant file.
+// pass reads dO and O with too, and the BLAS route its bfloat16 tiles; compiled once per instruction set
+// (CPU_CAPABILITY_*) as part of a variant file.
 // Decoding streams each K/V row once and uses it for every query row of its group, so the arithmetic must keep up
 // with memory: a tile keeps its accumulators in registers for a whole sweep of keys, widens a bfloat16 or int8 cache
 // on the load, and sums the lanes of four dot products with one shuffle tree instead of four.
