@@ -194,9 +194,11 @@ struct Ceilings {
   /// The bfloat16 ceiling was not run (skip_reason): bfloat16 rows are relative to the float32 one, the GEMM attn
   /// widens bfloat16 to on such a CPU.
   bool bfloat16_on_float32 = false;
-  double of(const std::string& dtype) const {
-    return dtype == "bfloat16" && !bfloat16_on_float32 ? bfloat16 : float32;
+  /// The dtype of the ceiling that rows of `dtype` are relative to.
+  std::string dtype_of(const std::string& dtype) const {
+    return dtype == "bfloat16" && !bfloat16_on_float32 ? "bfloat16" : "float32";
   }
+  double of(const std::string& dtype) const { return dtype_of(dtype) == "bfloat16" ? bfloat16 : float32; }
   /// Takes a GEMM record's result, if r is one.
   void take(const Record& r);
 };

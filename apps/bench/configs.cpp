@@ -473,11 +473,14 @@ double flops(const Config& c) {
 }
 
 std::optional<std::string> skip_reason(const Config& c, const std::string& device) {
-  // LibTorch multiplies bfloat16 in reference loops on x86 without AVX-512: a 2048³ product takes from seconds
-  // (1.13) to a minute (2.x), each rep, and its rate says nothing of attn's, which widens bfloat16 to float there.
+  // attn widens bfloat16 to float on x86 without AVX-512, where LibTorch multiplies bfloat16 in reference loops
+  // (but perhaps on a CPU with AVX-NE-CONVERT, src/ops/torch_bfloat16_gemm.h): a 2048³ product takes seconds
+  // (1.13) to a minute (2.x), each rep, and its rate says nothing of attn's.
   if (c.kind == Kind::Gemm && c.dtype == "bfloat16" && device == "cpu" &&
       attn::cpu_kernel_info().bfloat16_linear == "widened") {
-    return std::string("LibTorch has no bfloat16 GEMM for this CPU; bfloat16 rows' % GEMM is of the float32 ceiling");
+    return std::string(
+        "attn widens bfloat16 to float on this CPU, where LibTorch's bfloat16 GEMM runs reference loops; bfloat16 "
+        "rows' % GEMM is of the float32 ceiling");
   }
   if (c.kind == Kind::Decode) {
     if (c.gpu) return std::nullopt;  // LibTorch >= 2.5 reads the shared heads itself; the caches fit the GPU

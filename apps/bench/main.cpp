@@ -86,7 +86,8 @@ ratios to stdout.
 FLOPs follow FlashAttention's benchmarks: attention 4·B·H·Tq·Tk·d forward, half if causal, backward 2.5×
 forward, plus 2·T·d_in·d_out per projection. "% GEMM" is relative to a 2048³ torch::mm of the row's dtype
 (float32, or bfloat16 where the suite has bfloat16 rows) measured first in the same run; on x86 without
-AVX-512, where LibTorch has no bfloat16 GEMM, bfloat16 rows are relative to the float32 one. The decode suite
+AVX-512, where attn widens bfloat16 to float and LibTorch's bfloat16 GEMM runs reference loops, bfloat16 rows
+are relative to the float32 one. The decode suite
 is bound by memory instead: "GB/s" is the K/V cache (or, for linear rows, the weight) read per step, and
 "% BW" is relative to a streaming read (sum over 1 GiB) measured first in the same run.
 

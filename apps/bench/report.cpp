@@ -189,8 +189,8 @@ void print_ratios(const std::vector<Record>& records, const Ceilings& ceilings) 
     fmt::print("{}\n", c.dtype == "bfloat16" ? "; bfloat16 rows' % GEMM is of this one" : "");
   }
   if (ceilings.bfloat16_on_float32) {
-    fmt::print("  GEMM ceiling (bfloat16 torch::mm): not run, LibTorch has no bfloat16 GEMM for this CPU; bfloat16 "
-               "rows' % GEMM is of the fp32 one, the GEMM attn widens bfloat16 to here\n");
+    fmt::print("  GEMM ceiling (bfloat16 torch::mm): not run, attn widens bfloat16 to float on this CPU, where "
+               "LibTorch's bfloat16 GEMM runs reference loops; bfloat16 rows' % GEMM is of the fp32 one\n");
   }
 
   for (const Record& r : records) {
@@ -360,10 +360,10 @@ std::string to_json(const std::vector<Record>& records, const Ceilings& ceilings
     std::string o = fmt::format(
         "  {{\"name\": {}, \"impl\": {}, \"B\": {}, \"H\": {}, \"Hkv\": {}, \"Tq\": {}, \"Tk\": {}, \"d\": {}, "
         "\"causal\": {}, \"dtype\": {}, \"device\": {}, \"ms_median\": {}, \"gflops\": {}, \"pct_gemm_ceiling\": {}, "
-        "\"peak_rss_mib\": {}",
+        "\"gemm_ceiling_dtype\": {}, \"peak_rss_mib\": {}",
         json_string(c.name), json_string(c.impl), c.B, c.H, kv_heads(c), c.Tq, c.Tk, c.d, c.causal ? "true" : "false",
         json_string(c.dtype), json_string(device), json_number(r.measurement ? r.measurement->ms_median : kNaN),
-        json_number(r.gflops()), json_number(r.pct_of(ceilings.of(c.dtype))),
+        json_number(r.gflops()), json_number(r.pct_of(ceilings.of(c.dtype))), json_string(ceilings.dtype_of(c.dtype)),
         json_number(r.measurement ? r.measurement->peak_rss_mib : kNaN));
     o += fmt::format(", \"peak_device_mib\": {}, \"gbps\": {}",
                      json_number(r.measurement ? r.measurement->peak_device_mib : kNaN), json_number(r.gbps()));

@@ -2,10 +2,11 @@
 // The BLAS route: each tile product is one GEMM through the BLAS that LibTorch runs on (products/blas.h), its
 // operands read where they lie. It serves float64, the portable and AVX2 variants, and float32 under
 // ATTN_FLOAT_PRODUCTS=blas. bfloat16 inputs (In) are widened to float as the tiles read them, into the task's
-// scratch: a tile's keys and values, its block of queries (and dO) kept while the next tile reads the same rows.
-// Widened whole before the call instead, Q, K and V took three fresh float copies a call, whose first touch cost
-// more than the widening itself (bench/RESULTS.md). The members are the route's part of the passes
-// (products/flash_products.h says what each computes).
+// scratch, each block once for the products that read it in turn: the forward's queries for all their tiles, its
+// keys and values a tile at a time; the backward's keys and values for all the tiles of a key block, each tile's
+// queries and dO for its two products. Widened whole before the call instead, Q, K and V took three fresh float
+// copies a call, whose first touch cost more than the widening itself (bench/RESULTS.md). The members are the
+// route's part of the passes (products/flash_products.h says what each computes).
 
 #include "ops/cpu/math/kernel_layout.h"
 #include "ops/cpu/products/blas.h"
