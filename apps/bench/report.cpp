@@ -180,17 +180,15 @@ void print_ratios(const std::vector<Record>& records, const Ceilings& ceilings) 
   fmt::print("\nIn this run (speedup = peer ms / ours ms; > 1 means ours is faster):\n");
   for (const Record& r : records) {
     const Config& c = r.config;
-    if (c.kind != Kind::Gemm || !r.measurement) continue;
-    fmt::print("  GEMM ceiling ({}³ {} torch::mm): {:.1f} GFLOP/s", c.Tq, c.dtype == "float32" ? "fp32" : c.dtype,
-               r.gflops());
+    if (c.kind != Kind::Gemm) continue;
+    const char* dtype = c.dtype == "float32" ? "fp32" : c.dtype.c_str();
+    if (!r.skipped.empty()) fmt::print("  GEMM ceiling ({}³ {} torch::mm): not run: {}\n", c.Tq, dtype, r.skipped);
+    if (!r.measurement) continue;
+    fmt::print("  GEMM ceiling ({}³ {} torch::mm): {:.1f} GFLOP/s", c.Tq, dtype, r.gflops());
     if (c.dtype == "bfloat16" && std::isfinite(ceilings.float32)) {
       fmt::print(", {:.2f}x the fp32 one", ceilings.bfloat16 / ceilings.float32);
     }
     fmt::print("{}\n", c.dtype == "bfloat16" ? "; bfloat16 rows' % GEMM is of this one" : "");
-  }
-  if (ceilings.bfloat16_on_float32) {
-    fmt::print("  GEMM ceiling (bfloat16 torch::mm): not run, attn widens bfloat16 to float on this CPU, where "
-               "LibTorch's bfloat16 GEMM runs reference loops; bfloat16 rows' % GEMM is of the fp32 one\n");
   }
 
   for (const Record& r : records) {
