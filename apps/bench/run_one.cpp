@@ -122,8 +122,12 @@ std::function<void()> make_workload(const Config& c, const torch::Device& device
   const auto opts = torch::TensorOptions().dtype(scalar_type(c.dtype)).device(device);
   switch (c.kind) {
     case Kind::Gemm: {
+      // Into one output held across the reps: the ceiling is the product's rate. A fresh 16 MiB output each rep
+      // timed its first touch too, in as many reps as glibc's heap had handed the last one back, which moved with
+      // the size of the libraries loaded (bench/RESULTS.md).
       const torch::Tensor a = torch::randn({c.Tq, c.d}, opts), b = torch::randn({c.d, c.Tk}, opts);
-      return [=] { torch::mm(a, b); };
+      torch::Tensor out = torch::empty({c.Tq, c.Tk}, opts);
+      return [=]() mutable { torch::mm_out(out, a, b); };
     }
     case Kind::Core:
     case Kind::LongContext: {
