@@ -52,7 +52,7 @@ for tool in cmake ninja; do
 done
 old=$(git -C "$root" rev-parse --verify --quiet "${revs[0]}^{commit}") || die "OLD_REV '${revs[0]}' is not a commit here"
 new=$(git -C "$root" rev-parse --verify --quiet "${revs[1]:-HEAD}^{commit}") ||
-  die "NEW_REV '${revs[1]}' is not a commit here"
+  die "NEW_REV '${revs[1]:-HEAD}' is not a commit here"
 [ "$old" != "$new" ] || die "OLD_REV and NEW_REV are the same commit ($old)"
 # Both builds run with the same OpenBLAS kernel set, the one `make` would choose here.
 if [ -z "${OPENBLAS_CORETYPE+set}" ]; then
