@@ -17,22 +17,24 @@
 #   --decode-filter F    a decode-suite filter instead of the defaults (repeatable)
 #   --no-decode          leave the decode suite out
 set -euo pipefail
+shopt -s inherit_errexit  # a failure inside $(...) stops the script too
 
 usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "bench-ab-revisions: $*" >&2; exit 2; }
+value() { [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value (--help lists the options)"; }
 
 dir=/tmp/attn-ab rounds= model= decode=1
 peer_filters=() decode_filters=() revs=()
 while [ $# -gt 0 ]; do
   case $1 in
     -h|--help) usage; exit 0 ;;
-    --dir) dir=${2:?--dir needs a directory}; shift 2 ;;
-    --rounds) rounds=${2:?--rounds needs a number}; shift 2
+    --dir) value "$@"; dir=$2; shift 2 ;;
+    --rounds) value "$@"; rounds=$2; shift 2
               [[ $rounds =~ ^[1-9][0-9]*$ ]] || die "--rounds: expected a positive whole number, got '$rounds'" ;;
-    --model) model=${2:?--model needs a directory}; shift 2
+    --model) value "$@"; model=$2; shift 2
              [ -f "$model/config.json" ] || die "--model: no config.json in '$model' (docs/generate.md says how to make one)" ;;
-    --peer-filter) peer_filters+=("${2:?--peer-filter needs a filter}"); shift 2 ;;
-    --decode-filter) decode_filters+=("${2:?--decode-filter needs a filter}"); shift 2 ;;
+    --peer-filter) value "$@"; peer_filters+=("$2"); shift 2 ;;
+    --decode-filter) value "$@"; decode_filters+=("$2"); shift 2 ;;
     --no-decode) decode=; shift ;;
     -*) die "unknown option '$1' (--help lists them)" ;;
     *) revs+=("$1"); shift ;;
@@ -68,10 +70,13 @@ mkdir -p "$report"
 # A clone of this repository at `sha`, built; prints its build directory.
 build_at() {
   local sha=$1 clone=$dir/${1:0:12}
-  if [ ! -d "$clone/.git" ]; then
+  if [ ! -e "$clone" ]; then
     say "cloning ${sha:0:7} into $clone"
-    git clone -q --no-checkout "$root" "$clone"
+    git clone -q --no-checkout "$root" "$clone" || die "cannot clone $root into $clone"
   fi
+  # Only a clone of our own at the top of that folder: git -C would otherwise act on a repository around it.
+  [ "$(git -C "$clone" rev-parse --show-toplevel 2>/dev/null)" = "$(cd "$clone" && pwd -P)" ] ||
+    die "$clone is there but is not a clone this script made: remove it or pick another --dir"
   # A clone from an earlier run may predate the commit: bring this repository's branches and HEAD first.
   git -C "$clone" cat-file -e "$sha^{commit}" 2>/dev/null ||
     git -C "$clone" fetch -q "$root" HEAD '+refs/heads/*:refs/remotes/origin/*' ||
@@ -99,36 +104,43 @@ old_bench=$old_build/apps/bench/attn-bench new_bench=$new_build/apps/bench/attn-
 combine() {
   awk '
     FNR == 1 { file++ }
-    $1 ~ /\// && $4 ~ /^[0-9.]+$/ {
+    $1 ~ /\// {
       names[$1] = 1
+      if ($4 !~ /^[0-9.]+$/) next  # a row one build lacks: "-"
       if (file == 1) { first[$1] = $4; o1[$1] = $2; n1[$1] = $3 }
       else if ($4 + 0 > 0) { second[$1] = 1 / $4; o2[$1] = $3; n2[$1] = $2 }
     }
     END {
       printf "%-44s %27s %27s %9s\n", "configuration", "old first: ms (new/old)", "new first: ms (new/old)", "geo mean"
-      count = 0
-      for (n in names) if ((n in first) && (n in second)) rows[++count] = n
+      count = 0; missing = ""
+      for (n in names) {
+        if ((n in first) && (n in second)) rows[++count] = n
+        else missing = missing " " n
+      }
       for (i = 2; i <= count; i++) for (j = i; j > 1 && rows[j-1] > rows[j]; j--) { t = rows[j]; rows[j] = rows[j-1]; rows[j-1] = t }
       for (i = 1; i <= count; i++) {
         n = rows[i]
         g = sqrt(first[n] * second[n])
-        # The ceilings run the same LibTorch code in both builds: how far a row moves here with nothing changed.
-        if (n ~ /^(gemm|bandwidth)\//) mark = "  (the same LibTorch code in both: drift)"
+        if (n ~ /^(gemm|bandwidth)\//) { mark = "  (a ceiling: no code of attn)"; ceilings++ }
         else if (first[n] > 1 && second[n] > 1) { mark = "  slower in both orders"; slower++ }
         else mark = ""
         printf "%-44s %27s %27s %9.3f%s\n", n, sprintf("%.2f -> %.2f (%.3f)", o1[n], n1[n], first[n]),
                sprintf("%.2f -> %.2f (%.3f)", o2[n], n2[n], second[n]), g, mark
       }
       printf "\n%d row(s) slower in both orders%s\n", slower, slower ? ": time them alone (attn-bench --filter ROW, the builds alternated)" : ""
+      if (missing != "") printf "not in both builds and both orders (left out):%s\n", missing
+      if (ceilings) printf "The ceilings run LibTorch alone: how far this machine moves with nothing of attn changed (the GEMM output is held across reps from bd1c3c9 on; against an older commit that row reads that change too).\n"
     }' "$1" "$2"
 }
 
 run_suite() {
   local suite=$1 n=$2; shift 2
   say "$suite suite, old first ($n rounds)"
-  SUITE=$suite "$scripts/bench-ab.sh" "$old_bench" "$new_bench" "$n" "$@" >"$report/$suite-old-first.txt"
+  SUITE=$suite "$scripts/bench-ab.sh" "$old_bench" "$new_bench" "$n" "$@" >"$report/$suite-old-first.txt" ||
+    die "the $suite suite's run failed (bench-ab.sh said why above)"
   say "$suite suite, new first ($n rounds)"
-  SUITE=$suite "$scripts/bench-ab.sh" "$new_bench" "$old_bench" "$n" "$@" >"$report/$suite-new-first.txt"
+  SUITE=$suite "$scripts/bench-ab.sh" "$new_bench" "$old_bench" "$n" "$@" >"$report/$suite-new-first.txt" ||
+    die "the $suite suite's run failed (bench-ab.sh said why above)"
   combine "$report/$suite-old-first.txt" "$report/$suite-new-first.txt" >"$report/$suite.txt"
 }
 
@@ -144,9 +156,11 @@ if [ -n "$model" ]; then
       order="old new"; [ $((i % 2)) = 1 ] || order="new old"
       for which in $order; do
         build=${which}_build
+        log=$report/generate-$which-$dtype-$i.log
         "${!build}/apps/generate/attn-generate" --model "$model" --raw --prompt-file "$prompt" --max-new-tokens 128 \
-          --ignore-eos --dtype "$dtype" 2>&1 >/dev/null | grep 'prefill' | sed "s/^/$which $dtype $i /" \
-          >>"$report/generate-raw.txt" || die "attn-generate ($which, $dtype) failed: see $report/generate-raw.txt"
+          --ignore-eos --dtype "$dtype" >/dev/null 2>"$log" || die "attn-generate ($which, $dtype) failed: see $log"
+        grep 'prefill' "$log" | sed "s/^/$which $dtype $i /" >>"$report/generate-raw.txt" ||
+          die "attn-generate ($which, $dtype) printed no speeds: see $log"
       done
     done
   done
@@ -154,14 +168,16 @@ if [ -n "$model" ]; then
   awk '
     { match($0, /\(([0-9.]+) tokens\/s\); decode/); pre = substr($0, RSTART + 1, RLENGTH - 1) + 0
       match($0, /decode .*\(([0-9.]+) tokens\/s\)/); s = substr($0, RSTART, RLENGTH); sub(/.*\(/, "", s); dec = s + 0
-      p[$2, $3, $1] = pre; d[$2, $3, $1] = dec; dtypes[$2] = 1; if ($3 > rounds) rounds = $3 }
+      p[$2, $3, $1] = pre; d[$2, $3, $1] = dec; if ($3 > rounds) rounds = $3 }
     function median(a, n,   i, j, t) {
       for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
       return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
     }
     END {
       printf "%-10s %-8s %10s %10s %18s\n", "dtype", "phase", "old tok/s", "new tok/s", "new/old (paired)"
-      for (t in dtypes) {
+      split("bfloat16 float32", order, " ")
+      for (k = 1; k <= 2; k++) {
+        t = order[k]
         split("", po); split("", pn); split("", pr); split("", dn); split("", dd); split("", dr)
         for (i = 1; i <= rounds; i++) {
           po[i] = p[t, i, "old"]; pn[i] = p[t, i, "new"]; pr[i] = pn[i] / po[i]
@@ -180,6 +196,7 @@ family=$(lscpu | sed -n 's/^CPU family: *//p' | head -1) model_id=$(lscpu | sed 
        "${OPENBLAS_CORETYPE:+(OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE)}"
   echo; echo "== peer suite (medians of each order's rounds, ms)"; cat "$report/peer.txt"
   [ -z "$decode" ] || { echo; echo "== decode suite"; cat "$report/decode.txt"; }
-  [ -z "$model" ] || { echo; echo "== attn-generate ($(basename "$model"), medians of six alternations)"; cat "$report/generate.txt"; }
+  [ -z "$model" ] || { echo; echo "== attn-generate ($(basename "$model"), medians of six alternations; tokens/s, so above 1 is faster)"
+                       cat "$report/generate.txt"; }
 } | tee "$report/summary.txt"
 say "done; everything is in $report"

@@ -11,14 +11,18 @@ old=$1 new=$2 rounds=${3:-3}
 shift $(( $# >= 3 ? 3 : 2 ))
 filters=("$@")
 [ ${#filters[@]} -gt 0 ] || filters=("fused/T=2048" "fused/T=4096/noncausal" "mha/attn_mha/T=1024" "mha/torch_mha/T=1024")
-results=$(mktemp)
-trap 'rm -f "$results"' EXIT
+results=$(mktemp) errors=$(mktemp)
+trap 'rm -f "$results" "$errors"' EXIT
 for round in $(seq "$rounds"); do
   for which in old new; do
     echo "bench-ab: round $round/$rounds, $which" >&2
     for f in "${filters[@]}"; do
-      "${!which}" --suite "${SUITE:-quick}" --filter "$f" 2>/dev/null |
-        awk -v w="$which" '$1 ~ /\// && $2 ~ /^[0-9.]+$/ {print w, $1, $2}' >>"$results"
+      if ! "${!which}" --suite "${SUITE:-quick}" --filter "$f" 2>"$errors" |
+           awk -v w="$which" '$1 ~ /\// && $2 ~ /^[0-9.]+$/ {print w, $1, $2}' >>"$results"; then
+        tail -n 5 "$errors" >&2
+        echo "bench-ab: ${!which} --suite ${SUITE:-quick} --filter $f failed (its last lines above)" >&2
+        exit 1
+      fi
     done
   done
 done
