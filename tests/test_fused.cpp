@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 
 namespace attn::test {
 namespace {
@@ -330,6 +331,73 @@ TEST(FusedKernelReference, PerHeadOptionsAtEveryInputRank) {
     const torch::Tensor actual = scaled_dot_product_attention(q, k, v, SdpaOptions(opts).backend(Backend::Fused));
     ASSERT_EQ(actual.dim(), q.dim());
     EXPECT_CLOSE(as_4d(actual), expected, tolerance(torch::kFloat64));
+  }
+}
+
+
+/// Whether backward() refused with autograd's version check.
+::testing::AssertionResult refused_as_changed_in_place(const torch::Tensor& out) {
+  try {
+    out.sum().backward();
+  } catch (const c10::Error& e) {
+    if (std::string(e.what()).find("modified by an inplace operation") != std::string::npos) {
+      return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure() << "another error: " << e.what();
+  }
+  return ::testing::AssertionFailure() << "backward ran on the changed argument";
+}
+
+// The backward pass recomputes the probabilities from the masks, the slopes and the packed boundaries. A caller
+// that refills one of them in place between forward and backward (the next micro-batch's mask, say) must get
+// autograd's error, as from PyTorch's own ops, not the gradients of other probabilities.
+TEST(FusedKernelReference, ArgumentsChangedInPlaceBeforeBackwardAreRefused) {
+  torch::manual_seed(11);
+  const auto leaf = [](at::IntArrayRef shape) { return torch::randn(shape, torch::kFloat64).requires_grad_(true); };
+  const torch::Tensor q = leaf({2, 2, 6, 8}), k = leaf({2, 2, 9, 8}), v = leaf({2, 2, 9, 8});
+  const auto fused = [&](const SdpaOptions& o) {
+    return scaled_dot_product_attention(q, k, v, SdpaOptions(o).backend(Backend::Fused));
+  };
+  {
+    torch::Tensor attend = torch::rand({6, 9}) < 0.7;
+    const torch::Tensor out = fused(SdpaOptions().masks(AttentionMasks().attend_mask(attend)));
+    attend.fill_(true);
+    EXPECT_TRUE(refused_as_changed_in_place(out)) << "attend_mask";
+  }
+  {
+    torch::Tensor padding = torch::zeros({2, 1, 9}, torch::kBool);
+    const torch::Tensor out = fused(SdpaOptions().masks(AttentionMasks().key_padding_mask(padding)));
+    padding.narrow(-1, 0, 4).fill_(true);  // a view of it, changed in place
+    EXPECT_TRUE(refused_as_changed_in_place(out)) << "key_padding_mask";
+  }
+  {
+    torch::Tensor additive = torch::randn({2, 2, 6, 9}, torch::kFloat64);
+    const torch::Tensor out = fused(SdpaOptions().masks(AttentionMasks().additive_mask(additive)));
+    additive.mul_(3.0);
+    EXPECT_TRUE(refused_as_changed_in_place(out)) << "additive_mask";
+  }
+  {
+    torch::Tensor slopes = torch::tensor({0.5, 0.25}, torch::kFloat64);
+    const torch::Tensor out = fused(SdpaOptions().alibi_slopes(slopes));
+    slopes.mul_(2.0);
+    EXPECT_TRUE(refused_as_changed_in_place(out)) << "alibi_slopes";
+  }
+  {
+    const torch::Tensor pq = leaf({10, 2, 8}), pk = leaf({10, 2, 8}), pv = leaf({10, 2, 8});
+    torch::Tensor cu = torch::tensor({0, 4, 10}, torch::kLong);
+    const torch::Tensor out = varlen_attention(pq, pk, pv, cu, cu, 6, 6, SdpaOptions().backend(Backend::Fused));
+    cu[1] = 7;
+    EXPECT_TRUE(refused_as_changed_in_place(out)) << "cu_seqlens";
+  }
+  {
+    // Unchanged arguments: backward runs, and its gradient is the float64 definition's.
+    q.mutable_grad() = torch::Tensor();
+    const torch::Tensor attend = (torch::rand({6, 9}) < 0.7).logical_or(torch::eye(6, 9, torch::kBool));
+    fused(SdpaOptions().masks(AttentionMasks().attend_mask(attend))).sum().backward();
+    const torch::Tensor q2 = q.detach().clone().requires_grad_(true);
+    const torch::Tensor scores = q2.matmul(k.detach().transpose(-2, -1)) / std::sqrt(8.0);
+    torch::softmax(scores.masked_fill(attend.logical_not(), -INFINITY), -1).matmul(v.detach()).sum().backward();
+    EXPECT_CLOSE(q.grad(), q2.grad(), tolerance(torch::kFloat64));
   }
 }
 

@@ -527,6 +527,46 @@ TEST(VariantGradCheck, SoftcapAlibiAndSinksMatchFiniteDifferences) {
   }
 }
 
+// Unbatched [T, d] inputs have one head: [1] sinks and slopes apply to it on every backend, the weights
+// included, against the float64 definition on the same problem as [1, 1, T, d].
+TEST(VariantShapes, UnbatchedInputsTakeOneSinkAndOneSlope) {
+  torch::manual_seed(32);
+  const Variant var = Variant("causal, ALiBi [H], sinks").with_causal().with_alibi(1).with_sinks();
+  const torch::Tensor q = torch::randn({5, 8}, kF64), k = torch::randn({7, 8}, kF64), v = torch::randn({7, 3}, kF64);
+  const torch::Tensor slopes = torch::tensor({0.25}, kF64), sinks = torch::tensor({0.7}, kF64);
+  const auto four_d = [](const torch::Tensor& x) { return x.view({1, 1, x.size(0), x.size(1)}); };
+  const torch::Tensor expected =
+      reference_attention(four_d(q), four_d(k), four_d(v), var, slopes, {}, {}, sinks).view({5, 3});
+  for (Backend backend : {Backend::Auto, Backend::Math, Backend::Fused}) {
+    SCOPED_TRACE(to_string(backend));
+    const SdpaOptions o = SdpaOptions().causal(true).alibi_slopes(slopes).sinks(sinks).backend(backend);
+    EXPECT_CLOSE(attn::scaled_dot_product_attention(q, k, v, o), expected, tolerance(kF64));
+  }
+  const auto [out, weights] = attn::scaled_dot_product_attention_with_weights(
+      q, k, v, SdpaOptions().causal(true).alibi_slopes(slopes).sinks(sinks));
+  EXPECT_CLOSE(out, expected, tolerance(kF64));
+  EXPECT_CLOSE(weights.matmul(v), expected, tolerance(kF64));
+  // LibTorch's SDPA takes no sinks: the slope alone there.
+  const Variant alibi_only = Variant("causal, ALiBi [H]").with_causal().with_alibi(1);
+  EXPECT_CLOSE(attn::scaled_dot_product_attention(
+                   q, k, v, SdpaOptions().causal(true).alibi_slopes(slopes).backend(Backend::Torch)),
+               reference_attention(four_d(q), four_d(k), four_d(v), alibi_only, slopes, {}, {}, {}).view({5, 3}),
+               tolerance(kF64));
+}
+
+// An empty batch gives an empty result with per-row ALiBi slopes too, [0, H] or [1, H].
+TEST(VariantShapes, EmptyBatchWithPerRowSlopes) {
+  const torch::Tensor q = torch::randn({0, 2, 5, 8}), k = torch::randn({0, 2, 6, 8}), v = torch::randn({0, 2, 6, 4});
+  for (const torch::Tensor& slopes : {torch::ones({0, 2}), torch::ones({1, 2})}) {
+    for (Backend backend : {Backend::Auto, Backend::Math, Backend::Fused}) {
+      SCOPED_TRACE(::testing::Message() << "slopes " << slopes.sizes() << ", " << to_string(backend));
+      const torch::Tensor out =
+          attn::scaled_dot_product_attention(q, k, v, SdpaOptions().alibi_slopes(slopes).backend(backend));
+      EXPECT_EQ(out.sizes(), (std::vector<int64_t>{0, 2, 5, 4}));
+    }
+  }
+}
+
 // ------------------------------------------------------------------------------------------------------------
 // Packed variable-length batches
 

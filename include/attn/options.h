@@ -186,7 +186,8 @@ struct SdpaOptions : WithAttentionOptions<SdpaOptions> {
   /// ALiBi (BLOOM, MPT): [H] or [B, H] slopes (H the query's heads, dimension -3); query i and key j get the
   /// bias -slope · |i + o - j| (o as in window), added after softcap. Causal, it equals BLOOM's slope · j up
   /// to a per-row constant, which the softmax ignores. attn::alibi_slopes(H) gives the standard slopes.
-  /// No gradient flows to the slopes.
+  /// Slopes that require grad get their gradient from Backend::Math and Backend::Torch (Auto takes Math for
+  /// them); Backend::Fused refuses them in grad mode.
   TORCH_ARG(torch::Tensor, alibi_slopes) = {};
   /// Attention sinks (GPT-OSS): [H] logits, one per query head, that join every row's softmax denominator
   /// and attend to nothing: p_ij = exp(s_ij) / (exp(sink_h) + sum_j exp(s_ij)). Differentiable.

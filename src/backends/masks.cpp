@@ -60,6 +60,8 @@ torch::Tensor alibi_bias(const torch::Tensor& slopes, int64_t offset, int64_t tq
   auto opts = torch::TensorOptions().dtype(torch::kFloat64).device(slopes.device());
   const torch::Tensor distance =
       (torch::arange(tq, opts).unsqueeze(1) + offset - torch::arange(tk, opts).unsqueeze(0)).abs();
+  // One [H] slope (one head) gives [Tq, Tk], which broadcasts at every rank, unbatched [Tq, Tk] scores included.
+  if (slopes.dim() == 1 && slopes.size(0) == 1) return (-slopes.to(torch::kFloat64) * distance).to(dtype);
   return (-slopes.to(torch::kFloat64).unsqueeze(-1).unsqueeze(-1) * distance).to(dtype);
 }
 

@@ -41,7 +41,8 @@ Band band_of(const AttentionOptions& options, int64_t tq, int64_t tk);
 /// [Tq, Tk] bool, true where key j lies outside `band`; undefined when the band bounds nothing.
 torch::Tensor band_blocked(const Band& band, int64_t tq, int64_t tk, const torch::Device& device);
 
-/// [..., H, Tq, Tk] ALiBi bias -slope · |i + offset - j| in `dtype` for slopes [H] or [B, H].
+/// [..., H, Tq, Tk] ALiBi bias -slope · |i + offset - j| in `dtype` for slopes [H] or [B, H]; [Tq, Tk] for one
+/// [H] slope.
 torch::Tensor alibi_bias(const torch::Tensor& slopes, int64_t offset, int64_t tq, int64_t tk, torch::Dtype dtype);
 
 /// softcap · tanh(scores / softcap), or the scores themselves when softcap is 0.

@@ -100,7 +100,10 @@ std::tuple<torch::Tensor, torch::Tensor> math_attention(const torch::Tensor& que
     // The sink is one more column of the softmax, with no value behind it.
     auto shape = scores.sizes().vec();
     shape.back() = 1;
-    const torch::Tensor sink = options.sinks().to(scores.scalar_type()).view({-1, 1, 1}).expand(shape);
+    // One sink per head, the scores' dim -3; unbatched [Tq, Tk] scores have one head and no such dim.
+    std::vector<int64_t> per_head(scores.dim(), 1);
+    if (scores.dim() >= 3) per_head[scores.dim() - 3] = -1;
+    const torch::Tensor sink = options.sinks().to(scores.scalar_type()).view(per_head).expand(shape);
     probs = at::softmax(at::cat({scores, sink}, -1), -1).narrow(-1, 0, tk);
   } else {
     probs = at::softmax(scores, -1);

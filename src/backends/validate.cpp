@@ -102,10 +102,10 @@ void check_score_options(const char* fn, const torch::Tensor& query, const SdpaO
     TORCH_CHECK(t.device() == query.device(), fn, ": ", arg, " must be on the query's device ", query.device(),
                 ", got ", t.device());
     const bool per_head = t.dim() == 1 && t.size(0) == heads;
-    const bool per_row = batched_ok && batch > 0 && t.dim() == 2 && (t.size(0) == batch || t.size(0) == 1) &&
+    const bool per_row = batched_ok && batch >= 0 && t.dim() == 2 && (t.size(0) == batch || t.size(0) == 1) &&
                          t.size(1) == heads;
     TORCH_CHECK(per_head || per_row, fn, ": ", arg, " must be [H] = [", heads, "]",
-                batched_ok && batch > 0 ? " or [B, H] = [" + std::to_string(batch) + ", " + std::to_string(heads) + "]"
+                batched_ok && batch >= 0 ? " or [B, H] = [" + std::to_string(batch) + ", " + std::to_string(heads) + "]"
                                         : std::string(),
                 " (one per query head), got shape ", t.sizes());
   };

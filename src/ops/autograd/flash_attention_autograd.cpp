@@ -1,6 +1,6 @@
 // The Autograd kernel of attn::flash_attention. The forward pass saves q, k, v, the output and the per-row
-// log-sum-exp (O(T) memory, no probabilities), and the call's FlashArguments as they are; the backward pass is
-// the attn::flash_attention_backward op, which recomputes the probabilities tile by tile (FlashAttention-2).
+// log-sum-exp (O(T) memory, no probabilities), and the call's FlashArguments; the backward pass is the
+// attn::flash_attention_backward op, which recomputes the probabilities tile by tile (FlashAttention-2).
 
 #include <attn/ops/flash_attention.h>
 
@@ -9,6 +9,8 @@
 #include <torch/autograd.h>
 #include <torch/custom_class.h>
 #include <torch/library.h>
+
+#include <array>
 
 namespace attn::ops {
 namespace {
@@ -22,19 +24,27 @@ constexpr const char* kOp = "attn::flash_attention";
 constexpr const char* kDifferentiableElsewhere =
     "attn::Backend::Math in C++, or torch.nn.functional.scaled_dot_product_attention from Python";
 
-/// A call's arguments kept for its backward pass: the masks, the slopes and the packed boundaries take no
-/// gradient, so they are held as they are (sinks, which do, are saved as a variable too).
+/// A call's arguments kept for its backward pass, less their tensors, which save_for_backward keeps: the
+/// backward recomputes the probabilities from the masks, the slopes and the packed boundaries, so one of them
+/// changed in place after the forward must fail autograd's version check, as it would in PyTorch's own ops,
+/// rather than give the gradients of other probabilities.
 struct SavedArguments : torch::CustomClassHolder {
   explicit SavedArguments(FlashArguments a) : arguments(std::move(a)) {}
   FlashArguments arguments;
 };
+
+/// FlashArguments' tensors, in the order they are saved after the Saved variables.
+std::array<c10::optional<torch::Tensor>*, 6> argument_tensors(FlashArguments& a) {
+  return {&a.key_padding_mask, &a.attend_mask, &a.additive_mask, &a.alibi_slopes, &a.cu_seqlens_q, &a.cu_seqlens_k};
+}
 
 class FlashAttentionFunction : public torch::autograd::Function<FlashAttentionFunction> {
  public:
   /// The inputs of forward() after the context, in order; backward() returns one gradient per input.
   enum Input { kQuery, kKey, kValue, kSinks, kArguments, kInputCount };
   /// The variables save_for_backward keeps, in order.
-  enum Saved { kSavedQuery, kSavedKey, kSavedValue, kSavedOutput, kSavedLogsumexp, kSavedSinks };
+  /// The arguments' tensors follow (argument_tensors).
+  enum Saved { kSavedQuery, kSavedKey, kSavedValue, kSavedOutput, kSavedLogsumexp, kSavedSinks, kSavedArguments };
 
   /// `sinks` is arguments.sinks passed apart, so that autograd tracks it as an input.
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& query, const torch::Tensor& key,
@@ -42,8 +52,14 @@ class FlashAttentionFunction : public torch::autograd::Function<FlashAttentionFu
                                const FlashArguments& arguments) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [out, lse] = flash_attention(query, key, value, arguments);
-    ctx->save_for_backward({query, key, value, out, lse, sinks ? *sinks : torch::Tensor()});
-    ctx->saved_data["arguments"] = c10::IValue::make_capsule(c10::make_intrusive<SavedArguments>(arguments));
+    variable_list saved = {query, key, value, out, lse, sinks ? *sinks : torch::Tensor()};
+    auto kept = c10::make_intrusive<SavedArguments>(arguments);
+    for (c10::optional<torch::Tensor>* tensor : argument_tensors(kept->arguments)) {
+      saved.push_back(*tensor ? **tensor : torch::Tensor());
+      if (*tensor) **tensor = torch::Tensor();  // held by save_for_backward alone, never past its check
+    }
+    ctx->save_for_backward(saved);
+    ctx->saved_data["arguments"] = c10::IValue::make_capsule(std::move(kept));
     ctx->mark_non_differentiable({lse});
     return {out, lse};
   }
@@ -58,7 +74,12 @@ class FlashAttentionFunction : public torch::autograd::Function<FlashAttentionFu
     variable_list result(kInputCount);
     if (!grad_out.defined()) return result;  // only the (non-differentiable) logsumexp was used
     const auto capsule = ctx->saved_data["arguments"].toCapsule();
-    const FlashArguments& arguments = static_cast<const SavedArguments*>(capsule.get())->arguments;
+    FlashArguments arguments = static_cast<const SavedArguments*>(capsule.get())->arguments;
+    size_t next = kSavedArguments;
+    for (c10::optional<torch::Tensor>* tensor : argument_tensors(arguments)) {
+      const torch::Tensor& kept = saved[next++];
+      if (*tensor) **tensor = kept;
+    }
     auto [dq, dk, dv, dsinks] =
         flash_attention_backward(grad_out, saved[kSavedQuery], saved[kSavedKey], saved[kSavedValue],
                                  saved[kSavedOutput], saved[kSavedLogsumexp], arguments);
