@@ -30,6 +30,13 @@ torch::Tensor attend_stored_rows(const char* fn, const torch::Tensor& query, con
   return hadamard_rows(out).to(query.scalar_type());
 }
 
+torch::Tensor stored_positions(const torch::Tensor& x, const std::vector<int64_t>& counts) {
+  const int64_t T = x.size(2);
+  if (std::all_of(counts.begin(), counts.end(), [T](int64_t n) { return n == T; })) return x;
+  const torch::Tensor count = torch::tensor(counts, torch::kLong).view({-1, 1, 1, 1});
+  return x.masked_fill((torch::arange(T).view({1, 1, T, 1}) >= count).to(x.device()), 0);
+}
+
 StoredRows quantize_rows(const char* fn, const char* arg, const torch::Tensor& x) {
   // One pass per row (its largest magnitude, then its elements), not a chain of whole-tensor operations: a
   // decoding step quantizes a few rows per layer, where each operation's own cost would be most of the time.

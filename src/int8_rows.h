@@ -7,6 +7,8 @@
 
 #include <torch/types.h>
 
+#include <vector>
+
 namespace attn {
 
 /// A cache row as it is stored: the rows themselves, or for an int8 cache int8 rows and their scales.
@@ -22,6 +24,10 @@ struct StoredRows {
 /// Throws, naming `fn` and `arg`, when x holds a non-finite value, or a row whose rotation leaves float32's
 /// range.
 StoredRows quantize_rows(const char* fn, const char* arg, const torch::Tensor& x);
+
+/// x [B, H_kv, T, d] with the positions past counts[b] (right padding, which a cache never stores) zeroed, so
+/// that quantize_rows checks only what is stored; x itself where every row is whole.
+torch::Tensor stored_positions(const torch::Tensor& x, const std::vector<int64_t>& counts);
 
 /// backends::cache_attention over a cache's stored rows. An int8 cache stores H·k and H·v (H = hadamard_rows,
 /// orthonormal and its own inverse), so the query goes in as H·q, which leaves every score q·k as it was, and

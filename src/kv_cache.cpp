@@ -34,6 +34,16 @@ void write_positions(const torch::Tensor& buffer, const torch::Tensor& rows, con
   for (int64_t b = 0; b < B; ++b) writer.write({b, len[b], b, 0, n[b]});
 }
 
+/// Zeroes positions [from, to) of row b in each buffer (keys, values, an int8 cache's scales). Positions past a
+/// row's length are read by no kernel of attn's, but LibTorch's (Backend::Torch, and Auto on a GPU) multiply
+/// them by zero weights: a NaN that a discarded position kept would reach the rows that attend past it.
+void zero_positions(std::initializer_list<torch::Tensor*> buffers, int64_t b, int64_t from, int64_t to) {
+  if (to <= from) return;
+  for (torch::Tensor* buf : buffers) {
+    if (buf->defined()) (*buf)[b].narrow(1, from, to - from).zero_();
+  }
+}
+
 }  // namespace
 
 KVCache::KVCache(const KVCacheOptions& options) : options_(options) {
@@ -144,8 +154,8 @@ void KVCache::append(int64_t layer, const torch::Tensor& key, const torch::Tenso
   // (buffer, new rows) pairs, positions along dimension 2; an int8 cache's scales are written alike.
   std::vector<std::pair<torch::Tensor, torch::Tensor>> writes;
   if (quantized()) {
-    const StoredRows k = quantize_rows("attn::KVCache::append", "key", key),
-                     v = quantize_rows("attn::KVCache::append", "value", value);  // may throw: before any write
+    const StoredRows k = quantize_rows("attn::KVCache::append", "key", stored_positions(key, n)),
+                     v = quantize_rows("attn::KVCache::append", "value", stored_positions(value, n));  // may throw
     writes = {{kbuf, k.rows}, {vbuf, v.rows}, {key_scales_[layer], k.scales}, {value_scales_[layer], v.scales}};
   } else {
     writes = {{kbuf, key}, {vbuf, value}};
@@ -187,9 +197,13 @@ void KVCache::reorder(const torch::Tensor& indices) {
 
 void KVCache::truncate(int64_t length) {
   TORCH_CHECK(length >= 0, kCache, "::truncate: length must be >= 0, got ", length);
-  for (torch::Tensor& row_lengths : lengths_) {
-    int64_t* len = row_lengths.data_ptr<int64_t>();
-    for (int64_t b = 0; b < batch(); ++b) len[b] = std::min(len[b], length);
+  torch::NoGradGuard no_grad;
+  for (int64_t l = 0; l < num_layers(); ++l) {
+    int64_t* len = lengths_[l].data_ptr<int64_t>();
+    for (int64_t b = 0; b < batch(); ++b) {
+      zero_positions({&keys_[l], &values_[l], &key_scales_[l], &value_scales_[l]}, b, length, len[b]);
+      len[b] = std::min(len[b], length);
+    }
   }
 }
 
@@ -254,6 +268,7 @@ void KVCache::keep_candidates(int64_t num_candidates, const std::vector<std::vec
           row.narrow(1, prefix, kept).copy_(row.index_select(1, sources));  // gathered first: sources may overlap
         }
       }
+      zero_positions({&keys_[l], &values_[l], &key_scales_[l], &value_scales_[l]}, b, prefix + kept, len[b]);
       len[b] = prefix + kept;
     }
   }

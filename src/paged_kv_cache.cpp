@@ -258,7 +258,9 @@ void PagedKVCache::append(int64_t layer, const std::vector<int64_t>& sequences, 
               " are free; nothing was written (release finished sequences, or build the cache with more blocks)");
   torch::NoGradGuard no_grad;
   StoredRows k{key, {}}, v{value, {}};
-  if (quantized()) k = quantize_rows(fn, "key", key), v = quantize_rows(fn, "value", value);  // before any write
+  if (quantized()) {  // before any write
+    k = quantize_rows(fn, "key", stored_positions(key, n)), v = quantize_rows(fn, "value", stored_positions(value, n));
+  }
 
   // The blocks first (new ones, and copies of the shared ones written into), then every block's share of the
   // new positions.

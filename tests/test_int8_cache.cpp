@@ -181,6 +181,29 @@ TEST(Int8Cache, SubnormalRowsKeepTheirRatios) {
   EXPECT_NEAR(cache.key_scales(0)[0][0][0].item<float>() * 127.0, amax, 2e-43);
 }
 
+// Right padding is never stored, so whatever it holds (NaN from a padded prompt's projections, say) is not
+// refused: a ragged append stores what the same rows with zero padding store, in a KVCache and a PagedKVCache.
+TEST(Int8Cache, RaggedAppendIgnoresWhatItsPaddingHolds) {
+  torch::manual_seed(41);
+  const torch::Tensor k = torch::randn({2, 2, 4, 8}), v = torch::randn({2, 2, 4, 8});
+  const std::vector<int64_t> counts = {2, 3};
+  torch::Tensor k_nan = k.clone(), v_inf = v.clone();
+  k_nan[0].narrow(1, 2, 2).fill_(NAN);
+  v_inf[1].narrow(1, 3, 1).fill_(INFINITY);
+  KVCache padded(KVCacheOptions(1, 2, 2, 8, 6).dtype(torch::kInt8)), clean(KVCacheOptions(1, 2, 2, 8, 6).dtype(torch::kInt8));
+  padded.append(0, k_nan, v_inf, counts);
+  clean.append(0, k, v, counts);
+  EXPECT_TRUE(torch::equal(padded.keys(0), clean.keys(0)));
+  EXPECT_TRUE(torch::equal(padded.values(0), clean.values(0)));
+  EXPECT_TRUE(torch::equal(padded.key_scales(0), clean.key_scales(0)));
+  EXPECT_TRUE(torch::equal(padded.value_scales(0), clean.value_scales(0)));
+  PagedKVCache paged(PagedKVCacheOptions(1, 2, 8, 4, 4).dtype(torch::kInt8));
+  const std::vector<int64_t> sequences = {paged.add_sequence(), paged.add_sequence()};
+  paged.append(0, sequences, k_nan, v_inf, counts);
+  EXPECT_EQ(paged.batch(0, sequences).lengths[1].item<int64_t>(), 3);
+  EXPECT_TRUE(torch::isfinite(paged.key_scales(0)).all().item<bool>());
+}
+
 TEST(Int8Cache, RefusesWhatItCannotStoreAndLeavesItselfAsItWas) {
   KVCache cache(KVCacheOptions(1, 1, 2, 8, 4).dtype(torch::kInt8));
   cache.append(0, torch::ones({1, 2, 2, 8}), torch::ones({1, 2, 2, 8}));

@@ -399,6 +399,91 @@ TEST(CachedDecoding, RefusesAMismatchedCache) {
                         "rotary.rotary_dim (10) must be at most head_dim (8)");
 }
 
+// A step that the asked backend refuses (dropout on Backend::Fused in training mode, softcap on Backend::Torch)
+// leaves the cache as it was: nothing appended, the layer not claimed; the same step then succeeds in eval mode
+// or on another backend and equals the cache-less forward.
+TEST(CachedDecoding, ARefusedStepLeavesTheCacheAsItWas) {
+  torch::manual_seed(22);
+  const torch::Tensor x = torch::randn({2, 3, 48}, torch::kFloat64);
+  {
+    auto m = MultiHeadAttention(MultiHeadAttentionOptions(48, 6).num_kv_heads(2).causal(true).dropout(0.1)
+                                    .backend(Backend::Fused));
+    m->to(torch::kFloat64);
+    KVCache cache = cache_for(m, 2, 8, torch::kFloat64);
+    EXPECT_ERROR_CONTAINS(m->forward_with_cache(x, cache, 0), "Backend::Fused does not apply dropout");
+    EXPECT_EQ(values_of(cache.lengths(0)), (std::vector<int64_t>{0, 0}));
+    m->eval();
+    torch::NoGradGuard no_grad;
+    EXPECT_CLOSE(m->forward_with_cache(x, cache, 0), m(x, x, x), 1e-12);
+    EXPECT_EQ(values_of(cache.lengths(0)), (std::vector<int64_t>{3, 3}));
+  }
+  {
+    torch::NoGradGuard no_grad;
+    auto torch_sdpa = MultiHeadAttention(MultiHeadAttentionOptions(48, 6).num_kv_heads(2).causal(true).softcap(5.0)
+                                             .backend(Backend::Torch));
+    torch_sdpa->to(torch::kFloat64);
+    KVCache cache = cache_for(torch_sdpa, 2, 8, torch::kFloat64);
+    EXPECT_ERROR_CONTAINS(torch_sdpa->forward_with_cache(x, cache, 0), "Backend::Torch (LibTorch's SDPA) has no softcap");
+    EXPECT_EQ(values_of(cache.lengths(0)), (std::vector<int64_t>{0, 0}));
+    auto other = decoder_attention(torch::kFloat64);  // the layer is not claimed: another module may write it
+    EXPECT_CLOSE(other->forward_with_cache(x, cache, 0), other(x, x, x), 1e-12);
+  }
+}
+
+// Dynamic NTK scales the frequencies by the furthest position: right padding must not count as a position. A
+// ragged prefill padded far past original_max_position equals the same rows padded to the longest prompt and
+// each row run alone.
+TEST(CachedDecoding, RightPaddingDoesNotLengthenDynamicNtk) {
+  torch::manual_seed(23);
+  torch::NoGradGuard no_grad;
+  auto m = MultiHeadAttention(MultiHeadAttentionOptions(48, 6).num_kv_heads(2).bias(false).causal(true).rotary(
+      RotaryEmbeddingOptions(8).scaling(RotaryScaling::DynamicNTK).factor(2.0).original_max_position(8)));
+  m->to(torch::kFloat64);
+  const std::vector<int64_t> prompt = {6, 4};
+  const torch::Tensor x = torch::randn({2, 16, 48}, torch::kFloat64);
+  KVCache cache = cache_for(m, 2, 16, torch::kFloat64);
+  const torch::Tensor padded = m->forward_with_cache(x, cache, 0, prompt);
+  for (int64_t b = 0; b < 2; ++b) {
+    SCOPED_TRACE(::testing::Message() << "row " << b);
+    const torch::Tensor row = x[b].narrow(0, 0, prompt[b]).unsqueeze(0);
+    EXPECT_CLOSE(padded[b].narrow(0, 0, prompt[b]), m(row, row, row)[0], 1e-12);
+  }
+}
+
+// Positions that truncate, keep_candidates and reset drop are zeroed: LibTorch's kernels (Backend::Torch) weight
+// positions past a row's length by zero, and a NaN kept there would reach the row.
+TEST(KVCache, DroppedPositionsAreZeroedSoNoStaleNaNReachesARow) {
+  torch::manual_seed(24);
+  torch::NoGradGuard no_grad;
+  KVCache cache(KVCacheOptions(1, 2, 1, 4, 8).dtype(torch::kFloat64));
+  torch::Tensor k = torch::randn({2, 1, 5, 4}, torch::kFloat64), v = torch::randn({2, 1, 5, 4}, torch::kFloat64);
+  k[0].narrow(1, 3, 2).fill_(NAN);
+  v[0].narrow(1, 3, 2).fill_(INFINITY);
+  cache.append(0, k, v);
+  cache.truncate(3);
+  EXPECT_TRUE(torch::equal(cache.keys(0)[0].narrow(1, 3, 5), torch::zeros({1, 5, 4}, torch::kFloat64)));
+  EXPECT_TRUE(torch::equal(cache.values(0)[0].narrow(1, 3, 5), torch::zeros({1, 5, 4}, torch::kFloat64)));
+  cache.append(0, torch::randn({2, 1, 2, 4}, torch::kFloat64), torch::randn({2, 1, 2, 4}, torch::kFloat64), {0, 2});
+  EXPECT_EQ(values_of(cache.lengths(0)), (std::vector<int64_t>{3, 5}));
+  // Row 0's last query over its 3 keys, as the float64 formula gives it, while row 1 reads 5.
+  const torch::Tensor q = torch::randn({2, 1, 1, 4}, torch::kFloat64);
+  const torch::Tensor out = attention_with_kv_cache(q, cache, 0, torch::tensor({2, 4}),
+                                                    SdpaOptions().causal(true).backend(Backend::Torch));
+  const torch::Tensor keys = cache.keys(0)[0][0].narrow(0, 0, 3), values = cache.values(0)[0][0].narrow(0, 0, 3);
+  const torch::Tensor expected = torch::softmax(q[0][0].matmul(keys.t()) / 2.0, -1).matmul(values);
+  EXPECT_CLOSE(out[0][0], expected, 1e-12);
+  // keep_candidates drops the rejected candidates; reset drops everything.
+  torch::Tensor candidates = torch::randn({2, 1, 3, 4}, torch::kFloat64);
+  candidates.narrow(2, 1, 2).fill_(NAN);
+  cache.append(0, candidates, candidates);
+  cache.keep_candidates(3, {{0}, {0}});
+  EXPECT_EQ(values_of(cache.lengths(0)), (std::vector<int64_t>{4, 6}));
+  EXPECT_FALSE(cache.keys(0).isnan().any().item<bool>());
+  cache.reset();
+  EXPECT_TRUE(torch::equal(cache.keys(0), torch::zeros_like(cache.keys(0))));
+  EXPECT_TRUE(torch::equal(cache.values(0), torch::zeros_like(cache.values(0))));
+}
+
 // ---- Memories projected once ----------------------------------------------------------------------------
 
 TEST(ProjectedMemory, CrossAttentionReusesTheProjectedContext) {

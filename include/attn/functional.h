@@ -46,7 +46,9 @@ std::tuple<torch::Tensor, torch::Tensor> scaled_dot_product_attention_with_weigh
 /// padding mask). H_kv may divide H (grouped-query attention). options.masks() must be empty; the scale,
 /// dropout and backend apply as in scaled_dot_product_attention. Backend::Auto (or Fused) runs the split-KV
 /// decode kernel for Tq <= 16 on the CPU when no gradient is needed, else the usual choice on the caches'
-/// used prefix. Returns [B, H, Tq, d_v]; a query with no allowed key gets a zero row.
+/// used prefix. Returns [B, H, Tq, d_v]; a query with no allowed key gets a zero row. Positions at or past
+/// key_lengths[b] are read by neither the decode kernel, Math nor Fused; LibTorch's kernels (Backend::Torch, and
+/// Auto on a GPU) weight them by zero, so there they must be finite (a KVCache zeroes the positions it drops).
 torch::Tensor attention_with_kv_cache(const torch::Tensor& query, const torch::Tensor& key_cache,
                                       const torch::Tensor& value_cache, const torch::Tensor& query_starts,
                                       const torch::Tensor& key_lengths, const SdpaOptions& options = {});

@@ -75,15 +75,18 @@ class KVCache {
   /// Writes key [B, H_kv, T, head_dim] and value [B, H_kv, T, value_dim] after each row's current length and
   /// advances it: row b takes its first `counts[b]` positions of T (default: all T; fewer for a right-padded
   /// ragged batch). Checks every row's room first: when any would overflow, throws and writes nothing.
-  /// An int8 cache takes float32, bfloat16, float16 or float64 keys and values, all finite, and stores each
-  /// (token, head) row x as round(r / s), r = hadamard_rows(x) and s = max|r| / 127.
+  /// An int8 cache takes float32, bfloat16, float16 or float64 keys and values, finite in the positions it
+  /// stores (right padding may hold anything), and stores each (token, head) row x as round(r / s),
+  /// r = hadamard_rows(x) and s = max|r| / 127.
   void append(int64_t layer, const torch::Tensor& key, const torch::Tensor& value,
               const std::vector<int64_t>& counts = {});
 
   /// Beam search: row b becomes old row indices[b] (indices: [B] integers in [0, B), repeats allowed), in
   /// every layer, lengths included.
   void reorder(const torch::Tensor& indices);
-  /// Shortens every row of every layer to at most `length` positions (speculative decoding's rollback).
+  /// Shortens every row of every layer to at most `length` positions (speculative decoding's rollback). The
+  /// positions it drops are zeroed, as keep_candidates' and reset's are: LibTorch's kernels multiply positions
+  /// past a row's length by zero weights, and a NaN left there would reach the row.
   void truncate(int64_t length);
   /// Speculative decoding's commit: the last `num_candidates` positions of each row, in every layer, hold the
   /// candidates of a TokenTree (MultiHeadAttentionImpl::forward_with_tree appended them). Row b keeps the

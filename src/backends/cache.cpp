@@ -50,6 +50,10 @@ void check_cache_inputs(const char* fn, const torch::Tensor& query, const torch:
     ops::check_decode_variants(fn, sizes, query, options.causal(), optional_scale(options), options.window_left(),
                                options.window_right(), options.softcap(), optional_tensor(options.alibi_slopes()),
                                optional_tensor(options.sinks()), decode_only.tree_mask);
+  } else if (!uses_decode_kernel(query, key_cache, value_cache, options, decode_only)) {
+    // The general backends will read the cache: what they refuse (an option the asked backend lacks, dropout on
+    // Backend::Fused) is refused here, before a module's step appends to its cache.
+    resolve(fn, query, key_cache, value_cache, options, /*need_weights=*/false, /*packed=*/false);
   }
 }
 

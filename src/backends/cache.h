@@ -20,7 +20,8 @@ inline constexpr int64_t kDecodeMaxQueries = 16;
 /// query_starts and key_lengths ([B] integers; 0 <= key_lengths[b] <= capacity) and the options (no masks:
 /// the positions are the masking). What only the decode kernel reads (an int8 cache's scales, a paged cache's
 /// block table, a token tree: ops::DecodeOnlyInputs) also needs a CPU query, Backend::Auto or Fused, no dropout
-/// and no gradient. `fn` names the caller in errors.
+/// and no gradient. A call that the general backends will read is resolved too, so that what the asked backend
+/// refuses is refused here. `fn` names the caller in errors.
 void check_cache_inputs(const char* fn, const torch::Tensor& query, const torch::Tensor& key_cache,
                         const torch::Tensor& value_cache, const torch::Tensor& query_starts,
                         const torch::Tensor& key_lengths, const SdpaOptions& options,

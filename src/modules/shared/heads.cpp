@@ -240,14 +240,21 @@ torch::Tensor attend_cache_step(const ModuleLayout& layout, const torch::Tensor&
   Heads heads = project(layout, shape, x, x, x, projections);
   if (rotary != nullptr) {
     // [B, T]; a decoding step's one new position per row is the row's start, without a tensor operation.
-    const torch::Tensor positions =
+    torch::Tensor positions =
         !step.offsets.defined() && T == 1
             ? step.starts.unsqueeze(1)
             : step.starts.unsqueeze(1) + (step.offsets.defined() ? step.offsets : torch::arange(T)).unsqueeze(0);
+    if (std::any_of(counts.begin(), counts.end(), [T](int64_t n) { return n < T; })) {
+      // Right padding takes its row's last real position: its keys are never stored, and a position past the
+      // row's own would lengthen the sequence that dynamic NTK scales the frequencies for.
+      const torch::Tensor last = step.starts + (torch::tensor(counts, torch::kLong) - 1).clamp_min(0);
+      positions = torch::minimum(positions, last.unsqueeze(1));
+    }
     rotate(rotary, heads, positions, positions);
   }
-  if (step.decode_only.any()) {  // what only the decode kernel can read, refused before the cache changes
-    // As a call on empty rows: the cache's form, the query and the options, not yet the new positions.
+  {
+    // What the backend that will read the cache refuses, refused before the cache changes: as a call on empty
+    // rows (the cache's form, the query and the options, not yet the new positions).
     const torch::Tensor empty = torch::zeros_like(step.starts);
     backends::check_cache_inputs(layout.module, heads.q, step.keys(), step.values(), empty, empty, options,
                                  step.decode_only);
