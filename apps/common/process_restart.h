@@ -1,18 +1,21 @@
 #pragma once
 // Settings that libraries read once, when they load, before main(): OpenBLAS's kernel set (openblas_kernels.h)
-// and OpenMP's wait policy. An app that needs them starts itself again, once, with them set in its environment,
-// leaving any the user set as they are.
+// and how long OpenMP's threads spin. An app that needs them starts itself again, once, with them set in its
+// environment, leaving any the user set as they are.
 
 namespace attn_apps {
 
 struct RestartSettings {
   /// OPENBLAS_CORETYPE where the process's OpenBLAS runs generic kernels (better_openblas_coretype()).
   bool fast_openblas = true;
-  /// OMP_WAIT_POLICY=ACTIVE: the threads spin between parallel regions instead of sleeping. A decoding step is
-  /// some 180 short regions (SmolLM2: 30 layers, about six each) with serial work between them; threads that fall
-  /// asleep in those gaps wake late (SmolLM2's bfloat16 decode: 2-4 % slower, bench/RESULTS.md). The cost: idle
-  /// threads keep their cores busy.
-  bool spinning_threads = false;
+  /// GOMP_SPINCOUNT=1000 (unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set): the threads spin a short while
+  /// between parallel regions, then sleep. A decoding step is some 180 short regions (SmolLM2: 30 layers, about
+  /// six each) with serial work between them, and threads that fall asleep in those gaps wake late; but threads
+  /// that spin on (OMP_WAIT_POLICY=ACTIVE, or libgomp's default 300,000 spins) take the cores from a thread that
+  /// other processes' work has descheduled, and every region waits for it: on a 2-core Zen 3 beside three busy
+  /// loops, SmolLM2's decode ran at 15-16 tokens/s with this bound against 6 spinning on, and within a few
+  /// percent of it on idle cores (bench/RESULTS.md).
+  bool bounded_spinning = false;
 };
 
 /// Sets the settings asked for that the environment lacks and, if it set any, replaces the process with itself

@@ -60,7 +60,9 @@ Output:
 Runtime:
   --batch-size N        sentences per forward pass (default: 32)
   --max-length N        tokens per sentence, [CLS] and [SEP] included (default: the model's max_seq_length)
-  --threads N           CPU threads (default: every core, {cores} here)
+  --threads N           CPU threads (default: every core, {cores} here). Between parallel regions they spin
+                        briefly, then sleep (GOMP_SPINCOUNT=1000 unless the environment sets it or
+                        OMP_WAIT_POLICY). Where other programs keep the cores busy, fewer threads are faster
   --quiet               no progress or timings on stderr
   -h, --help            show this help and exit
 )";
@@ -234,7 +236,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  attn_apps::restart_with(argv, {/*fast_openblas=*/true, /*spinning_threads=*/false});
+  attn_apps::restart_with(argv, {/*fast_openblas=*/true, /*bounded_spinning=*/true});
   attn_apps::keep_freed_memory();
   return attn_apps::run_main("attn-embed", usage(), [&] { return run(argc, argv); });
 }

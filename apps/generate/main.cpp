@@ -71,9 +71,9 @@ Generation:
   --branches B          continuations drafted per step with --speculate (default: 2)
 
 Runtime:
-  --threads N           CPU threads (default: every core, {cores} here). They spin between the decoding
-                        step's parallel regions rather than sleep (OMP_WAIT_POLICY=ACTIVE, set unless the
-                        environment sets it; with OMP_WAIT_POLICY=PASSIVE they sleep at once, and decode slower)
+  --threads N           CPU threads (default: every core, {cores} here). Between the decoding step's parallel
+                        regions they spin briefly, then sleep (GOMP_SPINCOUNT=1000 unless the environment sets
+                        it or OMP_WAIT_POLICY). Where other programs keep the cores busy, fewer threads are faster
   --dtype TYPE          float32 (default) or bfloat16: the weights (and by default the KV cache) in that type
   --kv-cache TYPE       the KV cache's type: auto (default: --dtype's) or int8 (each key and value row of a
                         token and head as int8 with a float32 scale: about a quarter of a float32 cache's
@@ -296,7 +296,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  attn_apps::restart_with(argv, {/*fast_openblas=*/true, /*spinning_threads=*/true});
+  attn_apps::restart_with(argv, {/*fast_openblas=*/true, /*bounded_spinning=*/true});
   attn_apps::keep_freed_memory();
   return attn_apps::run_main("attn-generate", usage(), [&] { return run(argc, argv); });
 }
