@@ -105,6 +105,9 @@ Options parse_args(int argc, char** argv) {
   command_line.parse(argc, argv);
   if (o.model.empty()) throw UsageError("--model DIR is required (a sentence-transformers folder)");
   if (o.sentences.empty() == o.input.empty()) throw UsageError("give --sentence TEXT (one or more) or --input FILE");
+  for (const std::string& sentence : o.sentences) {
+    if (sentence.empty()) throw UsageError("--sentence is empty (an empty sentence has no embedding)");
+  }
   return o;
 }
 
@@ -154,7 +157,7 @@ std::vector<std::string> read_lines(const std::string& path) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (!line.empty()) lines.push_back(line);
   }
-  if (lines.empty()) throw std::runtime_error("--input " + path + ": no sentences (every line is empty)");
+  if (lines.empty()) throw UsageError("--input " + path + ": no sentences (every line is empty)");
   return lines;
 }
 

@@ -71,6 +71,8 @@ Other options:
   --seed N            seed of the random initialisation, a non-negative integer (default: 0)
   --weights FILE      load the parameters from FILE (torch.save or safetensors; attn's names, those of
                       torch.nn.MultiheadAttention or of the notebooks' classes) instead
+  --prefix P          with --weights: the module's tensors are those named P... in FILE, e.g. "model.self_attn."
+                      for a checkpoint that holds a whole model (default: none)
   -h, --help          show this help and exit
 
 Values may also be given as --option=VALUE.
@@ -93,6 +95,7 @@ struct ExportOptions {
   bool top_left = false;
   uint64_t seed = 0;
   std::string weights;
+  std::string prefix;  ///< of the module's tensors in the weights file
   std::vector<std::string> given;  // the size options given, to refuse those of another module kind
 };
 
@@ -133,7 +136,9 @@ ExportOptions parse_args(int argc, char** argv) {
     o.seed = parse_integer<uint64_t>("--seed", value, 0, UINT64_MAX, "a non-negative integer");
   });
   command_line.add_file_option("--weights", o.weights);
+  command_line.add_option("--prefix", [&](const std::string& value) { o.prefix = value; });
   command_line.parse(argc, argv);
+  if (!o.prefix.empty() && o.weights.empty()) throw UsageError("--prefix names tensors in --weights FILE; give --weights");
   if (o.module.empty()) throw UsageError("--module is required (mha, head or cross)");
   if (o.out.empty()) throw UsageError("--out is required");
 
@@ -164,7 +169,7 @@ struct Exported {
 
 template <typename Impl>
 Exported export_module(Impl& module, const ExportOptions& o) {
-  if (!o.weights.empty()) attn::io::load_state_dict(module, o.weights);
+  if (!o.weights.empty()) attn::io::load_state_dict(module, o.weights, attn::io::LoadOptions().prefix(o.prefix));
   module.eval();
   std::ostringstream description;
   module.pretty_print(description);

@@ -224,6 +224,8 @@ int run(int argc, char** argv) {
   }
   // The prompt before the weights: a prompt that does not fit the model is told at once, not after the load.
   const std::string message = o.prompt_given ? o.prompt : read_prompt_file(o.prompt_file);
+  // Before the chat template, whose own tokens would hide an empty message.
+  if (message.empty()) throw UsageError(o.prompt_given ? "--prompt is empty" : "--prompt-file " + o.prompt_file + " is empty");
   const std::vector<int64_t> prompt = tokenizer.encode(chat ? chat->prompt(message, o.system) : message);
   if (prompt.empty()) throw UsageError("the prompt is empty");
   try {
