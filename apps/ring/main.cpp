@@ -160,6 +160,17 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+/// A line per forward + backward, from the single process or ring rank 0 (the workers share the app's stdout):
+/// a long run shows that it moves.
+void print_progress(const char* who, int i, int repeats, double seconds) {
+  if (i == 0) {
+    fmt::print("    {}: warm-up in {:.2f} s\n", who, seconds);
+  } else {
+    fmt::print("    {}: repeat {} of {} in {:.2f} s\n", who, i, repeats, seconds);
+  }
+  std::fflush(stdout);
+}
+
 /// One rank (rank >= 0) or the single process (rank -1): writes its results and measurements under dir.
 int worker(const Config& c, int rank, const std::string& dir) {
   // A worker ends with the program that started it (killed, or stopped by Ctrl-C), not minutes later.
@@ -183,7 +194,9 @@ int worker(const Config& c, int rank, const std::string& dir) {
       arguments.is_causal = c.causal;
       out = std::get<0>(attn::ops::flash_attention(q, k, v, arguments));
       out.backward(in.grad);
-      if (i > 0) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      if (i > 0) times.push_back(seconds);
+      print_progress("single process", i, c.repeats, seconds);
       dq = q.grad(), dk = k.grad(), dv = v.grad();
     }
     report << median(times) << " " << peak_rss_mib() - fixed_mib << " 0 0 0 0 " << fixed_mib << "\n";
@@ -209,6 +222,7 @@ int worker(const Config& c, int rank, const std::string& dir) {
       max.reduceOp = c10d::ReduceOp::MAX;
       group->allreduce(elapsed, max)->wait();  // a repeat lasts until its slowest rank ends
       if (i > 0) times.push_back(elapsed[0].item<double>());
+      if (rank == 0) print_progress("ring", i, c.repeats, elapsed[0].item<double>());
       dq = q.grad(), dk = k.grad(), dv = v.grad();
     }
     // The same hops without compute: how long the communication takes when nothing hides it. Each hop sends

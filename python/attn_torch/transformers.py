@@ -72,8 +72,9 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
                 "weights; use attn_implementation='eager' to get them")
     if dropout and dropout > 0.0 and (module is None or module.training):
         _refuse(f"dropout={dropout}", "is not supported in training: attn's kernel has no dropout. Set the "
-                "model's attention dropout to 0 (e.g. config.attention_dropout = 0.0) or use "
-                "attn_implementation='sdpa'")
+                "model's attention dropout to 0 in its config before building it (config.attention_dropout = 0.0 "
+                "for Llama and most decoders, config.attention_probs_dropout_prob = 0.0 for BERT), call "
+                "model.eval(), or use attn_implementation='sdpa'")
     if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
         _refuse("query/key/value", f"must be 4-D [B, H, T, d], got {tuple(query.shape)}, "
                 f"{tuple(key.shape)}, {tuple(value.shape)}")

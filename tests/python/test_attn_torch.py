@@ -341,7 +341,8 @@ def test_transformers_interface():
     # What it refuses, each with an error that names the argument.
     q, k, v = qkv(5, 5)
     expect_error("dropout > 0 in training is refused, naming dropout",
-                 lambda: at.attention_forward(train, q, k, v, None, dropout=0.1), "dropout=0.1", "training")
+                 lambda: at.attention_forward(train, q, k, v, None, dropout=0.1), "dropout=0.1", "training",
+                 "attention_probs_dropout_prob")
     out, _ = at.attention_forward(layer, q, k, v, None, dropout=0.1)
     ref, _ = at.attention_forward(layer, q, k, v, None)
     check("dropout in eval mode is ignored", out, ref, 0)
