@@ -35,6 +35,9 @@ constexpr const char* kDefaultSentence = "Life is short, eat dessert first";
 constexpr uint64_t kDefaultSeed = 123;
 constexpr int64_t kDefaultHeads = 3;  // the notebook's `head = 3`
 constexpr int64_t kMaxHeads = 64;
+// Each head prints a words x words heatmap (and draws one with --svg): 64 words by 64 heads is already 262,144
+// cells, a walkthrough no one reads. Longer inputs are attn-bench's.
+constexpr size_t kMaxWords = 64;
 constexpr int64_t kEmbedDim = 16;  // d in the notebook
 constexpr int64_t kDimQK = 24;     // d_q = d_k
 constexpr int64_t kDimV = 28;      // d_v of the single head
@@ -50,8 +53,8 @@ Walks through notebook 000's self-attention example with the attn library, then 
 head's attention weights as a heatmap (rows: query tokens, columns: key tokens).
 
 Options:
-  --sentence TEXT   sentence to attend over; commas are removed, words split on whitespace
-                    (default: "Life is short, eat dessert first")
+  --sentence TEXT   sentence to attend over, at most 64 words; commas are removed, words split on
+                    whitespace (default: "Life is short, eat dessert first")
   --heads N         number of heads of the multi-head module, 1..64 (default: 3)
   --causal          causal mask: each token attends only to itself and earlier tokens
   --seed N          seed for torch::manual_seed, a non-negative integer (default: 123)
@@ -125,7 +128,13 @@ DemoOptions parse_args(int argc, char** argv) {
   command_line.add_flag("--causal", [&] { options.causal = true; });
   command_line.add_flag("--no-color", [&] { options.no_color = true; });
   command_line.parse(argc, argv);
-  if (tokenize(options.sentence).empty()) throw UsageError("--sentence has no words");
+  const size_t words = tokenize(options.sentence).size();
+  if (words == 0) throw UsageError("--sentence has no words");
+  if (words > kMaxWords) {
+    throw UsageError(fmt::format("--sentence has {} words; the demo prints a words x words heatmap per head, so it "
+                                 "takes at most {} (attn-bench times long sequences)",
+                                 words, kMaxWords));
+  }
   return options;
 }
 
