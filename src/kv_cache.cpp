@@ -37,11 +37,9 @@ void write_positions(const torch::Tensor& buffer, const torch::Tensor& rows, con
 /// Zeroes positions [from, to) of row b in each buffer (keys, values, an int8 cache's scales). Positions past a
 /// row's length are read by no kernel of attn's, but LibTorch's (Backend::Torch, and Auto on a GPU) multiply
 /// them by zero weights: a NaN that a discarded position kept would reach the rows that attend past it.
-void zero_positions(std::initializer_list<torch::Tensor*> buffers, int64_t b, int64_t from, int64_t to) {
+void zero_positions(const std::vector<torch::Tensor*>& buffers, int64_t b, int64_t from, int64_t to) {
   if (to <= from) return;
-  for (torch::Tensor* buf : buffers) {
-    if (buf->defined()) (*buf)[b].narrow(1, from, to - from).zero_();
-  }
+  for (torch::Tensor* buf : buffers) (*buf)[b].narrow(1, from, to - from).zero_();
 }
 
 }  // namespace
@@ -87,6 +85,12 @@ KVCache::KVCache(const KVCacheOptions& options) : options_(options) {
 
 void KVCache::check_layer(const char* fn, int64_t layer) const {
   common::check_layer_index(kCache, fn, layer, num_layers());
+}
+
+std::vector<torch::Tensor*> KVCache::layer_buffers(int64_t layer) {
+  std::vector<torch::Tensor*> buffers = {&keys_[layer], &values_[layer]};
+  if (key_scales_[layer].defined()) buffers.insert(buffers.end(), {&key_scales_[layer], &value_scales_[layer]});
+  return buffers;
 }
 
 const torch::Tensor& KVCache::keys(int64_t layer) const {
@@ -183,8 +187,7 @@ void KVCache::reorder(const torch::Tensor& indices) {
     const int64_t used = *std::max_element(len, len + B);
     if (used > 0) {
       // Only the used prefix moves; index_select gathers into a new tensor first, so rows may repeat.
-      for (torch::Tensor* buf : {&keys_[l], &values_[l], &key_scales_[l], &value_scales_[l]}) {
-        if (!buf->defined()) continue;  // the scales of a cache that is not int8
+      for (torch::Tensor* buf : layer_buffers(l)) {
         torch::Tensor prefix = buf->narrow(2, 0, used);
         prefix.copy_(prefix.index_select(0, device_idx));
       }
@@ -201,7 +204,7 @@ void KVCache::truncate(int64_t length) {
   for (int64_t l = 0; l < num_layers(); ++l) {
     int64_t* len = lengths_[l].data_ptr<int64_t>();
     for (int64_t b = 0; b < batch(); ++b) {
-      zero_positions({&keys_[l], &values_[l], &key_scales_[l], &value_scales_[l]}, b, length, len[b]);
+      zero_positions(layer_buffers(l), b, length, len[b]);
       len[b] = std::min(len[b], length);
     }
   }
@@ -262,13 +265,12 @@ void KVCache::keep_candidates(int64_t num_candidates, const std::vector<std::vec
       if (kept > 0) {
         const torch::Tensor sources =
             (torch::tensor(accepted[b], torch::kLong) + prefix).to(options_.device());
-        for (torch::Tensor* buf : {&keys_[l], &values_[l], &key_scales_[l], &value_scales_[l]}) {
-          if (!buf->defined()) continue;
+        for (torch::Tensor* buf : layer_buffers(l)) {
           torch::Tensor row = (*buf)[b];  // [H_kv, capacity(, d)]
           row.narrow(1, prefix, kept).copy_(row.index_select(1, sources));  // gathered first: sources may overlap
         }
       }
-      zero_positions({&keys_[l], &values_[l], &key_scales_[l], &value_scales_[l]}, b, prefix + kept, len[b]);
+      zero_positions(layer_buffers(l), b, prefix + kept, len[b]);
       len[b] = prefix + kept;
     }
   }

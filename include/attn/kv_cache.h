@@ -112,6 +112,9 @@ class KVCache {
 
  private:
   void check_layer(const char* fn, int64_t layer) const;
+  /// The layer's keys and values, and its scales when the cache is int8: what reorder, truncate and
+  /// keep_candidates move or clear together.
+  std::vector<torch::Tensor*> layer_buffers(int64_t layer);
 
   KVCacheOptions options_;
   std::vector<torch::Tensor> keys_, values_;
