@@ -56,13 +56,22 @@ torch::Tensor band_blocked(const Band& band, int64_t tq, int64_t tk, const torch
   return blocked;
 }
 
-torch::Tensor alibi_bias(const torch::Tensor& slopes, int64_t offset, int64_t tq, int64_t tk, torch::Dtype dtype) {
+torch::Tensor per_head(const torch::Tensor& values, int64_t rank) {
+  std::vector<int64_t> shape(rank, 1);
+  // Unbatched [Tq, Tk] scores have one head and no head dim: a single value broadcasts as it is.
+  if (rank >= 3) {
+    if (values.dim() == 2) shape[rank - 4] = values.size(0);
+    shape[rank - 3] = values.size(-1);
+  }
+  return values.reshape(shape);
+}
+
+torch::Tensor alibi_bias(const torch::Tensor& slopes, int64_t offset, int64_t tq, int64_t tk, int64_t rank,
+                         torch::Dtype dtype) {
   auto opts = torch::TensorOptions().dtype(torch::kFloat64).device(slopes.device());
   const torch::Tensor distance =
       (torch::arange(tq, opts).unsqueeze(1) + offset - torch::arange(tk, opts).unsqueeze(0)).abs();
-  // One [H] slope (one head) gives [Tq, Tk], which broadcasts at every rank, unbatched [Tq, Tk] scores included.
-  if (slopes.dim() == 1 && slopes.size(0) == 1) return (-slopes.to(torch::kFloat64) * distance).to(dtype);
-  return (-slopes.to(torch::kFloat64).unsqueeze(-1).unsqueeze(-1) * distance).to(dtype);
+  return (-per_head(slopes.to(torch::kFloat64), rank) * distance).to(dtype);
 }
 
 torch::Tensor softcapped(const torch::Tensor& scores, double softcap) {
@@ -99,9 +108,7 @@ torch::Tensor cache_alibi_bias(const torch::Tensor& slopes, const torch::Tensor&
   auto opts = torch::TensorOptions().dtype(torch::kFloat64).device(slopes.device());
   const torch::Tensor position = query_starts.to(opts).view({-1, 1, 1, 1}) + torch::arange(tq, opts).view({1, 1, tq, 1});
   const torch::Tensor distance = (position - torch::arange(tk, opts).view({1, 1, 1, tk})).abs();
-  const torch::Tensor s = slopes.to(torch::kFloat64);
-  const torch::Tensor per_head = s.dim() == 1 ? s.view({1, -1, 1, 1}) : s.view({s.size(0), s.size(1), 1, 1});
-  return (-per_head * distance).to(dtype);
+  return (-per_head(slopes.to(torch::kFloat64), 4) * distance).to(dtype);
 }
 
 torch::Tensor rows_without_keys(const torch::Tensor& blocked) { return blocked.all(-1, /*keepdim=*/true); }

@@ -41,9 +41,13 @@ Band band_of(const AttentionOptions& options, int64_t tq, int64_t tk);
 /// [Tq, Tk] bool, true where key j lies outside `band`; undefined when the band bounds nothing.
 torch::Tensor band_blocked(const Band& band, int64_t tq, int64_t tk, const torch::Device& device);
 
-/// [..., H, Tq, Tk] ALiBi bias -slope · |i + offset - j| in `dtype` for slopes [H] or [B, H]; [Tq, Tk] for one
-/// [H] slope.
-torch::Tensor alibi_bias(const torch::Tensor& slopes, int64_t offset, int64_t tq, int64_t tk, torch::Dtype dtype);
+/// Per-head values ([H], or [B, H] for rank >= 4) viewed to broadcast against scores of rank `rank`
+/// ([..., B, H, Tq, Tk]): heads at dim -3, rows at dim -4. Unbatched [Tq, Tk] scores hold one head.
+torch::Tensor per_head(const torch::Tensor& values, int64_t rank);
+
+/// The ALiBi bias -slope · |i + offset - j| in `dtype`, for slopes [H] or [B, H], with the scores' rank.
+torch::Tensor alibi_bias(const torch::Tensor& slopes, int64_t offset, int64_t tq, int64_t tk, int64_t rank,
+                         torch::Dtype dtype);
 
 /// softcap · tanh(scores / softcap), or the scores themselves when softcap is 0.
 torch::Tensor softcapped(const torch::Tensor& scores, double softcap);

@@ -84,7 +84,7 @@ std::tuple<torch::Tensor, torch::Tensor> math_attention(const torch::Tensor& que
   scores = softcapped(scores, options.softcap());
   if (options.alibi_slopes().defined()) {
     const int64_t offset = band_of(options.attention(), tq, tk).offset;
-    scores = scores + alibi_bias(options.alibi_slopes(), offset, tq, tk, scores.scalar_type());
+    scores = scores + alibi_bias(options.alibi_slopes(), offset, tq, tk, scores.dim(), scores.scalar_type());
   }
   if (options.masks().additive_mask().defined()) scores = scores + options.masks().additive_mask();
 
@@ -100,10 +100,7 @@ std::tuple<torch::Tensor, torch::Tensor> math_attention(const torch::Tensor& que
     // The sink is one more column of the softmax, with no value behind it.
     auto shape = scores.sizes().vec();
     shape.back() = 1;
-    // One sink per head, the scores' dim -3; unbatched [Tq, Tk] scores have one head and no such dim.
-    std::vector<int64_t> per_head(scores.dim(), 1);
-    if (scores.dim() >= 3) per_head[scores.dim() - 3] = -1;
-    const torch::Tensor sink = options.sinks().to(scores.scalar_type()).view(per_head).expand(shape);
+    const torch::Tensor sink = per_head(options.sinks().to(scores.scalar_type()), scores.dim()).expand(shape);
     probs = at::softmax(at::cat({scores, sink}, -1), -1).narrow(-1, 0, tk);
   } else {
     probs = at::softmax(scores, -1);

@@ -75,7 +75,8 @@ SdpaCall prepare(const torch::Tensor& query, const torch::Tensor& key_in, const 
   torch::Tensor additive = masks.additive_mask();
   if (options.alibi_slopes().defined()) {
     const torch::Tensor bias =
-        alibi_bias(options.alibi_slopes(), band_of(options.attention(), tq, tk).offset, tq, tk, query.scalar_type());
+        alibi_bias(options.alibi_slopes(), band_of(options.attention(), tq, tk).offset, tq, tk, query.dim(),
+                   query.scalar_type());
     additive = additive.defined() ? additive + bias : bias;
   }
   if (additive.defined()) {
