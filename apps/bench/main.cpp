@@ -172,9 +172,13 @@ BenchOptions parse_args(int argc, char** argv) {
   add_count("--warmup", options.warmup, 0, kMaxCount);
   add_count("--threads", options.threads, 1, 4096);
   command_line.add_option("--device", [&](const std::string& value) {
-    // Whether it exists is checked before the run; here only the spelling.
     if (value != "cpu" && value.rfind("cuda", 0) != 0)
       throw UsageError(fmt::format("--device expects cpu, cuda or cuda:N, got '{}'", value));
+    try {
+      bench::check_device(value);  // whether the device is there: a usage error, as in attn-demo
+    } catch (const c10::Error& e) {
+      throw UsageError(fmt::format("--device {}: {}", value, e.what_without_backtrace()));
+    }
     options.device = value;
   });
   command_line.add_output_file_option("--json", options.json_path);
@@ -261,7 +265,7 @@ int run_suite(const BenchOptions& options, const char* argv0) {
     return 0;
   }
 
-  const std::string device = bench::check_device(options.device);  // fail now, not in every child
+  const std::string device = bench::check_device(options.device);
   const int warmup = options.warmup >= 0 ? options.warmup : suite.warmup;
   const int reps = options.reps >= 0 ? options.reps : suite.reps;
   fmt::print(stderr, "attn-bench: suite {}, {} configurations, warm-up {}, reps {}, device {}, threads {}\n",

@@ -16,7 +16,6 @@
 #include <cmath>
 #include <limits>
 #include <memory>
-#include <memory>
 #include <fstream>
 #include <functional>
 #include <stdexcept>
