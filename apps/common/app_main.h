@@ -3,11 +3,14 @@
 //   exit 0  the app's own result, or its help text when CommandLine::parse met -h/--help (CLI::CallForHelp)
 //   exit 2  UsageError: the message and a pointer to --help
 //   exit 1  any other error (c10::Error shown without its C++ backtrace)
+// LibTorch's warnings (TORCH_WARN, attn's included) print as "app: warning: ..." on stderr, not through glog's
+// "Logging before InitGoogleLogging" lines on Debian's LibTorch.
 
 #include "command_line.h"
 
 #include <c10/util/Exception.h>
 #include <fmt/core.h>
+#include <torch/version.h>
 
 #include <exception>
 #include <functional>
@@ -15,7 +18,26 @@
 
 namespace attn_apps {
 
+/// Prints each LibTorch warning on one line under the app's name. (The handler's signature changed in 2.0.)
+class AppWarnings : public c10::WarningHandler {
+ public:
+  explicit AppWarnings(const char* app) : app_(app) {}
+#if TORCH_VERSION_MAJOR >= 2
+  using Guard = c10::WarningUtils::WarningHandlerGuard;
+  void process(const c10::Warning& warning) override { print(warning.msg()); }
+#else
+  using Guard = c10::Warning::WarningHandlerGuard;
+  void process(const c10::SourceLocation&, const std::string& msg, const bool) override { print(msg); }
+#endif
+
+ private:
+  void print(const std::string& msg) const { fmt::print(stderr, "{}: warning: {}\n", app_, msg); }
+  const char* app_;
+};
+
 inline int run_main(const char* app, const std::string& help, const std::function<int()>& body) {
+  static AppWarnings warnings(app);
+  const AppWarnings::Guard use_app_warnings(&warnings);
   try {
     return body();
   } catch (const CLI::CallForHelp&) {
