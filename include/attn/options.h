@@ -41,7 +41,8 @@ enum class Backend {
   /// combined into its one mask, keys that are padding for every query are zeroed first (a NaN or Inf there
   /// stays out), and fully masked rows are zeroed afterwards; otherwise LibTorch's semantics hold (a NaN or Inf
   /// at a key masked for some queries only, causally or by attend_mask or additive_mask, may reach them, and
-  /// fully masked rows may get NaN gradients). No weights.
+  /// fully masked rows may get NaN gradients). No weights. Its precision is LibTorch's: 1.13's bfloat16 CPU
+  /// products accumulate in bfloat16 without AVX-512, about 10 % of the largest output off over 2048 keys.
   Torch,
 };
 
