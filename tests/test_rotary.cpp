@@ -85,9 +85,11 @@ std::pair<std::vector<double>, double> reference_frequencies(const RotaryEmbeddi
   return {f, 1.0};
 }
 
-/// x [B, H, T, D] float64 rotated at positions [B, T], element by element.
-torch::Tensor reference_rotate(const torch::Tensor& x, const torch::Tensor& positions, const RotaryEmbeddingOptions& o) {
-  const int64_t seq_len = positions.max().item<int64_t>() + 1;
+/// x [B, H, T, D] float64 rotated at positions [B, T], element by element, with the frequencies of a sequence
+/// of seq_len positions (by default as long as the furthest position).
+torch::Tensor reference_rotate(const torch::Tensor& x, const torch::Tensor& positions, const RotaryEmbeddingOptions& o,
+                               int64_t seq_len = -1) {
+  if (seq_len < 0) seq_len = positions.max().item<int64_t>() + 1;
   const auto [freq, attention] = reference_frequencies(o, seq_len);
   const auto X = x.accessor<double, 4>();
   const auto P = positions.accessor<int64_t, 2>();
@@ -252,6 +254,33 @@ TEST(RotaryProperties, ScoresDependOnlyOnTheDistance) {
   EXPECT_NEAR(score(5, 2), score(1005, 1002), 1e-10);
   EXPECT_NEAR(score(0, 9), score(300, 309), 1e-10);
   EXPECT_GT(std::abs(score(5, 2) - score(5, 3)), 1e-6);  // and it does depend on the distance
+}
+
+// A module call rotates its queries at the keys' frequencies: with dynamic NTK, the queries' own length would
+// give them other frequencies than the keys', and scores would no longer depend on the distance alone.
+TEST(RotaryModules, DynamicNtkRotatesQueriesAtTheKeysFrequencies) {
+  const RotaryEmbeddingOptions rope = RotaryEmbeddingOptions(8).scaling(RotaryScaling::DynamicNTK).factor(4)
+                                          .original_max_position(4);
+  const int64_t E = 16, H = 2, tq = 3, tk = 12;
+  MultiHeadAttention mha(MultiHeadAttentionOptions(E, H).rotary(rope).backend(Backend::Math));
+  mha->to(torch::kDouble);
+  torch::manual_seed(5);
+  const torch::Tensor query = torch::randn({1, tq, E}, torch::kDouble), memory = torch::randn({1, tk, E}, torch::kDouble);
+  const auto heads = [&](const torch::Tensor& x, const torch::nn::Linear& proj) {
+    return torch::nn::functional::linear(x, proj->weight, proj->bias).view({1, x.size(1), H, E / H}).transpose(1, 2);
+  };
+  const torch::Tensor q = reference_rotate(heads(query, mha->q_proj), torch::arange(tq).unsqueeze(0), rope, tk);
+  const torch::Tensor k = reference_rotate(heads(memory, mha->k_proj), torch::arange(tk).unsqueeze(0), rope, tk);
+  const torch::Tensor v = heads(memory, mha->v_proj);
+  const torch::Tensor probs = torch::softmax(q.matmul(k.transpose(-1, -2)) / std::sqrt(E / H), -1);
+  const torch::Tensor merged = probs.matmul(v).transpose(1, 2).reshape({1, tq, E});
+  const torch::Tensor expected = torch::nn::functional::linear(merged, mha->out_proj->weight, mha->out_proj->bias);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor actual = mha->forward(query, memory, memory);
+  EXPECT_LT((actual - expected).abs().max().item<double>(), 1e-12);
+  // The memory's keys, projected and rotated once, then attended by the query: the same frequencies.
+  const torch::Tensor from_memory = mha->forward_with_memory(query, mha->project_memory(memory, memory));
+  EXPECT_LT((from_memory - expected).abs().max().item<double>(), 1e-12);
 }
 
 TEST(RotaryProperties, SharedPositionsEqualRepeatedRows) {

@@ -68,8 +68,10 @@ torch::Tensor context_parallel(const MultiHeadAttention& mha, const torch::Tenso
     const int64_t seq_len = global_length(input.size(1), *group, ring.timeout());
     const torch::Tensor positions =
         shard_positions(seq_len, group->getRank(), group->getSize(), ring.layout()).to(input.device());
-    q = m.rotary->forward(q, positions);
-    k = m.rotary->forward(k, positions);
+    // The frequencies of the whole sequence: dynamic NTK's depend on its length, not on this shard's.
+    const RotaryFrequencies frequencies = m.rotary->frequencies(seq_len);
+    q = m.rotary->rotate(q, positions, frequencies);
+    k = m.rotary->rotate(k, positions, frequencies);
   }
   const torch::Tensor heads = ring_attention(q, k, v, group, ring);
   torch::Tensor out = heads.transpose(1, 2).reshape({input.size(0), input.size(1), -1});

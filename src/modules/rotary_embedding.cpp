@@ -7,16 +7,6 @@
 namespace attn {
 namespace {
 constexpr const char* kRotaryEmbedding = "attn::RotaryEmbedding";
-
-/// The frequencies for these positions: the module's own, except that transformers' dynamic NTK takes those
-/// of a sequence as long as the furthest position.
-RotaryFrequencies frequencies_for(const RotaryEmbeddingOptions& options, const torch::Tensor& inv_freq,
-                                  double attention_factor, const torch::Tensor& positions) {
-  if (options.scaling() == RotaryScaling::DynamicNTK && positions.numel() > 0) {
-    return rotary_frequencies(options, positions.max().item<int64_t>() + 1);
-  }
-  return {inv_freq, attention_factor};
-}
 }  // namespace
 
 RotaryEmbeddingImpl::RotaryEmbeddingImpl(const RotaryEmbeddingOptions& options_) : options(options_) { reset(); }
@@ -35,18 +25,33 @@ void RotaryEmbeddingImpl::pretty_print(std::ostream& stream) const {
   stream << ")";
 }
 
+RotaryFrequencies RotaryEmbeddingImpl::frequencies(int64_t seq_len) const {
+  if (options.scaling() == RotaryScaling::DynamicNTK) return rotary_frequencies(options, seq_len);
+  return {inv_freq, attention_factor};
+}
+
+RotaryFrequencies RotaryEmbeddingImpl::frequencies_at(const torch::Tensor& positions) const {
+  if (options.scaling() != RotaryScaling::DynamicNTK || positions.numel() == 0) return {inv_freq, attention_factor};
+  return rotary_frequencies(options, positions.max().item<int64_t>() + 1);
+}
+
 std::tuple<torch::Tensor, torch::Tensor> RotaryEmbeddingImpl::cos_sin(const torch::Tensor& positions,
                                                                       torch::Dtype dtype) const {
   TORCH_CHECK(positions.defined(), kRotaryEmbedding, ": positions is undefined");
-  return rotary_cos_sin(frequencies_for(options, inv_freq, attention_factor, positions), positions, dtype);
+  return rotary_cos_sin(frequencies_at(positions), positions, dtype);
 }
 
 torch::Tensor RotaryEmbeddingImpl::forward(const torch::Tensor& x, const torch::Tensor& positions) const {
   common::check_rotary_positions(kRotaryEmbedding, x, positions);
+  return rotate(x, positions, frequencies_at(positions));
+}
+
+torch::Tensor RotaryEmbeddingImpl::rotate(const torch::Tensor& x, const torch::Tensor& positions,
+                                          const RotaryFrequencies& frequencies) const {
+  common::check_rotary_positions(kRotaryEmbedding, x, positions);
   TORCH_CHECK(options.rotary_dim() <= x.size(-1), kRotaryEmbedding, ": rotary_dim = ", options.rotary_dim(),
               " is more than x's head_dim = ", x.size(-1), "; x is ", x.sizes());
-  return rotate_at_positions(x, positions, frequencies_for(options, inv_freq, attention_factor, positions),
-                             options.pairing());
+  return rotate_at_positions(x, positions, frequencies, options.pairing());
 }
 
 }  // namespace attn

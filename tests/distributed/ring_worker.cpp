@@ -42,6 +42,7 @@ struct Problem {
   dist::SequenceLayout layout = dist::SequenceLayout::Zigzag;
   int64_t batch = 2, seq_len = 37, heads = 4, kv_heads = 4, dim = 16, value_dim = 16;
   bool padding = false;
+  bool dynamic_ntk = false;  // the module's rotary: dynamic NTK, whose frequencies depend on the sequence's length
   std::optional<double> scale;
   dist::ContextParallelStrategy strategy = dist::ContextParallelStrategy::Ring;
 };
@@ -62,6 +63,7 @@ Problem problem_of(const std::map<std::string, std::string>& f) {
   p.dim = std::stoll(get("d", "16"));
   p.value_dim = std::stoll(get("dv", get("d", "16")));
   p.padding = get("pad", "0") == "1";
+  p.dynamic_ntk = get("ntk", "0") == "1";
   if (f.count("scale")) p.scale = std::stod(get("scale", "1"));
   if (get("strategy", "ring") == "ulysses") p.strategy = dist::ContextParallelStrategy::Ulysses;
   return p;
@@ -169,7 +171,11 @@ int run_module(const Problem& p, int rank, int world, const c10::intrusive_ptr<c
   auto mha = attn::MultiHeadAttention(attn::MultiHeadAttentionOptions(embed, p.heads)
                                           .num_kv_heads(p.kv_heads)
                                           .causal(p.causal)
-                                          .rotary(attn::RotaryEmbeddingOptions(p.dim))
+                                          .rotary(p.dynamic_ntk ? attn::RotaryEmbeddingOptions(p.dim)
+                                                                      .scaling(attn::RotaryScaling::DynamicNTK)
+                                                                      .factor(4)
+                                                                      .original_max_position(8)
+                                                                : attn::RotaryEmbeddingOptions(p.dim))
                                           .backend(attn::Backend::Fused));
   mha->to(p.dtype);
   const torch::Tensor x = torch::randn({p.batch, p.seq_len, embed}, torch::TensorOptions().dtype(p.dtype));

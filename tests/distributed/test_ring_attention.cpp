@@ -161,6 +161,8 @@ INSTANTIATE_TEST_SUITE_P(
         ParityCase{"N2_ulysses_bfloat16", 2, "strategy=ulysses:dtype=bfloat16:causal=1:T=37"},
         ParityCase{"N4_ulysses_float64_contiguous", 4, "strategy=ulysses:dtype=float64:causal=1:layout=contiguous:T=45"},
         ParityCase{"N4_ulysses_full_scale", 4, "strategy=ulysses:causal=0:T=43:H=8:Hkv=4:scale=0.2"},
+        // Dynamic NTK scales for the whole sequence (37 > 8 positions), not for each rank's shard.
+        ParityCase{"N2_module_dynamic_ntk", 2, "case=module:ntk=1:causal=1:T=37:H=4:Hkv=2"},
         ParityCase{"N2_module_ulysses", 2, "case=module:strategy=ulysses:causal=1:T=37:H=4:Hkv=2"},
         ParityCase{"N4_module_float64", 4, "case=module:dtype=float64:causal=1:layout=contiguous:T=30:H=2:Hkv=1"}),
     [](const ::testing::TestParamInfo<ParityCase>& info) { return std::string(info.param.label); });

@@ -28,6 +28,16 @@ class RotaryEmbeddingImpl : public torch::nn::Cloneable<RotaryEmbeddingImpl> {
 
   /// x rotated at `positions`; x is not modified.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& positions) const;
+  /// x rotated at `positions` by `frequencies`: a call's queries and keys share one set. (Not a forward()
+  /// overload: ModuleHolder's operator() needs forward to be one function.)
+  torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& positions,
+                       const RotaryFrequencies& frequencies) const;
+  /// The frequencies for `positions`: the module's own, except that DynamicNTK takes those of a sequence as long
+  /// as the furthest position. The modules take them at the keys' positions, and rotate the queries with them too.
+  RotaryFrequencies frequencies_at(const torch::Tensor& positions) const;
+  /// The frequencies of a sequence of `seq_len` positions (only DynamicNTK depends on it): a shard's rows take
+  /// the whole sequence's.
+  RotaryFrequencies frequencies(int64_t seq_len) const;
   /// cos and sin for `positions` [...]: [..., rotary_dim / 2] in `dtype`, attention factor included.
   std::tuple<torch::Tensor, torch::Tensor> cos_sin(const torch::Tensor& positions, torch::Dtype dtype) const;
 

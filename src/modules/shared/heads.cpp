@@ -150,21 +150,16 @@ Heads project(const ModuleLayout& layout, const CallShape& shape, const torch::T
           split_heads(backends::project_rows(as_batch(value), p.v.weight, p.v.bias), kv_heads)};
 }
 
-namespace {
-
-/// RotaryEmbedding's own forward, with the positions on the heads' device (rotary_cos_sin brings the
-/// frequencies there).
-torch::Tensor rotated(const RotaryEmbeddingImpl& rotary, const torch::Tensor& x, const torch::Tensor& positions) {
-  return rotary.forward(x, positions.to(x.device()));
-}
-
-}  // namespace
-
 void rotate(const RotaryEmbeddingImpl* rotary, Heads& heads, const torch::Tensor& q_positions,
             const torch::Tensor& k_positions) {
   if (rotary == nullptr) return;
-  heads.q = rotated(*rotary, heads.q, q_positions);
-  heads.k = rotated(*rotary, heads.k, k_positions);
+  // The positions on the heads' device (rotary_cos_sin brings the frequencies there). Queries rotate at the
+  // keys' frequencies (dynamic NTK's depend on the sequence's length), as project_memory's keys and the
+  // queries of forward_with_memory do.
+  const torch::Tensor k_at = k_positions.to(heads.k.device());
+  const RotaryFrequencies frequencies = rotary->frequencies_at(k_at);
+  heads.q = rotary->rotate(heads.q, q_positions.to(heads.q.device()), frequencies);
+  heads.k = rotary->rotate(heads.k, k_at, frequencies);
 }
 
 torch::Tensor merge_heads(const torch::Tensor& x, const CallShape& shape) {
@@ -391,7 +386,10 @@ Heads project_memory(const ModuleLayout& layout, const torch::Tensor& key, const
   const CallShape shape = check_inputs(as_memory, key, key, value, p.q.weight);
   const auto as_batch = [&](const torch::Tensor& t) { return shape.batched ? t : t.unsqueeze(0); };
   torch::Tensor k = split_heads(backends::project_rows(as_batch(key), p.k.weight, p.k.bias), w.kv_heads());
-  if (rotary != nullptr) k = rotated(*rotary, k, torch::arange(shape.tk));
+  if (rotary != nullptr) {
+    const torch::Tensor positions = torch::arange(shape.tk).to(k.device());
+    k = rotary->rotate(k, positions, rotary->frequencies_at(positions));
+  }
   return {torch::Tensor(), k, split_heads(backends::project_rows(as_batch(value), p.v.weight, p.v.bias), w.kv_heads())};
 }
 
@@ -429,7 +427,9 @@ std::tuple<torch::Tensor, torch::Tensor> attend_memory(const ModuleLayout& layou
   torch::Tensor q = split_heads(
       backends::project_rows(batched ? query : query.unsqueeze(0), projections.q.weight, projections.q.bias),
       w.num_heads);
-  if (rotary != nullptr) q = rotated(*rotary, q, torch::arange(shape.tq));
+  if (rotary != nullptr) {  // at the frequencies the memory's keys were rotated with
+    q = rotary->rotate(q, torch::arange(shape.tq).to(q.device()), rotary->frequencies(tk));
+  }
   auto [out, weights] = backends::attention(layout.module, q, memory_key, memory_value, lifted, need_weights);
   if (!batched && weights.defined()) weights = weights.squeeze(0);
   return {merge_heads(out, shape), weights};

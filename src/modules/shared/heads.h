@@ -76,7 +76,8 @@ AttentionMasks lift_masks(const ModuleLayout& layout, const CallShape& shape, co
 Heads project(const ModuleLayout& layout, const CallShape& shape, const torch::Tensor& query,
               const torch::Tensor& key, const torch::Tensor& value, const Projections& projections);
 /// Between steps 3 and 4: q and k rotated at `positions` ([T] or [B, T] integers, any device; q's and k's
-/// own lengths when separate), when the module has rotary embeddings (`rotary` non-null).
+/// own lengths when separate), when the module has rotary embeddings (`rotary` non-null); both at the
+/// frequencies of the keys' positions.
 void rotate(const RotaryEmbeddingImpl* rotary, Heads& heads, const torch::Tensor& q_positions,
             const torch::Tensor& k_positions);
 /// Step 4 is backends::attention. Step 5: [B, H, Tq, d_v] -> [B, Tq, H * d_v] ([Tq, H * d_v] unbatched).
