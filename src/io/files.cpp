@@ -6,14 +6,18 @@
 
 #include <c10/util/Exception.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 namespace attn::io::detail {
 
@@ -56,25 +60,70 @@ WeightFormat detect_format(const std::vector<uint8_t>& bytes, const std::string&
 }  // namespace attn::io::detail
 
 namespace attn::io {
+namespace {
+
+/// The file that writing `path` replaces: a symbolic link's target, so that the link stays a link.
+std::string replaced_file(const std::string& path) {
+  std::error_code error;
+  if (!std::filesystem::is_symlink(path, error)) return path;
+  const std::filesystem::path target = std::filesystem::weakly_canonical(path, error);
+  return error ? path : target.string();
+}
+
+/// A new, empty file next to `target` (same directory, hence same file system), created exclusively: no file
+/// of the user's, and no other thread's temporary, is ever reused. It gets the permissions of the file it
+/// replaces, or a new file's under the umask. Returns its descriptor and name.
+std::pair<int, std::string> create_temporary(const std::string& target) {
+  static std::atomic<uint64_t> counter{0};
+  struct stat replaced {};
+  const bool replaces = ::stat(target.c_str(), &replaced) == 0 && S_ISREG(replaced.st_mode);
+  for (int attempt = 0;; ++attempt) {
+    const std::string tmp = target + ".tmp." + std::to_string(getpid()) + "." + std::to_string(counter++);
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0) {
+      if (replaces && ::fchmod(fd, replaced.st_mode & 07777) != 0) {
+        const int error = errno;
+        ::close(fd);
+        std::remove(tmp.c_str());
+        TORCH_CHECK(false, "attn::io: cannot give '", tmp, "' the permissions of '", target, "': ",
+                    std::strerror(error));
+      }
+      return {fd, tmp};
+    }
+    TORCH_CHECK(errno == EEXIST && attempt < 1000, "attn::io: cannot write '", target,
+                "': opening its temporary file '", tmp, "' failed: ", std::strerror(errno));
+  }
+}
+
+/// All of `contents` to `fd`, or the errno of the write that failed.
+int write_all(int fd, const std::string& contents) {
+  const char* data = contents.data();
+  size_t left = contents.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, data, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n < 0 ? errno : EIO;
+    data += n;
+    left -= static_cast<size_t>(n);
+  }
+  return 0;
+}
+
+}  // namespace
 
 void write_file_atomically(const std::string& path, const std::string& contents) {
-  // Next to the target, so that rename() stays on one file system; the pid keeps concurrent writers apart.
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  std::FILE* file = std::fopen(tmp.c_str(), "wb");
-  TORCH_CHECK(file, "attn::io: cannot write '", path, "': opening its temporary file '", tmp, "' failed: ",
-              std::strerror(errno));
-  const bool written = std::fwrite(contents.data(), 1, contents.size(), file) == contents.size();
-  const int write_errno = errno;
-  const bool closed = std::fclose(file) == 0;  // fclose flushes: a full disk may only show up here
-  if (!written || !closed) {
-    const int error = written ? errno : write_errno;
+  const std::string target = replaced_file(path);
+  const auto [fd, tmp] = create_temporary(target);
+  int error = write_all(fd, contents);
+  if (::close(fd) != 0 && error == 0) error = errno;  // a full disk may only show up here
+  if (error != 0) {
     std::remove(tmp.c_str());
     TORCH_CHECK(false, "attn::io: writing '", tmp, "' failed: ", std::strerror(error));
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int error = errno;
+  if (std::rename(tmp.c_str(), target.c_str()) != 0) {
+    error = errno;
     std::remove(tmp.c_str());
-    TORCH_CHECK(false, "attn::io: cannot rename '", tmp, "' to '", path, "': ", std::strerror(error));
+    TORCH_CHECK(false, "attn::io: cannot rename '", tmp, "' to '", target, "': ", std::strerror(error));
   }
 }
 

@@ -8,7 +8,9 @@ namespace attn::io {
 
 /// Writes `contents` to a temporary file next to `path` (same directory, hence same file system), then renames
 /// it over `path`: a reader sees the previous file or the complete new one. A failure leaves the previous file
-/// untouched, removes the temporary file, and throws c10::Error naming the file and the system error.
+/// untouched, removes the temporary file, and throws c10::Error naming the file and the system error. The new
+/// file keeps the previous one's permissions; where `path` is a symbolic link, its target is replaced and the
+/// link stays. Threads may write the same path at once: each write is whole, and the last rename wins.
 void write_file_atomically(const std::string& path, const std::string& contents);
 
 }  // namespace attn::io
