@@ -1259,7 +1259,7 @@ TEST(VariantModules, SinksLoadCloneAndConvertLikeTheOtherParameters) {
   // torch.nn.MultiheadAttention's names have no place for them.
   EXPECT_ERROR_CONTAINS(io::save_state_dict(*mha, "/nonexistent/never-written.pt",
                                             io::SaveOptions().names(io::WeightNames::TorchMultiheadAttention)),
-                        "no ALiBi and no attention sinks");
+                        "no ALiBi, no attention sinks");
 
   // clone() copies the sinks (a copy of their own); to() converts them with the rest.
   auto copy = std::dynamic_pointer_cast<MultiHeadAttentionImpl>(mha->clone());

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <map>
 #include <regex>
 
 namespace attn::io::detail {
@@ -20,8 +21,25 @@ const std::pair<const char*, const char*> kNotebookPrefixes[] = {
 const std::pair<const char*, const char*> kNotebookWhole[] = {
     {"W_query", "q_proj.weight"}, {"W_key", "k_proj.weight"}, {"W_value", "v_proj.weight"}};
 
+/// The renamed tensors, each name given once: a file that holds one of the module's parameters under two names
+/// (q_proj.weight and W_q.weight) is refused, not loaded with whichever came last.
+class Renamed {
+ public:
+  void put(const std::string& to, const at::Tensor& t, const std::string& from) {
+    const auto [it, fresh] = sources_.emplace(to, from);
+    TORCH_CHECK(fresh, "attn::io: '", it->second, "' and '", from, "' both give the module's ", to,
+                "; keep one of them");
+    tensors_[to] = t;
+  }
+  TensorMap take() { return std::move(tensors_); }
+
+ private:
+  TensorMap tensors_;
+  std::map<std::string, std::string> sources_;
+};
+
 /// 001's MultiHeadedAttention: heads.N.W_q.weight for N = 0..H-1, joined along the output rows.
-void join_heads(TensorMap& out, const TensorMap& in) {
+void join_heads(Renamed& out, const TensorMap& in) {
   static const std::regex pattern(R"(heads\.(\d{1,9})\.W_([qkv])\.weight)");  // 9 digits: fits a long
   std::map<char, std::map<long, at::Tensor>> parts;
   for (const auto& [name, t] : in) {
@@ -37,7 +55,7 @@ void join_heads(TensorMap& out, const TensorMap& in) {
       rows.push_back(t);
       ++expected;
     }
-    out[std::string(1, which) + "_proj.weight"] = at::cat(rows, 0);
+    out.put(std::string(1, which) + "_proj.weight", at::cat(rows, 0), c10::str("heads.N.W_", which, ".weight"));
   }
 }
 
@@ -81,7 +99,7 @@ PackedProjection packed_projection(const std::string& name, const ShapeMap& expe
 
 TensorMap to_attn_names(const TensorMap& tensors, WeightNames names, const ShapeMap& expected) {
   if (names == WeightNames::Auto) names = detect_names(tensors);
-  TensorMap out;
+  Renamed out;
   switch (names) {
     case WeightNames::Auto:
     case WeightNames::Attn:
@@ -94,17 +112,17 @@ TensorMap to_attn_names(const TensorMap& tensors, WeightNames names, const Shape
           const PackedProjection packed = packed_projection(name, expected);
           if (!packed.parts.empty() && t.dim() >= 1 && t.size(0) == packed.shape[0]) {
             const auto chunks = t.split_with_sizes(packed.rows, 0);
-            for (size_t i = 0; i < packed.parts.size(); ++i) out[packed.parts[i]] = chunks[i];
+            for (size_t i = 0; i < packed.parts.size(); ++i) out.put(packed.parts[i], chunks[i], name);
           } else {
-            out[name] = t;
+            out.put(name, t, name);
           }
         } else if (name == "q_proj_weight" || name == "k_proj_weight" || name == "v_proj_weight") {
-          out[name.substr(0, 6) + ".weight"] = t;
+          out.put(name.substr(0, 6) + ".weight", t, name);
         } else {
-          out[name] = t;  // out_proj.weight, out_proj.bias; anything else stays unexpected
+          out.put(name, t, name);  // out_proj.weight, out_proj.bias; anything else stays unexpected
         }
       }
-      return out;
+      return out.take();
     case WeightNames::Notebook:
       join_heads(out, tensors);
       for (const auto& [name, t] : tensors) {
@@ -116,16 +134,16 @@ TensorMap to_attn_names(const TensorMap& tensors, WeightNames names, const Shape
         for (const auto& [from, to] : kNotebookWhole) {
           if (name == from) renamed = to;
         }
-        out[renamed] = t;
+        out.put(renamed, t, name);
       }
-      return out;
+      return out.take();
     case WeightNames::Decoder:
       for (const auto& [name, t] : tensors) {
-        out[starts_with(name, "o_proj.") ? "out_proj." + name.substr(7) : name] = t;
+        out.put(starts_with(name, "o_proj.") ? "out_proj." + name.substr(7) : name, t, name);
       }
-      return out;
+      return out.take();
   }
-  return out;
+  return out.take();
 }
 
 TensorMap to_torch_multihead_names(const TensorMap& tensors, bool packed) {

@@ -85,6 +85,9 @@ Fit fit(const TensorMap& tensors, WeightNames names, const ShapeMap& expected) {
     } else if (!at::isFloatingType(it->second.scalar_type())) {
       f.misshaped.push_back(c10::str(name, " (file holds ", c10::toString(it->second.scalar_type()),
                                      ", expected a floating-point tensor)"));
+    } else if (it->second.layout() != at::kStrided || it->second.is_meta()) {
+      f.misshaped.push_back(c10::str(name, " (a ", it->second.is_meta() ? "meta" : c10::str(it->second.layout()),
+                                     " tensor, which holds no values to load; expected a dense one)"));
     }
   }
   for (const auto& [name, t] : f.mapped) {
@@ -154,11 +157,17 @@ LoadResult load_into(torch::nn::Module& module, const TensorMap& all, std::vecto
     }
     TORCH_CHECK(false, message);
   }
+  // Every tensor in the parameter's dtype and on its device first: a conversion that fails (memory, a device)
+  // does so before the first parameter changes.
   torch::NoGradGuard no_grad;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;
   for (auto& p : params) {
     const auto it = f.mapped.find(p.key());
-    if (it != f.mapped.end()) p.value().copy_(it->second);  // converts dtype and device
+    if (it != f.mapped.end()) {
+      copies.emplace_back(p.value(), it->second.to(p.value().device(), p.value().scalar_type()));
+    }
   }
+  for (auto& [parameter, value] : copies) parameter.copy_(value);
   LoadResult result;
   result.missing = f.missing;
   result.unexpected = f.unexpected;
@@ -273,9 +282,11 @@ void save_state_dict(const MultiHeadAttentionImpl& module, const std::string& pa
                 "attn::io::save_state_dict: torch.nn.MultiheadAttention needs an output projection and "
                 "num_heads * head_dim == embed_dim; this module has ",
                 module_description(module));
-    TORCH_CHECK(!o.alibi() && !o.sinks(), "attn::io::save_state_dict: torch.nn.MultiheadAttention has no ALiBi "
-                "and no attention sinks, so its names cannot hold this module (alibi=", o.alibi(), ", sinks=",
-                o.sinks(), "); save with attn's own names");
+    TORCH_CHECK(!o.alibi() && !o.sinks() && !o.rotary() && module.num_kv_heads() == o.num_heads(),
+                "attn::io::save_state_dict: torch.nn.MultiheadAttention has no ALiBi, no attention sinks, no rotary "
+                "embeddings and no grouped K/V heads, so its names cannot hold this module (alibi=", o.alibi(),
+                ", sinks=", o.sinks(), ", rotary=", o.rotary().has_value(), ", num_kv_heads=", module.num_kv_heads(),
+                " of num_heads=", o.num_heads(), "); save with attn's own names");
     tensors = detail::to_torch_multihead_names(tensors, o.kdim() == o.embed_dim() && o.vdim() == o.embed_dim());
   } else {
     check_save_names(options, "attn::MultiHeadAttention");
