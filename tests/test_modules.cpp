@@ -201,6 +201,33 @@ TEST(Modules, CloneIsADeepCopy) {
   EXPECT_EQ(copy->options.num_heads(), 2);
 }
 
+// LibTorch registers each parameter once, so reset() builds a module once; changing the heads a module's weights
+// are laid out for is refused at the next call, not split into other heads without an error.
+TEST(Modules, ResetRunsOnceAndChangedHeadsAreRefused) {
+  AttentionHead head(AttentionHeadOptions(8, 4));
+  MultiHeadAttention mha(MultiHeadAttentionOptions(8, 2).sinks(true));
+  CrossAttention cross(CrossAttentionOptions(8, 6, 4).num_heads(2));
+  const torch::Tensor before = mha->q_proj->weight.clone();
+  EXPECT_ERROR_CONTAINS(head->reset(), "attn::AttentionHead: reset() builds the module once");
+  EXPECT_ERROR_CONTAINS(mha->reset(), "attn::MultiHeadAttention: reset() builds the module once");
+  EXPECT_ERROR_CONTAINS(cross->reset(), "attn::CrossAttention: reset() builds the module once");
+  EXPECT_TRUE(torch::equal(mha->q_proj->weight, before));
+  // clone() builds its copy with reset() and still works.
+  auto copy = std::dynamic_pointer_cast<MultiHeadAttentionImpl>(mha->clone());
+  ASSERT_TRUE(copy);
+  EXPECT_TRUE(torch::equal(copy->q_proj->weight, before));
+
+  const torch::Tensor x = torch::randn({1, 3, 8}), context = torch::randn({1, 5, 6});
+  mha->options.num_heads(4);  // the same 8 rows of q_proj would become 4 heads of 2
+  EXPECT_ERROR_CONTAINS(mha->forward(x, x, x), "options.num_heads is 4 but the module was built with 2");
+  mha->options.num_heads(2).num_kv_heads(1);
+  EXPECT_ERROR_CONTAINS(mha->forward(x, x, x), "options.num_kv_heads is 1 but the module was built with 2");
+  mha->options.num_kv_heads(std::nullopt);
+  EXPECT_EQ(mha->forward(x, x, x).sizes(), x.sizes());  // as built again
+  cross->options.num_heads(1).d_k(8).d_v(8);
+  EXPECT_ERROR_CONTAINS(cross->forward(x, context), "options.num_heads is 1 but the module was built with 2");
+}
+
 TEST(Modules, ConvertToFloat64) {
   torch::manual_seed(9);
   MultiHeadAttention mha(8, 2);

@@ -12,6 +12,7 @@ constexpr const char* kAttentionHead = "attn::AttentionHead";
 AttentionHeadImpl::AttentionHeadImpl(const AttentionHeadOptions& options_) : options(options_) { reset(); }
 
 void AttentionHeadImpl::reset() {
+  modules::check_not_built(*this, kAttentionHead);
   common::check_positive(kAttentionHead, "d_in", options.d_in());
   common::check_positive(kAttentionHead, "d_k", options.d_k());
   common::check_positive(kAttentionHead, "d_v", options.d_v());

@@ -12,6 +12,7 @@ constexpr const char* kCrossAttention = "attn::CrossAttention";
 CrossAttentionImpl::CrossAttentionImpl(const CrossAttentionOptions& options_) : options(options_) { reset(); }
 
 void CrossAttentionImpl::reset() {
+  modules::check_not_built(*this, kCrossAttention);
   common::check_positive(kCrossAttention, "d_query_in", options.d_query_in());
   common::check_positive(kCrossAttention, "d_context_in", options.d_context_in());
   common::check_positive(kCrossAttention, "d_k", options.d_k());
@@ -28,6 +29,7 @@ void CrossAttentionImpl::reset() {
   k_proj = projection("k_proj", options.d_context_in(), qk_width);
   v_proj = projection("v_proj", options.d_context_in(), v_width);
   sinks = modules::register_sinks(*this, options.sinks(), heads);
+  built_heads_ = heads;
 }
 
 modules::ScoreTerms CrossAttentionImpl::score_terms() const {
@@ -55,7 +57,8 @@ std::tuple<torch::Tensor, torch::Tensor> CrossAttentionImpl::forward_with_weight
 }
 
 namespace {
-modules::ModuleLayout layout_of(const CrossAttentionOptions& o) {
+modules::ModuleLayout layout_of(const CrossAttentionOptions& o, int64_t built_heads) {
+  modules::check_built_with(kCrossAttention, {{"num_heads", built_heads, o.num_heads()}});
   return {kCrossAttention, "x", "context", "context",
           {o.d_query_in(), o.d_context_in(), o.d_context_in(), o.num_heads(), o.d_k(), o.d_v()}};
 }
@@ -64,19 +67,19 @@ modules::ModuleLayout layout_of(const CrossAttentionOptions& o) {
 std::tuple<torch::Tensor, torch::Tensor> CrossAttentionImpl::attend(const torch::Tensor& x,
                                                                     const torch::Tensor& context,
                                                                     const AttentionMasks& masks, bool need_weights) {
-  return modules::attend_heads(layout_of(options), x, context, context, {*q_proj, *k_proj, *v_proj}, masks,
+  return modules::attend_heads(layout_of(options, built_heads_), x, context, context, {*q_proj, *k_proj, *v_proj}, masks,
                                modules::sdpa_options(options.attention(), is_training(), score_terms()), need_weights);
 }
 
 ProjectedMemory CrossAttentionImpl::project_memory(const torch::Tensor& context) const {
   const modules::Heads heads =
-      modules::project_memory(layout_of(options), context, context, {*q_proj, *k_proj, *v_proj}, /*rotary=*/nullptr);
+      modules::project_memory(layout_of(options, built_heads_), context, context, {*q_proj, *k_proj, *v_proj}, /*rotary=*/nullptr);
   return {heads.k, heads.v};
 }
 
 torch::Tensor CrossAttentionImpl::forward_with_memory(const torch::Tensor& x, const ProjectedMemory& memory,
                                                       const AttentionMasks& masks) {
-  return std::get<0>(modules::attend_memory(layout_of(options), x, memory.key, memory.value,
+  return std::get<0>(modules::attend_memory(layout_of(options, built_heads_), x, memory.key, memory.value,
                                             {*q_proj, *k_proj, *v_proj}, masks,
                                             modules::sdpa_options(options.attention(), is_training(), score_terms()),
                                             /*need_weights=*/false, /*rotary=*/nullptr));

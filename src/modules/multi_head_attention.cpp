@@ -21,6 +21,7 @@ int64_t MultiHeadAttentionImpl::head_dim() const {
 int64_t MultiHeadAttentionImpl::num_kv_heads() const { return options.num_kv_heads().value_or(options.num_heads()); }
 
 void MultiHeadAttentionImpl::reset() {
+  modules::check_not_built(*this, kMultiHeadAttention);
   common::check_positive(kMultiHeadAttention, "embed_dim", options.embed_dim());
   common::check_positive(kMultiHeadAttention, "num_heads", options.num_heads());
   common::check_positive(kMultiHeadAttention, "kdim", options.kdim());
@@ -62,6 +63,8 @@ void MultiHeadAttentionImpl::reset() {
     out_proj = nullptr;
   }
   sinks = modules::register_sinks(*this, options.sinks(), options.num_heads());
+  built_heads_ = options.num_heads();
+  built_kv_heads_ = num_kv_heads();
 }
 
 modules::ScoreTerms MultiHeadAttentionImpl::score_terms() const {
@@ -99,6 +102,8 @@ std::tuple<torch::Tensor, torch::Tensor> MultiHeadAttentionImpl::forward_with_we
 }
 
 modules::ModuleLayout MultiHeadAttentionImpl::layout() const {
+  modules::check_built_with(kMultiHeadAttention,
+                            {{"num_heads", built_heads_, options.num_heads()}, {"num_kv_heads", built_kv_heads_, num_kv_heads()}});
   return {kMultiHeadAttention,
           "query",
           "key",

@@ -20,7 +20,8 @@ class AttentionHeadImpl : public torch::nn::Cloneable<AttentionHeadImpl> {
   AttentionHeadImpl(int64_t d_in, int64_t d_k) : AttentionHeadImpl(AttentionHeadOptions(d_in, d_k)) {}
   explicit AttentionHeadImpl(const AttentionHeadOptions& options);
 
-  /// Validates the options and (re)creates the parameters.
+  /// Validates the options and creates the parameters: the constructor calls it, and clone() on the copy. It
+  /// cannot run again on a built module; to change the options, build a new module.
   void reset() override;
   void pretty_print(std::ostream& stream) const override;
 

@@ -55,6 +55,8 @@ class CrossAttentionImpl : public torch::nn::Cloneable<CrossAttentionImpl> {
   modules::ScoreTerms score_terms() const;
   std::tuple<torch::Tensor, torch::Tensor> attend(const torch::Tensor& x, const torch::Tensor& context,
                                                   const AttentionMasks& masks, bool need_weights);
+
+  int64_t built_heads_ = 0;  // the heads reset() laid the parameters out for
 };
 
 TORCH_MODULE(CrossAttention);

@@ -110,6 +110,8 @@ class MultiHeadAttentionImpl : public torch::nn::Cloneable<MultiHeadAttentionImp
   std::tuple<torch::Tensor, torch::Tensor> attend(const torch::Tensor& query, const torch::Tensor& key,
                                                   const torch::Tensor& value, const AttentionMasks& masks,
                                                   bool need_weights);
+
+  int64_t built_heads_ = 0, built_kv_heads_ = 0;  // the heads reset() laid the parameters out for
 };
 
 TORCH_MODULE(MultiHeadAttention);

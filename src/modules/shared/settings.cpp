@@ -36,6 +36,19 @@ torch::nn::Linear register_projection(torch::nn::Module& module, const char* own
   return module.register_module(name, linear);
 }
 
+void check_not_built(const torch::nn::Module& module, const char* owner) {
+  TORCH_CHECK(module.named_parameters(/*recurse=*/false).is_empty() && module.named_children().is_empty(), owner,
+              ": reset() builds the module once, from its options, and cannot run again on a built module; to "
+              "change its options, build a new module with them");
+}
+
+void check_built_with(const char* module, std::initializer_list<BuiltValue> values) {
+  for (const BuiltValue& v : values) {
+    TORCH_CHECK(v.built == v.now, module, ": options.", v.name, " is ", v.now, " but the module was built with ",
+                v.built, ", and its parameters are laid out for that; build a new module with the new options");
+  }
+}
+
 torch::Tensor register_sinks(torch::nn::Module& module, bool sinks, int64_t num_heads) {
   if (!sinks) return {};
   return module.register_parameter("sinks", torch::zeros({num_heads}));

@@ -8,6 +8,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/types.h>
 
+#include <initializer_list>
 #include <string>
 
 namespace attn::modules {
@@ -31,6 +32,19 @@ SdpaOptions sdpa_options(const AttentionOptions& attention, bool training, const
 /// module, the projection and its shape.
 torch::nn::Linear register_projection(torch::nn::Module& module, const char* owner, const std::string& name, int64_t in,
                                       int64_t out, bool bias);
+
+/// Refuses a second reset() of a built module, before anything changes: LibTorch registers each parameter and
+/// submodule once (clone() empties the copy first), and a module rebuilt in place would keep half its state.
+void check_not_built(const torch::nn::Module& module, const char* owner);
+
+/// One of the options a module's parameters are laid out by: its value when reset() built them, and now.
+struct BuiltValue {
+  const char* name;
+  int64_t built, now;
+};
+/// Refuses a call after such an option changed in module.options: the weights would be split into other heads
+/// without any error.
+void check_built_with(const char* module, std::initializer_list<BuiltValue> values);
 
 /// Registers (or, when off, leaves out) the `sinks` parameter [num_heads] in zeros, as reset() does.
 torch::Tensor register_sinks(torch::nn::Module& module, bool sinks, int64_t num_heads);
