@@ -7,11 +7,15 @@
 
 #include <attn/jit/export.h>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <thread>
 
 namespace attn::test {
 namespace {
@@ -227,16 +231,74 @@ TEST(WeightFiles, AtomicWriteReplacesTheFileOrLeavesItUntouched) {
   io::write_file_atomically(path, "first");
   io::write_file_atomically(path, "second");
   EXPECT_EQ(contents(), "second");
-  // A directory where the temporary file would go makes the write fail before the target is touched.
-  const fs::path blocked = path + ".tmp." + std::to_string(getpid());
-  fs::create_directory(blocked);
-  EXPECT_ERROR_CONTAINS(io::write_file_atomically(path, "third"), "out.txt.tmp.");
+  // A write that fails (here the file-size limit, as a full disk would) leaves the previous file as it was and
+  // no temporary file.
+  {
+    rlimit before{};
+    ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &before), 0);
+    const auto previous_handler = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit small = before;
+    small.rlim_cur = 4;
+    ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+    EXPECT_ERROR_CONTAINS(io::write_file_atomically(path, "longer than four bytes"), "File too large");
+    setrlimit(RLIMIT_FSIZE, &before);
+    std::signal(SIGXFSZ, previous_handler);
+  }
   EXPECT_EQ(contents(), "second");
-  fs::remove(blocked);
   // rename() cannot replace a directory: the error names the system's reason, and no temporary file stays.
   fs::create_directory(dir / "a_directory");
   EXPECT_ERROR_CONTAINS(io::write_file_atomically((dir / "a_directory").string(), "x"), "Is a directory");
   EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 2);  // out.txt, a_directory
+}
+
+TEST(WeightFiles, AtomicWriteKeepsPermissionsLinksAndOtherFiles) {
+  const fs::path dir = fs::temp_directory_path() / ("attn_io_atomic_kept_" + std::to_string(getpid()));
+  remove_tree(dir.string());
+  fs::create_directories(dir);
+  const auto read = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  // A private file stays private.
+  const fs::path secret = dir / "private.pt";
+  io::write_file_atomically(secret.string(), "one");
+  fs::permissions(secret, fs::perms::owner_read | fs::perms::owner_write);
+  io::write_file_atomically(secret.string(), "two");
+  EXPECT_EQ(fs::status(secret).permissions(), fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_EQ(read(secret), "two");
+  // A symbolic link stays a link; its target gets the new contents.
+  const fs::path link = dir / "latest.pt";
+  fs::create_symlink(secret.filename(), link);
+  io::write_file_atomically(link.string(), "three");
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_EQ(read(secret), "three");
+  // A file of the user's that happens to have a temporary-looking name is neither overwritten nor removed.
+  const fs::path lookalike = secret.string() + ".tmp." + std::to_string(getpid());
+  std::ofstream(lookalike) << "mine";
+  io::write_file_atomically(secret.string(), "four");
+  EXPECT_EQ(read(lookalike), "mine");
+  // Threads writing one path at once each write whole; the file ends as one of them wrote it.
+  const fs::path shared = dir / "shared.pt";
+  std::vector<std::thread> writers;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t) {
+    writers.emplace_back([&, t] {
+      for (int i = 0; i < 25; ++i) {
+        try {
+          io::write_file_atomically(shared.string(), std::string(1000, static_cast<char>('a' + t)));
+        } catch (const c10::Error&) {
+          ++failures;
+        }
+      }
+    });
+  }
+  for (std::thread& w : writers) w.join();
+  EXPECT_EQ(failures.load(), 0);
+  const std::string last = read(shared);
+  EXPECT_TRUE(last == std::string(1000, last.empty() ? '?' : last[0]) && last[0] >= 'a' && last[0] <= 'd');
+  // Four files (private.pt, latest.pt, the lookalike, shared.pt): no temporary file stays.
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 4);
+  remove_tree(dir.string());
 }
 
 // Writes, for tests/python/test_weights_from_cpp.py: our MultiHeadAttention's weights under
@@ -349,6 +411,45 @@ TEST(Checkpoints, LoadsFromTensorsInMemoryWithoutTouchingThem) {
   EXPECT_TRUE(torch::equal(mha->q_proj->bias, bias_before));
   EXPECT_TRUE(torch::equal(mha->q_proj->weight, torch::ones({16, 16})));
   EXPECT_ERROR_CONTAINS(io::load_state_dict(*mha, weights_only), "the tensor map does not fit");
+}
+
+// Refusals found before any parameter changes: a tensor that holds no values (meta) or is not dense, and two
+// tensors that name one parameter.
+TEST(Checkpoints, TensorsThatCannotLoadLeaveTheModuleUnchanged) {
+  auto mha = MultiHeadAttention(MultiHeadAttentionOptions(8, 2));
+  std::map<std::string, torch::Tensor> before;
+  for (const auto& p : mha->named_parameters()) before[p.key()] = p.value().detach().clone();
+  std::map<std::string, torch::Tensor> good;
+  for (const auto& [name, t] : before) good[name] = torch::full_like(t, 0.5);
+  const auto unchanged = [&] {
+    for (const auto& p : mha->named_parameters()) EXPECT_TRUE(torch::equal(p.value(), before.at(p.key()))) << p.key();
+  };
+  auto meta = good;
+  meta["v_proj.weight"] = torch::empty({8, 8}, torch::TensorOptions().device(torch::kMeta));
+  EXPECT_ERROR_CONTAINS(io::load_state_dict(*mha, meta), "v_proj.weight (a meta tensor");
+  unchanged();
+  auto sparse = good;
+  sparse["v_proj.weight"] = good["v_proj.weight"].to_sparse();
+  EXPECT_ERROR_CONTAINS(io::load_state_dict(*mha, sparse), "v_proj.weight (a Sparse tensor");
+  unchanged();
+  auto twice = good;
+  twice["W_q.weight"] = torch::ones({8, 8});  // the notebooks' name for q_proj.weight, which is there too
+  EXPECT_ERROR_CONTAINS(io::load_state_dict(*mha, twice), "'W_q.weight' and 'q_proj.weight' both give the module's "
+                        "q_proj.weight");
+  unchanged();
+  io::load_state_dict(*mha, good);  // and the good map loads
+  EXPECT_TRUE(torch::equal(mha->v_proj->weight, good["v_proj.weight"]));
+}
+
+// torch.nn.MultiheadAttention's names hold neither grouped K/V heads (PyTorch could not load the file) nor a
+// rotary embedding (PyTorch would load the weights and compute without it).
+TEST(WeightFiles, TorchNamesRefuseWhatTorchMultiheadAttentionLacks) {
+  const auto torch_names = io::SaveOptions().names(io::WeightNames::TorchMultiheadAttention);
+  auto grouped = MultiHeadAttention(MultiHeadAttentionOptions(8, 4).num_kv_heads(2));
+  EXPECT_ERROR_CONTAINS(io::save_state_dict(*grouped, "/nonexistent/never-written.pt", torch_names),
+                        "num_kv_heads=2 of num_heads=4");
+  auto rotary = MultiHeadAttention(MultiHeadAttentionOptions(8, 2).rotary(RotaryEmbeddingOptions(4)));
+  EXPECT_ERROR_CONTAINS(io::save_state_dict(*rotary, "/nonexistent/never-written.pt", torch_names), "rotary=1");
 }
 
 TEST(Checkpoints, TorchScriptArchivesAndPickledModulesGetTheirOwnErrors) {
