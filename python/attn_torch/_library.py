@@ -6,16 +6,27 @@ from pathlib import Path
 
 import torch
 
+if int(torch.__version__.split(".")[0]) < 2:
+    # ops.py's signatures and the operators' Python registrations (torch.library, SymInt) are PyTorch 2's.
+    raise ImportError(f"attn_torch needs PyTorch 2.x; this is torch {torch.__version__} at "
+                      f"{os.path.dirname(torch.__file__)}. The C++ library works with LibTorch 1.13 too; "
+                      f"the Python package is built and tested in the 2.x lane (docs/python.md)")
+
 #: The environment variable that names a libattn.so to load instead of the package's own copy.
 LIBRARY_ENV = "ATTN_LIBRARY"
 
 _loaded_path = None
 
 
-def _bundled_library():
-    """The libattn.so that `pip install` put into the package (attn_torch/lib/), or None."""
+def _bundled_candidates():
+    """Where `pip install` puts the package's libattn.so (attn_torch/lib/, or lib64/)."""
     here = Path(__file__).resolve().parent
-    for candidate in (here / "lib" / "libattn.so", here / "lib64" / "libattn.so"):
+    return (here / "lib" / "libattn.so", here / "lib64" / "libattn.so")
+
+
+def _bundled_library():
+    """The libattn.so that `pip install` put into the package, or None."""
+    for candidate in _bundled_candidates():
         if candidate.is_file():
             return candidate
     return None
@@ -38,10 +49,11 @@ def library_path():
         return path.resolve()
     bundled = _bundled_library()
     if bundled is None:
+        looked = " or ".join(str(c) for c in _bundled_candidates())
         raise ImportError(
-            "attn_torch: no libattn.so to load. Either install the package with its library "
-            "(pip install --no-build-isolation . in attn's checkout, docs/python.md), or set "
-            f"{LIBRARY_ENV}=/path/to/libattn.so to use a library built with CMake")
+            f"attn_torch: no libattn.so to load: {LIBRARY_ENV} is not set and the package has none at {looked}. "
+            "Either install the package with its library (pip install --no-build-isolation . in attn's "
+            f"checkout, docs/python.md), or set {LIBRARY_ENV}=/path/to/libattn.so to use a library built with CMake")
     return bundled
 
 

@@ -89,6 +89,26 @@ def test_import(library, cxx):
     expect("import: a missing ATTN_LIBRARY is an ImportError that names it",
            run.returncode != 0 and "ImportError" in run.stderr and "ATTN_LIBRARY=/nonexistent" in run.stderr,
            run.stderr.strip().splitlines()[-1][:160] if run.stderr.strip() else "no error")
+    # Without ATTN_LIBRARY and without a library in the package (a checkout's python/ has none), the ImportError
+    # names where it looked.
+    env = {k: v for k, v in os.environ.items() if k != "ATTN_LIBRARY"}
+    env["PYTHONPATH"] = PYTHON_DIR
+    run = subprocess.run([sys.executable, "-c", "import attn_torch"], env=env, capture_output=True, text=True)
+    expect("import: no library anywhere is an ImportError that names the paths it looked at",
+           run.returncode != 0 and "ATTN_LIBRARY is not set" in run.stderr
+           and os.path.join("attn_torch", "lib", "libattn.so") in run.stderr,
+           run.stderr.strip().splitlines()[-1][:200] if run.stderr.strip() else "no error")
+    # Under torch 1.x (here a stand-in module that has only its version) the import stops at once with a clear
+    # ImportError, before any library is looked for or loaded.
+    with tempfile.TemporaryDirectory() as tmp:
+        os.makedirs(os.path.join(tmp, "torch"))
+        with open(os.path.join(tmp, "torch", "__init__.py"), "w") as f:
+            f.write("__version__ = '1.13.1'\n")
+        env = dict(os.environ, PYTHONPATH=tmp + os.pathsep + PYTHON_DIR)
+        run = subprocess.run([sys.executable, "-c", "import attn_torch"], env=env, capture_output=True, text=True)
+        expect("import: torch 1.x is an ImportError saying the package needs PyTorch 2.x",
+               run.returncode == 1 and "ImportError: attn_torch needs PyTorch 2.x; this is torch 1.13.1" in run.stderr,
+               run.stderr.strip().splitlines()[-1][:200] if run.stderr.strip() else "no error")
     # A library linked against another torch's libc10 (here a stub named libc10.so.0.0) is refused before it is
     # loaded: loading one beside this torch puts two torches in the process, which aborts or crashes it.
     with tempfile.TemporaryDirectory() as tmp:
