@@ -49,6 +49,9 @@ torch::Tensor context_parallel(const MultiHeadAttention& mha, const torch::Tenso
   TORCH_CHECK(x.defined() && (x.dim() == 3 || x.dim() == 2) && x.size(-1) == o.embed_dim(), kContextParallel,
               ": x must be this rank's shard [B, T_local, embed_dim=", o.embed_dim(), "] or [T_local, ",
               o.embed_dim(), "]; got ", x.defined() ? c10::str(x.sizes()) : std::string("undefined"));
+  TORCH_CHECK(o.kdim() == o.embed_dim() && o.vdim() == o.embed_dim(), kContextParallel,
+              ": context_parallel is self-attention: the module's kdim (", o.kdim(), ") and vdim (", o.vdim(),
+              ") must be its embed_dim (", o.embed_dim(), ")");
   TORCH_CHECK(o.window_left() < 0 && o.window_right() < 0 && o.softcap() == 0.0 && !o.alibi() && !o.sinks(),
               kContextParallel,
               ": the module's window, softcap, alibi and sinks options are not supported by ring_attention");

@@ -239,6 +239,20 @@ int run_disagreement(int rank, int world, const c10::intrusive_ptr<c10d::Process
   return kExitPass;
 }
 
+/// context_parallel on a module it cannot run (here keys and values of another width than the sequence's):
+/// every rank refuses it before any exchange.
+int run_module_refused(int rank, const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
+  auto mha = attn::MultiHeadAttention(attn::MultiHeadAttentionOptions(16, 2).kdim(8).vdim(8));
+  try {
+    dist::context_parallel(mha, torch::randn({1, 6, 16}), group);
+  } catch (const c10::Error& error) {
+    std::cout << "rank " << rank << " error: " << error.what_without_backtrace() << std::endl;
+    return kExitCleanError;
+  }
+  std::cout << "rank " << rank << ": no error" << std::endl;
+  return kExitPass;
+}
+
 /// Rank 1 forms the group but never calls ring_attention (it sleeps past rank 0's timeout, then exits).
 int run_idle(int rank, const c10::intrusive_ptr<c10d::ProcessGroup>& group, std::chrono::milliseconds timeout) {
   if (rank == 1) {
@@ -307,6 +321,7 @@ int worker_main(int argc, char** argv) {
     if (kind == "module") return run_module(problem_of(fields), rank, world, group, timeout);
     if (kind == "disagree") return run_disagreement(rank, world, group, timeout, fields.at("what"));
     if (kind == "killed") return run_killed(rank, world, group, timeout);
+    if (kind == "module_refused") return run_module_refused(rank, group);
     if (kind == "idle") return run_idle(rank, group, timeout);
     std::cout << "unknown case " << kind << std::endl;
     return kExitSetupFailed;

@@ -192,6 +192,12 @@ TEST(RingFailures, RankWithOtherOptionsFailsOnEveryRank) {
   expect_clean_error_everywhere(results, "the ranks disagree on the options");
 }
 
+TEST(RingFailures, ModuleWithOtherKeyWidthsIsRefusedOnEveryRank) {
+  const auto results = run_ranks("case=module_refused", 2, {0, 1}, std::chrono::seconds(20), std::chrono::seconds(60));
+  expect_clean_error_everywhere(results, "context_parallel is self-attention: the module's kdim (8) and vdim (8) "
+                                         "must be its embed_dim (16)");
+}
+
 TEST(RingFailures, RankWithOtherDtypeFailsOnEveryRank) {
   const auto results = run_ranks("case=disagree:what=dtype", 2, {0, 1}, std::chrono::seconds(20), std::chrono::seconds(60));
   expect_clean_error_everywhere(results, "the ranks disagree on the dtype: rank 0 has Float, rank 1 has Double");
