@@ -76,7 +76,7 @@ inline std::optional<CausalAlignment> causal_of(const SdpaOptions& options) {
 /// and key j is blocked for it when j >= key_lengths[b] (not written), or when it lies outside the band of
 /// `options` around j = p (causal: j > p; window: j < p - left or j > p + right).
 /// [B, 1, Tq, Tk] bool, true = blocked; query_starts and key_lengths are [B] int64 on `device`. The decode
-/// kernel (ops/cpu/decode/decode_kernel.h) applies this rule itself, through key_limit() there.
+/// kernel (ops/cpu/decode/decode_kernel.h) applies this rule itself, through key_band() there.
 torch::Tensor cache_blocked(const torch::Tensor& query_starts, const torch::Tensor& key_lengths, int64_t tq,
                             int64_t tk, const AttentionOptions& options);
 
