@@ -257,7 +257,17 @@ void PagedKVCache::append(int64_t layer, const std::vector<int64_t>& sequences, 
               " more block(s) and ", free_blocks(), " of ", options_.num_blocks(),
               " are free; nothing was written (release finished sequences, or build the cache with more blocks)");
   torch::NoGradGuard no_grad;
-  StoredRows k{key, {}}, v{value, {}};
+  // Rows that are a view of the pool itself are copied first: the writes below change the blocks they would be
+  // read from (and LibTorch's copy refuses the overlap), after the tables and lengths already changed.
+  const auto rows_apart_from_the_pool = [&](const torch::Tensor& rows) {
+    for (const std::vector<torch::Tensor>* pool : {&keys_, &values_}) {
+      for (const torch::Tensor& blocks : *pool) {
+        if (rows.is_alias_of(blocks)) return rows.clone();
+      }
+    }
+    return rows;
+  };
+  StoredRows k{rows_apart_from_the_pool(key), {}}, v{rows_apart_from_the_pool(value), {}};
   if (quantized()) {  // before any write
     k = quantize_rows(fn, "key", stored_positions(key, n)), v = quantize_rows(fn, "value", stored_positions(value, n));
   }

@@ -196,6 +196,25 @@ TEST(PagedKVCache, AppendTakesRowsOfAnyLayout) {
   }
 }
 
+// Rows that are a view of the cache's own blocks are read as they were before the call. Here the one block of
+// the pool, released by the sequence that wrote it, is taken again by the append that reads a transposed view
+// of it: the append completes with the rows as they were. (It once threw, in LibTorch's refusal to copy
+// overlapping memory, after it had taken the block and advanced the length.)
+TEST(PagedKVCache, AppendOfAViewOfItsOwnBlocksStoresTheRowsAsTheyWere) {
+  torch::NoGradGuard no_grad;
+  PagedKVCache cache(PagedKVCacheOptions(1, 1, 4, 1, 4));
+  const int64_t first = cache.add_sequence();
+  cache.append(0, {first}, torch::randn({1, 1, 4, 4}), torch::randn({1, 1, 4, 4}));
+  cache.release(first);
+  const torch::Tensor key = cache.key_blocks(0).transpose(2, 3), value = cache.value_blocks(0);
+  const torch::Tensor key_before = key.clone(), value_before = value.clone();
+  const int64_t second = cache.add_sequence();
+  cache.append(0, {second}, key, value);
+  EXPECT_EQ(cache.length(0, second), 4);
+  EXPECT_TRUE(torch::equal(gathered(cache, cache.key_blocks(0), second), key_before[0]));
+  EXPECT_TRUE(torch::equal(gathered(cache, cache.value_blocks(0), second), value_before[0]));
+}
+
 // A fork shares every block of its parent: no new block until one of them writes into a shared block, then
 // exactly one copy; the parent's keys are untouched. A release gives back only the blocks nobody shares.
 TEST(PagedKVCache, ForkSharesThePrefixUntilTheFirstDivergentBlock) {
