@@ -126,6 +126,8 @@ void check_linear_weight(const char* fn, const torch::Tensor& input, const torch
               weight.size(1), "] to match ", weight_name, " ", weight.sizes(), ", got ", input.sizes());
   TORCH_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)), fn, ": ", bias_name,
               " must be [out_features] = [", weight.size(0), "], got ", bias.sizes());
+  common::check_same_device_dtype(fn, weight_name.c_str(), weight, "input", input);
+  if (bias.defined()) common::check_same_device_dtype(fn, bias_name.c_str(), bias, "input", input);
 }
 
 }  // namespace

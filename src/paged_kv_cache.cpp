@@ -33,9 +33,8 @@ torch::Tensor block_pool(at::IntArrayRef sizes, torch::Dtype dtype) {
   std::vector<int64_t> head_major(sizes.begin(), sizes.end());
   std::swap(head_major[0], head_major[1]);
   const auto as_block_major = [](const torch::Tensor& pool) { return pool.transpose(0, 1); };
-  int64_t elements = 1;
-  for (int64_t s : sizes) elements *= s;
-  const int64_t bytes = elements * static_cast<int64_t>(c10::elementSize(dtype));
+  int64_t bytes = static_cast<int64_t>(c10::elementSize(dtype));
+  for (int64_t s : sizes) TORCH_CHECK(!__builtin_mul_overflow(bytes, s, &bytes), "its size overflows 64 bits");
   if (bytes < kHugePageBytes) return as_block_major(at::zeros(head_major, dtype));  // small: not worth a huge page
   std::string why_not;
   const std::shared_ptr<HugePageMemory> memory = HugePageMemory::map(bytes, &why_not);
@@ -64,11 +63,18 @@ PagedKVCache::PagedKVCache(const PagedKVCacheOptions& options) : options_(option
   const int64_t run = options.run_positions().value_or(split);
   check_positive(kPaged, "run_positions", run);
   run_blocks_ = std::min(run / S + (run % S != 0), N);
-  for (int64_t l = 0; l < options.num_layers(); ++l) {
-    keys_.push_back(block_pool({N, H, S, options.head_dim()}, options.dtype()));
-    values_.push_back(block_pool({N, H, S, value_dim}, options.dtype()));
-    key_scales_.push_back(quantized() ? block_pool({N, H, S}, torch::kFloat32) : torch::Tensor());
-    value_scales_.push_back(quantized() ? block_pool({N, H, S}, torch::kFloat32) : torch::Tensor());
+  try {
+    for (int64_t l = 0; l < options.num_layers(); ++l) {
+      keys_.push_back(block_pool({N, H, S, options.head_dim()}, options.dtype()));
+      values_.push_back(block_pool({N, H, S, value_dim}, options.dtype()));
+      key_scales_.push_back(quantized() ? block_pool({N, H, S}, torch::kFloat32) : torch::Tensor());
+      value_scales_.push_back(quantized() ? block_pool({N, H, S}, torch::kFloat32) : torch::Tensor());
+    }
+  } catch (const c10::Error& e) {  // name the options that asked for the memory
+    TORCH_CHECK(false, kPaged, ": cannot allocate the block pools of ", options.num_layers(), " layer(s) of ",
+                "[num_blocks, H_kv, block_size, head_dim] = [", N, ", ", H, ", ", S, ", ", options.head_dim(),
+                "] (value_dim ", value_dim, ", ", common::dtype_name(options.dtype()),
+                "); fewer or smaller blocks fit: ", e.what_without_backtrace());
   }
   references_.assign(N, 0);
   for (int64_t block = 0; block < N; ++block) free_.insert(free_.end(), block);

@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <exception>
 #include <utility>
 
 namespace attn {
@@ -21,7 +22,12 @@ TokenTree::TokenTree(std::vector<int64_t> parents) : parents_(std::move(parents)
 
 TokenTree TokenTree::chain(int64_t n) {
   TORCH_CHECK(n >= 1, "attn::TokenTree::chain: n must be >= 1, got ", n);
-  std::vector<int64_t> parents(n);
+  std::vector<int64_t> parents;
+  try {
+    parents.resize(static_cast<size_t>(n));
+  } catch (const std::exception& e) {  // std::length_error or std::bad_alloc: a c10::Error like every other
+    TORCH_CHECK(false, "attn::TokenTree::chain: cannot hold ", n, " candidates: ", e.what());
+  }
   for (int64_t i = 0; i < n; ++i) parents[i] = i - 1;
   return TokenTree(std::move(parents));
 }

@@ -161,6 +161,16 @@ std::vector<BadInput> op_cases() {
          auto [out, lse] = ops::flash_attention(q, k, v);
          ops::flash_attention_backward(torch::ones_like(out), q, k, v, out, lse.to(torch::kFloat64));
        }, "logsumexp must be the forward pass's [B, H, Tq] = [1, 2, 3] Float tensor"},
+      {"op_backward_grad_output_dtype", [=] {
+         auto [out, lse] = ops::flash_attention(q, k, v);
+         ops::flash_attention_backward(torch::ones_like(out, torch::kLong), q, k, v, out, lse);
+       }, "attn::flash_attention_backward: grad_output must be a floating-point tensor"},
+      {"linear_bias_dtype", [] { attn::linear(r({2, 4}), r({3, 4}), r({3}).to(torch::kFloat64)); },
+       "attn::linear: bias is Double but input is Float"},
+      {"paged_cache_size_overflows", [] { PagedKVCache(PagedKVCacheOptions(1, 1 << 20, 1 << 20, 1 << 20, 1 << 20)); },
+       "attn::PagedKVCache: cannot allocate the block pools of 1 layer(s) of [num_blocks, H_kv, block_size, head_dim]"},
+      {"token_tree_chain_too_long", [] { TokenTree::chain(int64_t{1} << 62); },
+       "attn::TokenTree::chain: cannot hold 4611686018427387904 candidates"},
       {"op_double_backward", [=] {
          const torch::Tensor qq = q.clone().requires_grad_();
          auto [out, lse] = ops::flash_attention(qq, k, v);

@@ -106,12 +106,19 @@ SymFlashSizes check_backward_args_symbolic(const at::Tensor& grad_output, const 
               ": grad_output must be [B, H, Tq, d_v] = ", out, ", got ", shape_of(grad_output));
   TORCH_CHECK(output.defined() && output.sym_sizes() == out, kBackwardOp, ": output must be [B, H, Tq, d_v] = ", out,
               ", got ", shape_of(output));
+  // Floating, on the query's device; their dtype may differ from the query's (a float32 output is widened).
+  for (const auto& [arg, t] : {std::pair{"grad_output", &grad_output}, {"output", &output}}) {
+    TORCH_CHECK(common::is_attention_dtype(t->scalar_type()), kBackwardOp, ": ", arg,
+                " must be a floating-point tensor (float32, float64, bfloat16 or float16), got ", common::dtype_name(*t));
+    common::check_same_device(kBackwardOp, arg, *t, "query", query);
+  }
   const at::ScalarType compute = compute_type(query);
   const std::vector<c10::SymInt> lse_shape{s.batch, s.heads, s.tq};
   TORCH_CHECK(logsumexp.defined() && logsumexp.sym_sizes() == c10::SymIntArrayRef(lse_shape) &&
                   logsumexp.scalar_type() == compute,
               kBackwardOp, ": logsumexp must be the forward pass's [B, H, Tq] = [", s.batch, ", ", s.heads, ", ", s.tq,
               "] ", c10::toString(compute), " tensor, got ", shape_of(logsumexp));
+  common::check_same_device(kBackwardOp, "logsumexp", logsumexp, "query", query);
   return s;
 }
 
