@@ -7,7 +7,9 @@
 
 #include <attn/jit/export.h>
 
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -277,6 +279,18 @@ TEST(WeightFiles, AtomicWriteKeepsPermissionsLinksAndOtherFiles) {
   std::ofstream(lookalike) << "mine";
   io::write_file_atomically(secret.string(), "four");
   EXPECT_EQ(read(lookalike), "mine");
+  // A FIFO (like a device such as /dev/null) is written where it is, not replaced by a regular file. The
+  // reader opens it first without blocking, so that a write that wrongly renamed over it fails here, not hangs.
+  const fs::path fifo = dir / "pipe";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  io::write_file_atomically(fifo.string(), "through the pipe");
+  char received[64] = {};
+  const ssize_t n = ::read(reader, received, sizeof received);
+  ::close(reader);
+  EXPECT_EQ(std::string(received, n > 0 ? static_cast<size_t>(n) : 0), "through the pipe");
+  EXPECT_TRUE(fs::is_fifo(fifo));
   // Threads writing one path at once each write whole; the file ends as one of them wrote it.
   const fs::path shared = dir / "shared.pt";
   std::vector<std::thread> writers;
@@ -296,8 +310,8 @@ TEST(WeightFiles, AtomicWriteKeepsPermissionsLinksAndOtherFiles) {
   EXPECT_EQ(failures.load(), 0);
   const std::string last = read(shared);
   EXPECT_TRUE(last == std::string(1000, last.empty() ? '?' : last[0]) && last[0] >= 'a' && last[0] <= 'd');
-  // Four files (private.pt, latest.pt, the lookalike, shared.pt): no temporary file stays.
-  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 4);
+  // Five files (private.pt, latest.pt, the lookalike, the pipe, shared.pt): no temporary file stays.
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 5);
   remove_tree(dir.string());
 }
 

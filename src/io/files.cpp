@@ -109,10 +109,25 @@ int write_all(int fd, const std::string& contents) {
   return 0;
 }
 
+/// Writes into a file that is not a regular one (a device such as /dev/null, a FIFO) where it is: renaming a
+/// new file over it would replace the device node or the pipe.
+void write_in_place(const std::string& target, const std::string& contents) {
+  const int fd = ::open(target.c_str(), O_WRONLY | O_CLOEXEC);
+  TORCH_CHECK(fd >= 0, "attn::io: cannot open '", target, "' for writing: ", std::strerror(errno));
+  int error = write_all(fd, contents);
+  if (::close(fd) != 0 && error == 0) error = errno;
+  TORCH_CHECK(error == 0, "attn::io: writing '", target, "' failed: ", std::strerror(error));
+}
+
 }  // namespace
 
 void write_file_atomically(const std::string& path, const std::string& contents) {
   const std::string target = replaced_file(path);
+  struct stat existing {};
+  if (::stat(target.c_str(), &existing) == 0 && !S_ISREG(existing.st_mode) && !S_ISDIR(existing.st_mode)) {
+    write_in_place(target, contents);
+    return;
+  }
   const auto [fd, tmp] = create_temporary(target);
   int error = write_all(fd, contents);
   if (::close(fd) != 0 && error == 0) error = errno;  // a full disk may only show up here
