@@ -111,36 +111,57 @@ Options parse_args(int argc, char** argv) {
   return o;
 }
 
-/// The folder's max_seq_length, and a check that its modules are the pooling this app computes.
+/// The folder's max_seq_length, and a check that its modules are the pooling this app computes. A field of
+/// the wrong type is an error naming the file (nlohmann's own message names neither file nor key).
 int64_t check_sentence_transformers_folder(const attn_apps::ModelFolder& folder, int64_t model_positions) {
   const std::string& dir = folder.dir();
+  const auto reading = [](const std::string& what, const std::string& path, const auto& check) {
+    try {
+      return check(attn_apps::read_json_file(path, what));
+    } catch (const nlohmann::json::exception& e) {
+      throw attn_apps::json_file_error(what, path, e.what());
+    }
+  };
   if (folder.has("modules.json")) {
-    const nlohmann::json modules = attn_apps::read_json_file(folder.file("modules.json"), "sentence-transformers modules");
-    for (const auto& module : modules) {
-      const std::string type = module.value("type", "");
-      const bool known = type == "sentence_transformers.models.Transformer" || type == "sentence_transformers.models.Pooling" ||
-                         type == "sentence_transformers.models.Normalize";
-      if (!known) throw std::runtime_error("--model " + dir + ": module '" + type + "' in modules.json is not supported "
-                                           "(attn-embed computes Transformer, mean Pooling and Normalize)");
-      if (type == "sentence_transformers.models.Pooling") {
+    reading("sentence-transformers modules", folder.file("modules.json"), [&](const nlohmann::json& modules) {
+      if (!modules.is_array()) {
+        throw attn_apps::json_file_error("sentence-transformers modules", folder.file("modules.json"),
+                                         "must be a list of modules, got " + std::string(modules.type_name()));
+      }
+      for (const auto& module : modules) {
+        const std::string type = module.value("type", "");
+        const bool known = type == "sentence_transformers.models.Transformer" ||
+                           type == "sentence_transformers.models.Pooling" ||
+                           type == "sentence_transformers.models.Normalize";
+        if (!known) throw std::runtime_error("--model " + dir + ": module '" + type + "' in modules.json is not supported "
+                                             "(attn-embed computes Transformer, mean Pooling and Normalize)");
+        if (type != "sentence_transformers.models.Pooling") continue;
         const std::string pooling_config = module.value("path", "") + "/config.json";
-        if (folder.has(pooling_config)) {
-          const std::string pooling = folder.file(pooling_config);
-          const nlohmann::json config = attn_apps::read_json_file(pooling, "pooling config");
+        if (!folder.has(pooling_config)) continue;
+        const std::string pooling = folder.file(pooling_config);
+        reading("pooling config", pooling, [&](const nlohmann::json& config) {
           if (!config.value("pooling_mode_mean_tokens", false) || config.value("pooling_mode_cls_token", false) ||
               config.value("pooling_mode_max_tokens", false)) {
             throw std::runtime_error("--model " + dir + ": " + pooling + " asks for a pooling other than the mean, "
                                      "which attn-embed does not compute");
           }
-        }
+          return 0;
+        });
       }
-    }
+      return 0;
+    });
   }
   if (folder.has("sentence_bert_config.json")) {
-    const nlohmann::json config = attn_apps::read_json_file(folder.file("sentence_bert_config.json"), "sentence-transformers config");
-    if (config.contains("max_seq_length") && config["max_seq_length"].is_number_integer()) {
-      return std::min<int64_t>(config["max_seq_length"].get<int64_t>(), model_positions);
-    }
+    const std::string path = folder.file("sentence_bert_config.json");
+    return reading("sentence-transformers config", path, [&](const nlohmann::json& config) {
+      if (!config.contains("max_seq_length")) return model_positions;
+      const int64_t length = attn_apps::positive_integer(config, "max_seq_length", "sentence-transformers config", path);
+      if (length < 2) {
+        throw attn_apps::json_file_error("sentence-transformers config", path, "max_seq_length must be at least 2 "
+                                         "([CLS] and [SEP]), got " + std::to_string(length));
+      }
+      return std::min(length, model_positions);
+    });
   }
   return model_positions;
 }
