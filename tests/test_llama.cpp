@@ -372,7 +372,16 @@ TEST(Llama, ConfigErrorsNameTheFileAndField) {
                "vocab_size must be a positive integer, got -5");
   expect_error(R"({"model_type": "llama", "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1,
                   "num_attention_heads": 2, "vocab_size": 5, "rms_norm_eps": "small"})",
-               "type must be number, but is string");
+               "rms_norm_eps must be a positive number, got \"small\"");
+  expect_error(R"({"model_type": "llama", "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1,
+                  "num_attention_heads": 2, "vocab_size": 5, "rms_norm_eps": 1e-5, "rope_theta": -1})",
+               "rope_theta must be a positive number, got -1");
+  expect_error(R"({"model_type": "llama", "hidden_size": 8, "intermediate_size": 8, "num_hidden_layers": 1,
+                  "num_attention_heads": 2, "vocab_size": 5, "rms_norm_eps": 1e-5, "max_position_embeddings": "x"})",
+               "max_position_embeddings must be a positive integer, got \"x\"");
+  expect_error(R"({"model_type": "llama", "hidden_size": 24, "intermediate_size": 8, "num_hidden_layers": 1,
+                  "num_attention_heads": 3, "num_key_value_heads": 2, "vocab_size": 5, "rms_norm_eps": 1e-5})",
+               "num_key_value_heads (2) must divide num_attention_heads (3)");
 }
 
 // A config that disagrees with its weights is refused before the model allocates its layers (100,000 layers of

@@ -1,5 +1,6 @@
 #include "json_file.h"
 
+#include <cmath>
 #include <fstream>
 #include <stdexcept>
 
@@ -28,6 +29,19 @@ int64_t positive_integer(const nlohmann::json& j, const char* key, const std::st
     throw json_file_error(what, path, std::string(key) + " must be a positive integer, got " + value.dump());
   }
   return value.get<int64_t>();
+}
+
+double positive_number(const nlohmann::json& j, const char* key, std::optional<double> fallback,
+                       const std::string& what, const std::string& path) {
+  if (!j.contains(key) || j.at(key).is_null()) {
+    if (fallback) return *fallback;
+    throw json_file_error(what, path, std::string("no '") + key + "' field");
+  }
+  const nlohmann::json& value = j.at(key);
+  if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() <= 0) {
+    throw json_file_error(what, path, std::string(key) + " must be a positive number, got " + value.dump());
+  }
+  return value.get<double>();
 }
 
 }  // namespace attn_apps

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -16,5 +17,10 @@ std::runtime_error json_file_error(const std::string& what, const std::string& p
 
 /// j[key] as a positive integer (a size or a count), or that error naming the key.
 int64_t positive_integer(const nlohmann::json& j, const char* key, const std::string& what, const std::string& path);
+
+/// j[key] as a finite number > 0 (an epsilon, a base), `fallback` where the key is absent or null (no fallback:
+/// required), or that error naming the key.
+double positive_number(const nlohmann::json& j, const char* key, std::optional<double> fallback,
+                       const std::string& what, const std::string& path);
 
 }  // namespace attn_apps

@@ -31,7 +31,7 @@ BertConfig BertConfig::from_file(const std::string& path) try {
   c.vocab_size = positive("vocab_size");
   c.max_position_embeddings = positive("max_position_embeddings");
   c.type_vocab_size = j.value("type_vocab_size", nlohmann::json()).is_null() ? 2 : positive("type_vocab_size");
-  c.layer_norm_eps = j.value("layer_norm_eps", 1e-12);
+  c.layer_norm_eps = attn_apps::positive_number(j, "layer_norm_eps", 1e-12, "model config", path);
   if (c.num_heads <= 0 || c.hidden_size % c.num_heads != 0) {
     throw invalid("hidden_size " + std::to_string(c.hidden_size) + " is not divisible by num_attention_heads " +
                                  std::to_string(c.num_heads));

@@ -33,10 +33,6 @@ LlamaConfig LlamaConfig::from_file(const std::string& path) try {
   const auto invalid = [&path](const std::string& what) {
     return attn_apps::json_file_error("model config", path, what);
   };
-  const auto need = [&](const char* key) -> const nlohmann::json& {
-    if (!j.contains(key)) throw invalid(std::string("no '") + key + "' field");
-    return j.at(key);
-  };
   if (j.value("model_type", "") != "llama") {
     throw invalid("model_type is '" + j.value("model_type", "") + "'; this runs 'llama' models");
   }
@@ -48,10 +44,15 @@ LlamaConfig LlamaConfig::from_file(const std::string& path) try {
   c.num_heads = positive("num_attention_heads");
   c.num_kv_heads =
       j.value("num_key_value_heads", nlohmann::json()).is_null() ? c.num_heads : positive("num_key_value_heads");
+  if (c.num_heads % c.num_kv_heads != 0) {
+    throw invalid("num_key_value_heads (" + std::to_string(c.num_kv_heads) + ") must divide num_attention_heads (" +
+                  std::to_string(c.num_heads) + ")");
+  }
   c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? positive("head_dim") : c.hidden_size / c.num_heads;
   c.vocab_size = positive("vocab_size");
-  c.max_position_embeddings = j.value("max_position_embeddings", int64_t{0});
-  c.rms_norm_eps = need("rms_norm_eps").get<double>();
+  c.max_position_embeddings =
+      j.contains("max_position_embeddings") && !j["max_position_embeddings"].is_null() ? positive("max_position_embeddings") : 0;
+  c.rms_norm_eps = attn_apps::positive_number(j, "rms_norm_eps", std::nullopt, "model config", path);
   c.tie_word_embeddings = j.value("tie_word_embeddings", false);
   c.bos_token_id = j.value("bos_token_id", int64_t{-1});
   c.eos_token_id = j.value("eos_token_id", int64_t{-1});
@@ -59,7 +60,9 @@ LlamaConfig LlamaConfig::from_file(const std::string& path) try {
   if (!rope.is_null() && rope.value("rope_type", "default") != "default") {
     throw invalid("rope_type '" + rope.value("rope_type", "") + "' is not supported here yet");
   }
-  c.rope_theta = !rope.is_null() && rope.contains("rope_theta") ? rope["rope_theta"].get<double>() : j.value("rope_theta", 10000.0);
+  c.rope_theta = !rope.is_null() && rope.contains("rope_theta")
+                     ? attn_apps::positive_number(rope, "rope_theta", std::nullopt, "model config (rope_parameters)", path)
+                     : attn_apps::positive_number(j, "rope_theta", 10000.0, "model config", path);
   if (j.value("attention_bias", false) || j.value("mlp_bias", false)) throw invalid("biases are not supported");
   return c;
 } catch (const nlohmann::json::exception& e) {
