@@ -347,6 +347,11 @@ TEST(Checkpoints, WithoutThePrefixTheErrorNamesIt) {
   EXPECT_ERROR_CONTAINS(io::load_state_dict(*mha, weights_file("encoder_layer.zip.pt"), io::LoadOptions().prefix("attn.")),
                         "no tensor under the prefix 'attn.'; its names start with: ");
   expect_unchanged(*mha, before);
+  // A module with a parameter that the file lacks (here sinks): the prefix that holds the rest, and what is not
+  // there.
+  auto with_sinks = MultiHeadAttention(MultiHeadAttentionOptions(16, 4).sinks(true));
+  EXPECT_ERROR_CONTAINS(io::load_state_dict(*with_sinks, weights_file("encoder_layer.zip.pt")),
+                        "Most of the module's weights are under the prefix 'self_attn.'; the file has no sinks there");
 }
 
 // {"model": state_dict, "step": 5, "name": "run-1", "lr": 0.1, "history": [...]}, in both torch.save formats.

@@ -169,7 +169,20 @@ struct Exported {
 
 template <typename Impl>
 Exported export_module(Impl& module, const ExportOptions& o) {
-  if (!o.weights.empty()) attn::io::load_state_dict(module, o.weights, attn::io::LoadOptions().prefix(o.prefix));
+  if (!o.weights.empty()) {
+    try {
+      attn::io::load_state_dict(module, o.weights, attn::io::LoadOptions().prefix(o.prefix));
+    } catch (const c10::Error& e) {  // the library's hint names its C++ option; this app's is --prefix
+      std::string message = e.what_without_backtrace();
+      const std::string option = "LoadOptions().prefix(";
+      for (size_t at; (at = message.find(option)) != std::string::npos;) {
+        const size_t begin = at + option.size(), end = message.find(')', begin);
+        if (end == std::string::npos) break;
+        message.replace(at, end - at + 1, "--prefix " + message.substr(begin, end - begin));
+      }
+      throw std::runtime_error(message);
+    }
+  }
   module.eval();
   std::ostringstream description;
   module.pretty_print(description);

@@ -40,6 +40,13 @@ std::string join(const std::vector<std::string>& items, const char* separator = 
   return out;
 }
 
+/// The first names of a list that can be as long as a whole model's checkpoint, and how many more there are.
+std::string first_of(const std::vector<std::string>& items, size_t shown = 12) {
+  if (items.size() <= shown) return join(items);
+  return join(std::vector<std::string>(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(shown))) +
+         c10::str(" and ", items.size() - shown, " more");
+}
+
 /// The tensors of `tensors` under `prefix`, with the prefix removed.
 TensorMap under_prefix(const TensorMap& tensors, const std::string& prefix) {
   if (prefix.empty()) return tensors;
@@ -109,9 +116,14 @@ Fit fit(const TensorMap& tensors, WeightNames names, const ShapeMap& expected) {
   return f;
 }
 
-/// When the names do not fit as they are, a prefix under which they would ("self_attn." for a saved
-/// nn.TransformerEncoderLayer), for the error message; empty if none does.
-std::string prefix_that_fits(const TensorMap& tensors, WeightNames names, const ShapeMap& expected) {
+/// When the names do not fit as they are, the prefix under which most of them are ("self_attn." for a saved
+/// nn.TransformerEncoderLayer), and the module's names still missing there; an empty prefix if none holds any.
+struct PrefixHint {
+  std::string prefix;
+  std::vector<std::string> missing;
+};
+
+PrefixHint prefix_that_fits(const TensorMap& tensors, WeightNames names, const ShapeMap& expected) {
   std::vector<std::string> candidates;
   for (const auto& [name, t] : tensors) {
     for (size_t dot = name.find('.'); dot != std::string::npos && candidates.size() < 64; dot = name.find('.', dot + 1)) {
@@ -119,14 +131,20 @@ std::string prefix_that_fits(const TensorMap& tensors, WeightNames names, const 
       if (std::find(candidates.begin(), candidates.end(), prefix) == candidates.end()) candidates.push_back(prefix);
     }
   }
+  PrefixHint best;
+  size_t fewest_missing = expected.size();
   for (const std::string& prefix : candidates) {
     try {
+      // The names alone, whatever the shapes: a load under that prefix then says which shapes differ.
       const Fit f = fit(under_prefix(tensors, prefix), names, expected);
-      if (f.missing.empty() && f.misshaped.empty()) return prefix;
+      if (f.missing.size() < fewest_missing) {
+        best = {prefix, f.missing};
+        fewest_missing = f.missing.size();
+      }
     } catch (const c10::Error&) {  // names that no convention explains under this prefix
     }
   }
-  return "";
+  return best;
 }
 
 LoadResult load_into(torch::nn::Module& module, const TensorMap& all, std::vector<std::string> skipped,
@@ -146,13 +164,17 @@ LoadResult load_into(torch::nn::Module& module, const TensorMap& all, std::vecto
     std::string message = c10::str("attn::io::load_state_dict: ", source, " does not fit ", module_description(module),
                                    "; the module is unchanged.");
     if (options.strict() && !f.missing.empty()) message += " Missing: " + join(f.missing) + ".";
-    if (options.strict() && !f.unexpected.empty()) message += " Unexpected: " + join(f.unexpected) + ".";
+    if (options.strict() && !f.unexpected.empty()) message += " Unexpected: " + first_of(f.unexpected) + ".";
     if (!f.misshaped.empty()) message += " Mis-shaped: " + join(f.misshaped) + ".";
     if (!f.missing.empty()) {
-      const std::string hint = prefix_that_fits(tensors, options.names(), expected);
-      if (!hint.empty()) {
-        message += c10::str(" The module's weights are there under the prefix '", prefix + hint,
-                            "': pass LoadOptions().prefix(\"", prefix + hint, "\").");
+      const PrefixHint hint = prefix_that_fits(tensors, options.names(), expected);
+      if (!hint.prefix.empty() && hint.missing.empty()) {
+        message += c10::str(" The module's weights are there under the prefix '", prefix + hint.prefix,
+                            "': pass LoadOptions().prefix(\"", prefix + hint.prefix, "\").");
+      } else if (!hint.prefix.empty()) {
+        message += c10::str(" Most of the module's weights are under the prefix '", prefix + hint.prefix,
+                            "'; the file has no ", join(hint.missing), " there: build the module without them and ",
+                            "pass LoadOptions().prefix(\"", prefix + hint.prefix, "\").");
       }
     }
     TORCH_CHECK(false, message);
