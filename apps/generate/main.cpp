@@ -13,6 +13,7 @@
 #include "llama.h"
 #include "model_folder.h"
 #include "text_stream.h"
+#include "utf8.h"
 
 #include <attn/huge_pages.h>
 #include <fmt/core.h>
@@ -226,6 +227,8 @@ int run(int argc, char** argv) {
   const std::string message = o.prompt_given ? o.prompt : read_prompt_file(o.prompt_file);
   // Before the chat template, whose own tokens would hide an empty message.
   if (message.empty()) throw UsageError(o.prompt_given ? "--prompt is empty" : "--prompt-file " + o.prompt_file + " is empty");
+  // Before the chat template, whose bytes would shift the offset.
+  attn::text::check_utf8(message, o.prompt_given ? std::string("--prompt") : "--prompt-file " + o.prompt_file);
   const std::vector<int64_t> prompt = tokenizer.encode(chat ? chat->prompt(message, o.system) : message);
   if (prompt.empty()) throw UsageError("the prompt is empty");
   try {

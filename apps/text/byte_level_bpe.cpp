@@ -195,6 +195,7 @@ std::vector<int64_t> ByteLevelBpe::encode_piece(std::string_view piece) const {
 }
 
 std::vector<int64_t> ByteLevelBpe::encode(std::string_view text) const {
+  check_utf8(text, "tokenizer: the text");  // once, with the offset (PCRE2 says only that a part is not)
   const State& s = *state_;
   std::vector<int64_t> out;
   pcre2_match_data* match = pcre2_match_data_create_from_pattern(s.pattern, nullptr);

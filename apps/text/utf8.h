@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 
 namespace attn::text {
 
@@ -11,5 +12,8 @@ size_t utf8_sequence_length(unsigned char lead);
 
 /// Appends code point `c` to `out` as UTF-8 (utf8proc's encoder).
 void append_utf8(char32_t c, std::string& out);
+
+/// Throws std::invalid_argument "WHAT is not valid UTF-8 (at byte N)" where `text` is not.
+void check_utf8(std::string_view text, const std::string& what);
 
 }  // namespace attn::text
