@@ -133,8 +133,10 @@ int64_t check_sentence_transformers_folder(const attn_apps::ModelFolder& folder,
         const bool known = type == "sentence_transformers.models.Transformer" ||
                            type == "sentence_transformers.models.Pooling" ||
                            type == "sentence_transformers.models.Normalize";
-        if (!known) throw std::runtime_error("--model " + dir + ": module '" + type + "' in modules.json is not supported "
-                                             "(attn-embed computes Transformer, mean Pooling and Normalize)");
+        if (!known) {
+          throw std::runtime_error("--model " + dir + ": module '" + type + "' in modules.json is not supported "
+                                   "(attn-embed computes Transformer, mean Pooling and Normalize)");
+        }
         if (type != "sentence_transformers.models.Pooling") continue;
         const std::string pooling_config = module.value("path", "") + "/config.json";
         if (!folder.has(pooling_config)) continue;
@@ -155,7 +157,8 @@ int64_t check_sentence_transformers_folder(const attn_apps::ModelFolder& folder,
     const std::string path = folder.file("sentence_bert_config.json");
     return reading("sentence-transformers config", path, [&](const nlohmann::json& config) {
       if (!config.contains("max_seq_length")) return model_positions;
-      const int64_t length = attn_apps::positive_integer(config, "max_seq_length", "sentence-transformers config", path);
+      const int64_t length =
+          attn_apps::positive_integer(config, "max_seq_length", "sentence-transformers config", path);
       if (length < 2) {
         throw attn_apps::json_file_error("sentence-transformers config", path, "max_seq_length must be at least 2 "
                                          "([CLS] and [SEP]), got " + std::to_string(length));

@@ -50,8 +50,8 @@ LlamaConfig LlamaConfig::from_file(const std::string& path) try {
   }
   c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? positive("head_dim") : c.hidden_size / c.num_heads;
   c.vocab_size = positive("vocab_size");
-  c.max_position_embeddings =
-      j.contains("max_position_embeddings") && !j["max_position_embeddings"].is_null() ? positive("max_position_embeddings") : 0;
+  const bool bounded = j.contains("max_position_embeddings") && !j["max_position_embeddings"].is_null();
+  c.max_position_embeddings = bounded ? positive("max_position_embeddings") : 0;
   c.rms_norm_eps = attn_apps::positive_number(j, "rms_norm_eps", std::nullopt, "model config", path);
   c.tie_word_embeddings = j.value("tie_word_embeddings", false);
   c.bos_token_id = j.value("bos_token_id", int64_t{-1});
@@ -61,7 +61,8 @@ LlamaConfig LlamaConfig::from_file(const std::string& path) try {
     throw invalid("rope_type '" + rope.value("rope_type", "") + "' is not supported here yet");
   }
   c.rope_theta = !rope.is_null() && rope.contains("rope_theta")
-                     ? attn_apps::positive_number(rope, "rope_theta", std::nullopt, "model config (rope_parameters)", path)
+                     ? attn_apps::positive_number(rope, "rope_theta", std::nullopt, "model config (rope_parameters)",
+                                                  path)
                      : attn_apps::positive_number(j, "rope_theta", 10000.0, "model config", path);
   if (j.value("attention_bias", false) || j.value("mlp_bias", false)) throw invalid("biases are not supported");
   return c;

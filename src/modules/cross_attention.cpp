@@ -67,13 +67,14 @@ modules::ModuleLayout layout_of(const CrossAttentionOptions& o, int64_t built_he
 std::tuple<torch::Tensor, torch::Tensor> CrossAttentionImpl::attend(const torch::Tensor& x,
                                                                     const torch::Tensor& context,
                                                                     const AttentionMasks& masks, bool need_weights) {
-  return modules::attend_heads(layout_of(options, built_heads_), x, context, context, {*q_proj, *k_proj, *v_proj}, masks,
-                               modules::sdpa_options(options.attention(), is_training(), score_terms()), need_weights);
+  return modules::attend_heads(layout_of(options, built_heads_), x, context, context, {*q_proj, *k_proj, *v_proj},
+                               masks, modules::sdpa_options(options.attention(), is_training(), score_terms()),
+                               need_weights);
 }
 
 ProjectedMemory CrossAttentionImpl::project_memory(const torch::Tensor& context) const {
-  const modules::Heads heads =
-      modules::project_memory(layout_of(options, built_heads_), context, context, {*q_proj, *k_proj, *v_proj}, /*rotary=*/nullptr);
+  const modules::Heads heads = modules::project_memory(layout_of(options, built_heads_), context, context,
+                                                       {*q_proj, *k_proj, *v_proj}, /*rotary=*/nullptr);
   return {heads.k, heads.v};
 }
 

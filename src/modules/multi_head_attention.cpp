@@ -102,8 +102,8 @@ std::tuple<torch::Tensor, torch::Tensor> MultiHeadAttentionImpl::forward_with_we
 }
 
 modules::ModuleLayout MultiHeadAttentionImpl::layout() const {
-  modules::check_built_with(kMultiHeadAttention,
-                            {{"num_heads", built_heads_, options.num_heads()}, {"num_kv_heads", built_kv_heads_, num_kv_heads()}});
+  modules::check_built_with(kMultiHeadAttention, {{"num_heads", built_heads_, options.num_heads()},
+                                                  {"num_kv_heads", built_kv_heads_, num_kv_heads()}});
   return {kMultiHeadAttention,
           "query",
           "key",

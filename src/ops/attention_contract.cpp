@@ -109,7 +109,8 @@ SymFlashSizes check_backward_args_symbolic(const at::Tensor& grad_output, const 
   // Floating, on the query's device; their dtype may differ from the query's (a float32 output is widened).
   for (const auto& [arg, t] : {std::pair{"grad_output", &grad_output}, {"output", &output}}) {
     TORCH_CHECK(common::is_attention_dtype(t->scalar_type()), kBackwardOp, ": ", arg,
-                " must be a floating-point tensor (float32, float64, bfloat16 or float16), got ", common::dtype_name(*t));
+                " must be a floating-point tensor (float32, float64, bfloat16 or float16), got ",
+                common::dtype_name(*t));
     common::check_same_device(kBackwardOp, arg, *t, "query", query);
   }
   const at::ScalarType compute = compute_type(query);
