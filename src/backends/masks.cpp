@@ -60,7 +60,11 @@ torch::Tensor per_head(const torch::Tensor& values, int64_t rank) {
   std::vector<int64_t> shape(rank, 1);
   // Unbatched [Tq, Tk] scores have one head and no head dim: a single value broadcasts as it is.
   if (rank >= 3) {
-    if (values.dim() == 2) shape[rank - 4] = values.size(0);
+    if (values.dim() == 2) {
+      // [B, H] values come with 4-D queries only: validation refuses them beside 3-D ones.
+      TORCH_INTERNAL_ASSERT(rank >= 4, "per-batch, per-head values for scores of rank ", rank);
+      shape[rank - 4] = values.size(0);
+    }
     shape[rank - 3] = values.size(-1);
   }
   return values.reshape(shape);
