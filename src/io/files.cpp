@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <utility>
 
 namespace attn::io::detail {
@@ -71,17 +72,15 @@ std::string replaced_file(const std::string& path) {
 }
 
 /// A new, empty file next to `target` (same directory, hence same file system), created exclusively: no file
-/// of the user's, and no other thread's temporary, is ever reused. It gets the permissions of the file it
-/// replaces, or a new file's under the umask. Returns its descriptor and name.
-std::pair<int, std::string> create_temporary(const std::string& target) {
+/// of the user's, and no other thread's temporary, is ever reused. It gets `replaced_mode`, the permissions of
+/// the file it replaces, or a new file's under the umask where there is none. Returns its descriptor and name.
+std::pair<int, std::string> create_temporary(const std::string& target, std::optional<mode_t> replaced_mode) {
   static std::atomic<uint64_t> counter{0};
-  struct stat replaced {};
-  const bool replaces = ::stat(target.c_str(), &replaced) == 0 && S_ISREG(replaced.st_mode);
   for (int attempt = 0;; ++attempt) {
     const std::string tmp = target + ".tmp." + std::to_string(getpid()) + "." + std::to_string(counter++);
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd >= 0) {
-      if (replaces && ::fchmod(fd, replaced.st_mode & 07777) != 0) {
+      if (replaced_mode && ::fchmod(fd, *replaced_mode & 07777) != 0) {
         const int error = errno;
         ::close(fd);
         std::remove(tmp.c_str());
@@ -124,11 +123,13 @@ void write_in_place(const std::string& target, const std::string& contents) {
 void write_file_atomically(const std::string& path, const std::string& contents) {
   const std::string target = replaced_file(path);
   struct stat existing {};
-  if (::stat(target.c_str(), &existing) == 0 && !S_ISREG(existing.st_mode) && !S_ISDIR(existing.st_mode)) {
+  const bool exists = ::stat(target.c_str(), &existing) == 0;
+  if (exists && !S_ISREG(existing.st_mode) && !S_ISDIR(existing.st_mode)) {
     write_in_place(target, contents);
     return;
   }
-  const auto [fd, tmp] = create_temporary(target);
+  const bool replaces = exists && S_ISREG(existing.st_mode);
+  const auto [fd, tmp] = create_temporary(target, replaces ? std::optional<mode_t>(existing.st_mode) : std::nullopt);
   int error = write_all(fd, contents);
   if (::close(fd) != 0 && error == 0) error = errno;  // a full disk may only show up here
   if (error != 0) {
