@@ -386,9 +386,8 @@ Heads project_memory(const ModuleLayout& layout, const torch::Tensor& key, const
   const CallShape shape = check_inputs(as_memory, key, key, value, p.q.weight);
   const auto as_batch = [&](const torch::Tensor& t) { return shape.batched ? t : t.unsqueeze(0); };
   torch::Tensor k = split_heads(backends::project_rows(as_batch(key), p.k.weight, p.k.bias), w.kv_heads());
-  if (rotary != nullptr) {
-    const torch::Tensor positions = torch::arange(shape.tk).to(k.device());
-    k = rotary->rotate(k, positions, rotary->frequencies_at(positions));
+  if (rotary != nullptr) {  // positions 0..tk-1: the frequencies of a sequence of tk, as attend_memory reads them
+    k = rotary->rotate(k, torch::arange(shape.tk).to(k.device()), rotary->frequencies(shape.tk));
   }
   return {torch::Tensor(), k, split_heads(backends::project_rows(as_batch(value), p.v.weight, p.v.bias), w.kv_heads())};
 }
