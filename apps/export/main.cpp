@@ -47,6 +47,8 @@ Required:
 Sizes, --module mha:
   --embed-dim N       query and output width (default: 64)
   --heads N           number of heads (default: 4)
+  --kv-heads N        key and value heads, shared by groups of query heads (grouped-query attention); it
+                      must divide --heads (default: --heads)
   --head-dim N        width of each head (default: embed-dim / heads, which must divide evenly)
   --kdim N            key width (default: embed-dim)
   --vdim N            value width (default: embed-dim)
@@ -85,7 +87,7 @@ struct ExportOptions {
   std::string module;
   std::string out;
   // mha
-  std::optional<int64_t> embed_dim, head_dim, kdim, vdim;
+  std::optional<int64_t> embed_dim, kv_heads, head_dim, kdim, vdim;
   bool output_projection = true;
   // head / cross
   std::optional<int64_t> d_in, d_k, d_v, d_query, d_context;
@@ -115,6 +117,7 @@ ExportOptions parse_args(int argc, char** argv) {
   });
   command_line.add_output_file_option("--out", o.out);
   add_size("--embed-dim", o.embed_dim, kMaxWidth);
+  add_size("--kv-heads", o.kv_heads, kMaxHeads);
   add_size("--head-dim", o.head_dim, kMaxWidth);
   add_size("--kdim", o.kdim, kMaxWidth);
   add_size("--vdim", o.vdim, kMaxWidth);
@@ -143,8 +146,8 @@ ExportOptions parse_args(int argc, char** argv) {
   if (o.out.empty()) throw UsageError("--out is required");
 
   const std::vector<std::string> allowed =
-      o.module == "mha"    ? std::vector<std::string>{"--embed-dim", "--heads", "--head-dim", "--kdim", "--vdim",
-                                                      "--no-output-projection"}
+      o.module == "mha"    ? std::vector<std::string>{"--embed-dim", "--heads", "--kv-heads", "--head-dim", "--kdim",
+                                                      "--vdim", "--no-output-projection"}
       : o.module == "head" ? std::vector<std::string>{"--d-in", "--d-k", "--d-v"}
                            : std::vector<std::string>{"--d-query", "--d-context", "--d-k", "--d-v", "--heads"};
   for (const std::string& option : o.given) {
@@ -153,6 +156,10 @@ ExportOptions parse_args(int argc, char** argv) {
   }
   if (o.causal && o.module == "cross") throw UsageError("--causal does not apply to --module cross");
   if (o.top_left && !o.causal) throw UsageError("--top-left needs --causal");
+  if (o.module == "mha" && o.kv_heads && o.heads.value_or(4) % *o.kv_heads != 0) {
+    throw UsageError(fmt::format("--kv-heads {} does not divide --heads {}: each key and value head serves an "
+                                 "equal group of query heads", *o.kv_heads, o.heads.value_or(4)));
+  }
   if (o.module == "mha" && !o.head_dim) {
     const int64_t embed = o.embed_dim.value_or(64), heads = o.heads.value_or(4);
     if (embed % heads != 0)
@@ -202,6 +209,7 @@ Exported build_and_export(const ExportOptions& o) {
                        .causal(o.causal)
                        .causal_alignment(alignment);
     if (o.head_dim) options.head_dim(*o.head_dim);
+    if (o.kv_heads) options.num_kv_heads(*o.kv_heads);
     attn::MultiHeadAttention module(options);
     return export_module(*module, o);
   }
