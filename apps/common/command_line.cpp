@@ -84,6 +84,20 @@ void CommandLine::add_output_file_option(const std::string& name, std::string& f
       throw UsageError(fmt::format("{} {}: cannot write into the folder '{}': {}", name, value, folder.string(),
                                    std::strerror(errno)));
     }
+    // The file is written as a new file beside it, then renamed (attn::io::write_file_atomically), so the folder
+    // must take new files: some pass access() and refuse them (/proc, /sys, a read-only bind mount as root).
+    // A device or FIFO is written where it is, and needs no new file.
+    const std::filesystem::file_status target = std::filesystem::status(value, error);
+    if (!std::filesystem::exists(target) || std::filesystem::is_regular_file(target)) {
+      std::string probe = (folder / ".attn-write-check-XXXXXX").string();
+      const int fd = mkstemp(probe.data());
+      if (fd < 0) {
+        throw UsageError(fmt::format("{} {}: cannot create files in the folder '{}': {}", name, value,
+                                     folder.string(), std::strerror(errno)));
+      }
+      close(fd);
+      unlink(probe.c_str());
+    }
     file = value;
   });
 }
