@@ -29,6 +29,11 @@ TORCH_MODULE(TinyBlock);
 
 int main() {
   try {
+    // The library that the loader found is the one these headers describe.
+    if (std::string(attn::version()) != ATTN_VERSION) {
+      std::fprintf(stderr, "consumer: headers of attn %s, but libattn %s was loaded\n", ATTN_VERSION, attn::version());
+      return 1;
+    }
     torch::manual_seed(0);
     const int64_t batch = 3, length = 7, dim = 16, heads = 4, classes = 5;
     TinyBlock block(dim, heads, classes);
@@ -65,7 +70,7 @@ int main() {
       std::fprintf(stderr, "consumer: attn::linear differs from torch::nn::Linear by %g\n", step_difference);
       return 1;
     }
-    std::printf("consumer: attn %s from the installed package, %zu parameters, output [%ld, %ld, %ld] finite, "
+    std::printf("consumer: attn %s (headers and library) from the installed package, %zu parameters, output [%ld, %ld, %ld] finite, "
                 "TorchScript export and attn::linear agree\n",
                 ATTN_VERSION, block->parameters().size(), static_cast<long>(batch), static_cast<long>(length),
                 static_cast<long>(classes));
