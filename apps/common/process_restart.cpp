@@ -18,7 +18,7 @@ void restart_with(char** argv, const RestartSettings& settings) {
     changed = true;
   };
   if (settings.fast_openblas) set("OPENBLAS_CORETYPE", better_openblas_coretype());
-  if (settings.bounded_spinning && !std::getenv("OMP_WAIT_POLICY")) set("GOMP_SPINCOUNT", "1000");
+  if (settings.bounded_spinning && !std::getenv("OMP_WAIT_POLICY")) set("GOMP_SPINCOUNT", "10000");
   if (changed) execv("/proc/self/exe", argv);  // returns only on failure: then run on as we are
 }
 

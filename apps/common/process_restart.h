@@ -8,13 +8,13 @@ namespace attn_apps {
 struct RestartSettings {
   /// OPENBLAS_CORETYPE where the process's OpenBLAS runs generic kernels (better_openblas_coretype()).
   bool fast_openblas = true;
-  /// GOMP_SPINCOUNT=1000 (unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set): the threads spin a short while
-  /// between parallel regions, then sleep. A decoding step is some 180 short regions (SmolLM2: 30 layers, about
-  /// six each) with serial work between them, and threads that fall asleep in those gaps wake late; but threads
-  /// that spin on (OMP_WAIT_POLICY=ACTIVE, or libgomp's default 300,000 spins) take the cores from a thread that
-  /// other processes' work has descheduled, and every region waits for it: on a 2-core Zen 3 beside three busy
-  /// loops, SmolLM2's decode ran at 15-16 tokens/s with this bound against 6 spinning on, and within a few
-  /// percent of it on idle cores (bench/RESULTS.md).
+  /// GOMP_SPINCOUNT=10000 (unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set): the threads spin a while between
+  /// parallel regions, then sleep. A decoding step is some 180 short regions (SmolLM2: 30 layers, about six
+  /// each) with serial work between them, and threads that fall asleep in those gaps wake late (a bound of 1000
+  /// cost an Intel Xeon guest a quarter of its decode speed); but threads that spin on (OMP_WAIT_POLICY=ACTIVE,
+  /// or libgomp's default 300,000 spins) take the cores from a thread that other processes' work has
+  /// descheduled, and every region waits for it. On 2 cores beside three busy loops, SmolLM2's decode ran 2-3x
+  /// faster with this bound than spinning on, and on idle cores as fast (bench/RESULTS.md).
   bool bounded_spinning = false;
 };
 

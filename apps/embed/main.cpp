@@ -61,7 +61,7 @@ Runtime:
   --batch-size N        sentences per forward pass (default: 32)
   --max-length N        tokens per sentence, [CLS] and [SEP] included (default: the model's max_seq_length)
   --threads N           CPU threads (default: every core, {cores} here). Between parallel regions they spin
-                        briefly, then sleep (GOMP_SPINCOUNT=1000 unless the environment sets it or
+                        a while, then sleep (GOMP_SPINCOUNT=10000 unless the environment sets it or
                         OMP_WAIT_POLICY). Where other programs keep the cores busy, fewer threads are faster
   --quiet               no progress or timings on stderr
   -h, --help            show this help and exit

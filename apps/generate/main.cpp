@@ -73,7 +73,7 @@ Generation:
 
 Runtime:
   --threads N           CPU threads (default: every core, {cores} here). Between the decoding step's parallel
-                        regions they spin briefly, then sleep (GOMP_SPINCOUNT=1000 unless the environment sets
+                        regions they spin a while, then sleep (GOMP_SPINCOUNT=10000 unless the environment sets
                         it or OMP_WAIT_POLICY). Where other programs keep the cores busy, fewer threads are faster
   --dtype TYPE          float32 (default) or bfloat16: the weights (and by default the KV cache) in that type
   --kv-cache TYPE       the KV cache's type: auto (default: --dtype's) or int8 (each key and value row of a
