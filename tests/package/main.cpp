@@ -70,8 +70,8 @@ int main() {
       std::fprintf(stderr, "consumer: attn::linear differs from torch::nn::Linear by %g\n", step_difference);
       return 1;
     }
-    std::printf("consumer: attn %s (headers and library) from the installed package, %zu parameters, output [%ld, %ld, %ld] finite, "
-                "TorchScript export and attn::linear agree\n",
+    std::printf("consumer: attn %s (headers and library) from the installed package, %zu parameters, "
+                "output [%ld, %ld, %ld] finite, TorchScript export and attn::linear agree\n",
                 ATTN_VERSION, block->parameters().size(), static_cast<long>(batch), static_cast<long>(length),
                 static_cast<long>(classes));
     return 0;
