@@ -115,6 +115,7 @@ Options parse_args(int argc, char** argv) {
 /// the wrong type is an error naming the file (nlohmann's own message names neither file nor key).
 int64_t check_sentence_transformers_folder(const attn_apps::ModelFolder& folder, int64_t model_positions) {
   const std::string& dir = folder.dir();
+  // check's result (void for a check alone), with nlohmann's errors named by file.
   const auto reading = [](const std::string& what, const std::string& path, const auto& check) {
     try {
       return check(attn_apps::read_json_file(path, what));
@@ -147,10 +148,8 @@ int64_t check_sentence_transformers_folder(const attn_apps::ModelFolder& folder,
             throw std::runtime_error("--model " + dir + ": " + pooling + " asks for a pooling other than the mean, "
                                      "which attn-embed does not compute");
           }
-          return 0;
         });
       }
-      return 0;
     });
   }
   if (folder.has("sentence_bert_config.json")) {
