@@ -80,15 +80,16 @@ void CommandLine::add_output_file_option(const std::string& name, std::string& f
     if (!is_folder) {
       throw UsageError(fmt::format("{} {}: the folder '{}' does not exist", name, value, folder.string()));
     }
-    if (access(folder.c_str(), W_OK | X_OK) != 0) {
-      throw UsageError(fmt::format("{} {}: cannot write into the folder '{}': {}", name, value, folder.string(),
-                                   std::strerror(errno)));
-    }
-    // The file is written as a new file beside it, then renamed (attn::io::write_file_atomically), so the folder
-    // must take new files: some pass access() and refuse them (/proc, /sys, a read-only bind mount as root).
-    // A device or FIFO is written where it is, and needs no new file.
+    // A device or FIFO is written where it is: it must take writes itself, and the folder needs none.
     const std::filesystem::file_status target = std::filesystem::status(value, error);
-    if (!std::filesystem::exists(target) || std::filesystem::is_regular_file(target)) {
+    if (std::filesystem::exists(target) && !std::filesystem::is_regular_file(target)) {
+      if (access(value.c_str(), W_OK) != 0) {
+        throw UsageError(fmt::format("{} {}: cannot write to it: {}", name, value, std::strerror(errno)));
+      }
+    } else {
+      // Anything else is written as a new file beside the target, then renamed (attn::io::write_file_atomically),
+      // so the folder must take a new file; access() would not say so (/proc, /sys, a read-only bind mount as
+      // root pass it), a file made and removed does.
       std::string probe = (folder / ".attn-write-check-XXXXXX").string();
       const int fd = mkstemp(probe.data());
       if (fd < 0) {
