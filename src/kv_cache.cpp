@@ -10,7 +10,13 @@
 
 #include <ATen/ATen.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <iomanip>
+#include <limits>
+#include <sstream>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -42,7 +48,46 @@ void zero_positions(const std::vector<torch::Tensor*>& buffers, int64_t b, int64
   for (torch::Tensor* buf : buffers) (*buf)[b].narrow(1, from, to - from).zero_();
 }
 
+/// "N layer(s) of [B, H_kv, capacity, head_dim] = [...] (value_dim V, dtype) on device": what a cache's
+/// options ask for, in its errors.
+std::string describe_buffers(const KVCacheOptions& o) {
+  std::ostringstream s;
+  s << o.num_layers() << " layer(s) of [B, H_kv, capacity, head_dim] = [" << o.batch() << ", " << o.num_kv_heads()
+    << ", " << o.capacity() << ", " << o.head_dim() << "] (value_dim " << o.value_dim().value_or(o.head_dim())
+    << ", " << common::dtype_name(o.dtype()) << ") on " << o.device();
+  return s.str();
+}
+
+std::string gibibytes(int64_t bytes) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(1) << static_cast<double>(bytes) / static_cast<double>(int64_t{1} << 30)
+    << " GiB";
+  return s.str();
+}
+
 }  // namespace
+
+int64_t KVCacheOptions::buffer_bytes() const {
+  const int64_t element = c10::elementSize(dtype());
+  // Per position of one (row, head): its key and value, and an int8 cache's two float32 scales.
+  const int64_t per_position = (head_dim() + value_dim().value_or(head_dim())) * element +
+                               (dtype() == torch::kInt8 ? 2 * static_cast<int64_t>(sizeof(float)) : 0);
+  int64_t bytes = per_position;
+  for (const int64_t factor : {capacity(), num_kv_heads(), batch(), num_layers()}) {
+    if (factor < 0 || __builtin_mul_overflow(bytes, factor, &bytes)) return std::numeric_limits<int64_t>::max();
+  }
+  return bytes;
+}
+
+void check_kv_cache_fits_memory(const KVCacheOptions& options) {
+  if (!options.device().is_cpu()) return;
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_size <= 0) return;  // unknown: the allocator decides
+  const int64_t memory = static_cast<int64_t>(pages) * page_size, bytes = options.buffer_bytes();
+  TORCH_CHECK(bytes <= memory, kCache, ": the buffers of ", describe_buffers(options), " would take ",
+              gibibytes(bytes), ", more than this machine's ", gibibytes(memory), " of memory; a smaller capacity or ",
+              "batch fits");
+}
 
 KVCache::KVCache(const KVCacheOptions& options) : options_(options) {
   using common::check_positive;
@@ -58,6 +103,7 @@ KVCache::KVCache(const KVCacheOptions& options) : options_(options) {
   check_device_usable(kCache, options.device());
   TORCH_CHECK(!quantized() || options.device().is_cpu(), kCache, ": an int8 cache is read by the CPU decode kernel "
               "only, got device ", options.device(), "; keep a cache on ", options.device(), " in the model's dtype");
+  check_kv_cache_fits_memory(options);
   const auto tensor_options = torch::TensorOptions().dtype(options.dtype()).device(options.device());
   const int64_t B = options.batch(), H = options.num_kv_heads(), capacity = options.capacity();
   try {
@@ -74,9 +120,7 @@ KVCache::KVCache(const KVCacheOptions& options) : options_(options) {
       }
     }
   } catch (const c10::Error& e) {  // the allocator's message names bytes only: say which options asked for them
-    TORCH_CHECK(false, kCache, ": cannot allocate the buffers of ", options.num_layers(), " layer(s) of [B, H_kv, ",
-                "capacity, head_dim] = [", B, ", ", H, ", ", capacity, ", ", options.head_dim(), "] (value_dim ",
-                value_dim, ", ", common::dtype_name(options.dtype()), ") on ", options.device(),
+    TORCH_CHECK(false, kCache, ": cannot allocate the buffers of ", describe_buffers(options),
                 "; a smaller capacity or batch fits: ", e.what_without_backtrace());
   }
   for (int64_t l = 0; l < options.num_layers(); ++l) lengths_.push_back(at::zeros({options.batch()}, at::kLong));

@@ -8,6 +8,7 @@
 #include <attn/ops/decode_attention.h>
 
 #include <cmath>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -191,10 +192,16 @@ TEST(KVCache, AppendWritesInPlaceAndOverflowWritesNothing) {
   EXPECT_ERROR_CONTAINS(cache.append(0, k.to(torch::kFloat64), v.to(torch::kFloat64)), "but the cache holds Float");
   EXPECT_ERROR_CONTAINS(cache.append(0, torch::randn({2, 2, 1, 4}), v), "key must be [B, H_kv, T, head_dim] = [2, 3, T, 4]");
   EXPECT_ERROR_CONTAINS(KVCache{KVCacheOptions(1, 1, 1, 4, 0)}, "capacity must be positive");
-  // More than any machine has (2^50 bytes): the allocator's refusal, with the options that asked for it.
-  EXPECT_ERROR_CONTAINS(KVCache{KVCacheOptions(1, 1, 1, 64, int64_t{1} << 42)},
-                        "attn::KVCache: cannot allocate the buffers of 1 layer(s) of [B, H_kv, capacity, head_dim] = "
-                        "[1, 1, 4398046511104, 64] (value_dim 64, Float) on cpu; a smaller capacity or batch fits");
+  // More than any machine has (2^43 bytes), refused before the allocation, with the options that asked for it.
+  EXPECT_ERROR_CONTAINS(KVCache{KVCacheOptions(1, 1, 1, 64, int64_t{1} << 34)},
+                        "attn::KVCache: the buffers of 1 layer(s) of [B, H_kv, capacity, head_dim] = "
+                        "[1, 1, 17179869184, 64] (value_dim 64, Float) on cpu would take 8192.0 GiB, more than this "
+                        "machine's ");
+  EXPECT_ERROR_CONTAINS(attn::check_kv_cache_fits_memory(KVCacheOptions(1, 1, 1, 64, int64_t{1} << 34)),
+                        "of memory; a smaller capacity or batch fits");
+  // A product past int64 saturates rather than wrapping to a small size that would pass.
+  EXPECT_EQ(KVCacheOptions(int64_t{1} << 20, int64_t{1} << 20, 1, 64, int64_t{1} << 40).buffer_bytes(),
+            std::numeric_limits<int64_t>::max());
 
   cache.truncate(1);
   EXPECT_EQ(values_of(cache.lengths(1)), (std::vector<int64_t>{1, 1}));
@@ -514,6 +521,20 @@ TEST(ProjectedMemory, MultiHeadAttentionAsCrossAttention) {
   const ProjectedMemory rotated = rotary->project_memory(k, v);
   EXPECT_CLOSE(rotary->forward_with_memory(q, rotated), rotary(q, k, v), 1e-6);
   EXPECT_CLOSE(rotary->forward_with_memory(q[0], rotary->project_memory(k[0], v[0])), rotary(q[0], k[0], v[0]), 1e-6);
+}
+
+// buffer_bytes() against the bytes of the tensors a cache allocates: keys, values, and an int8 cache's scales.
+TEST(KVCache, BufferBytesAreWhatTheCacheAllocates) {
+  for (const torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16, torch::kInt8}) {
+    const KVCacheOptions options = KVCacheOptions(3, 2, 4, 16, 10).value_dim(8).dtype(dtype);
+    const KVCache cache(options);
+    int64_t allocated = 0;
+    for (int64_t l = 0; l < cache.num_layers(); ++l) {
+      allocated += cache.keys(l).nbytes() + cache.values(l).nbytes();
+      if (cache.quantized()) allocated += cache.key_scales(l).nbytes() + cache.value_scales(l).nbytes();
+    }
+    EXPECT_EQ(options.buffer_bytes(), allocated) << c10::toString(dtype);
+  }
 }
 
 }  // namespace

@@ -20,6 +20,10 @@ struct KVCacheOptions {
   KVCacheOptions(int64_t num_layers, int64_t batch, int64_t num_kv_heads, int64_t head_dim, int64_t capacity)
       : num_layers_(num_layers), batch_(batch), num_kv_heads_(num_kv_heads), head_dim_(head_dim),
         capacity_(capacity) {}
+  /// The bytes a KVCache with these options allocates: every layer's keys and values, and an int8 cache's
+  /// scales (saturating at INT64_MAX).
+  int64_t buffer_bytes() const;
+
   TORCH_ARG(int64_t, num_layers);
   /// Sequences (batch rows) decoded together.
   TORCH_ARG(int64_t, batch);
@@ -38,6 +42,12 @@ struct KVCacheOptions {
   /// The model's device.
   TORCH_ARG(torch::Device, device) = torch::kCPU;
 };
+
+/// Throws c10::Error, naming the options and the bytes, where a KVCache with them would not fit this machine's
+/// physical memory (a CPU cache; a GPU's allocator refuses for itself). KVCache's constructor checks it before
+/// it allocates, since a CPU cache past the memory would pass the allocator and then be killed as it is zeroed;
+/// call it to be told before the work that precedes the cache (a model's load).
+void check_kv_cache_fits_memory(const KVCacheOptions& options);
 
 /// Per layer, keys [B, H_kv, capacity, head_dim] and values [B, H_kv, capacity, value_dim], allocated once
 /// (zeroed) in the options' dtype and on their device, and a length per batch row: positions [0, length) of
