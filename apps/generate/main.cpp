@@ -232,10 +232,19 @@ int run(int argc, char** argv) {
   const std::vector<int64_t> prompt = tokenizer.encode(chat ? chat->prompt(message, o.system) : message);
   if (prompt.empty()) throw UsageError("the prompt is empty");
   try {
-    attn::models::check_fits_positions(config, static_cast<int64_t>(prompt.size()), o.generation.max_new_tokens,
-                                       o.speculate ? attn::models::widest_draft(o.lookup) : 0, "--max-new-tokens");
+    const int64_t positions = attn::models::check_fits_positions(
+        config, static_cast<int64_t>(prompt.size()), o.generation.max_new_tokens,
+        o.speculate ? attn::models::widest_draft(o.lookup) : 0, "--max-new-tokens");
+    // A config without max_position_embeddings bounds nothing: a cache past the memory is told here, not by the
+    // system killing the program as the cache is zeroed after the load.
+    attn::check_kv_cache_fits_memory(
+        config.cache_options(1, positions, o.generation.kv_cache_dtype.value_or(o.dtype), torch::kCPU));
   } catch (const std::invalid_argument& error) {
     throw UsageError(error.what());
+  } catch (const c10::Error& error) {
+    throw UsageError("--max-new-tokens " + std::to_string(o.generation.max_new_tokens) + " with a prompt of " +
+                     attn_apps::counted(static_cast<int64_t>(prompt.size()), "token") + ": " +
+                     error.what_without_backtrace());
   }
   const auto start = std::chrono::steady_clock::now();  // the load alone: a prompt typed at a terminal is not in it
   const attn::models::NamedWeights weights(folder.file("model.safetensors"));

@@ -275,9 +275,12 @@ KVCache LlamaImpl::make_cache(int64_t batch, int64_t capacity, std::optional<tor
     throw std::invalid_argument("Llama::make_cache: a " + dtype_name(dtype) + " cache for a " + dtype_name(model_dtype) +
                                 " model; the cache holds the model's dtype (" + dtype_name(model_dtype) + ") or int8");
   }
-  return KVCache(KVCacheOptions(config.num_layers, batch, config.num_kv_heads, config.head_dim, capacity)
-                     .dtype(dtype)
-                     .device(w.device()));
+  return KVCache(config.cache_options(batch, capacity, dtype, w.device()));
+}
+
+KVCacheOptions LlamaConfig::cache_options(int64_t batch, int64_t capacity, torch::Dtype dtype,
+                                          torch::Device device) const {
+  return KVCacheOptions(num_layers, batch, num_kv_heads, head_dim, capacity).dtype(dtype).device(device);
 }
 
 void LlamaImpl::load(const std::string& path) { load(NamedWeights(path)); }

@@ -29,6 +29,9 @@ struct LlamaConfig {
   /// Throws std::runtime_error unless `weights` hold this config's layers and token embedding: checked before the
   /// model allocates them, so a config that disagrees with its weights is an error, not gigabytes of zeros.
   void check_weights(const NamedWeights& weights) const;
+  /// The options of this model's KV cache: `batch` rows of up to `capacity` positions in `dtype` on `device`
+  /// (LlamaImpl::make_cache builds one; attn::check_kv_cache_fits_memory checks them before the load).
+  KVCacheOptions cache_options(int64_t batch, int64_t capacity, torch::Dtype dtype, torch::Device device) const;
 };
 
 /// x · rsqrt(mean(x²) + eps) · weight, in float32 whatever x's dtype (as transformers' LlamaRMSNorm). On the CPU
