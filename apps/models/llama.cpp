@@ -2,6 +2,7 @@
 
 #include "json_file.h"
 #include "named_weights.h"
+#include "read_ahead.h"
 
 #include <ATen/Parallel.h>
 
@@ -24,6 +25,9 @@ std::string dtype_name(torch::Dtype dtype) {
     default: return c10::toString(dtype);
   }
 }
+
+/// The rows of x [..., features].
+int64_t input_rows(const torch::Tensor& x) { return x.size(-1) == 0 ? 0 : x.numel() / x.size(-1); }
 
 }  // namespace
 
@@ -215,10 +219,20 @@ LlamaBlockImpl::LlamaBlockImpl(const LlamaConfig& c) {
   down_proj = register_module("down_proj", Weight(c.hidden_size, c.intermediate_size));
 }
 
-torch::Tensor LlamaBlockImpl::forward(const torch::Tensor& x, KVCache& cache, int64_t layer,
-                                      const std::vector<int64_t>& new_lengths) {
-  const torch::Tensor h = x + self_attn->forward_with_cache(input_norm(x), cache, layer, new_lengths);
-  return h + mlp(post_attention_norm(h));
+std::pair<torch::Tensor, torch::Tensor> LlamaBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& normed,
+                                                                KVCache& cache, int64_t layer,
+                                                                const std::vector<int64_t>& new_lengths) {
+  const torch::Tensor attended = self_attn->forward_with_cache(normed, cache, layer, new_lengths);
+  torch::Tensor h, n;
+  read_ahead_while({gate_proj->weight, up_proj->weight}, input_rows(x), [&] {
+    h = x + attended;
+    n = post_attention_norm(h);
+  });
+  return {h, mlp(n)};
+}
+
+std::vector<torch::Tensor> LlamaBlockImpl::first_weights() const {
+  return {self_attn->q_proj->weight, self_attn->k_proj->weight, self_attn->v_proj->weight};
 }
 
 torch::Tensor LlamaBlockImpl::forward_tree(const torch::Tensor& x, KVCache& cache, int64_t layer,
@@ -230,7 +244,9 @@ torch::Tensor LlamaBlockImpl::forward_tree(const torch::Tensor& x, KVCache& cach
 torch::Tensor LlamaBlockImpl::mlp(const torch::Tensor& n) {
   // gate and up share their input: one pass over both weights on a decoding step (attn::linear_many).
   const std::vector<torch::Tensor> gate_up = attn::linear_many(n, {gate_proj->weight, up_proj->weight});
-  return attn::linear(torch::silu(gate_up[0]) * gate_up[1], down_proj->weight);
+  torch::Tensor activated;
+  read_ahead_while({down_proj->weight}, input_rows(n), [&] { activated = torch::silu(gate_up[0]) * gate_up[1]; });
+  return attn::linear(activated, down_proj->weight);
 }
 
 LlamaImpl::LlamaImpl(const LlamaConfig& c) : config(c) {
@@ -249,10 +265,23 @@ torch::Tensor LlamaImpl::forward(const torch::Tensor& ids, KVCache& cache, const
 
 torch::Tensor LlamaImpl::hidden_states(const torch::Tensor& ids, KVCache& cache, const std::vector<int64_t>& new_lengths) {
   torch::Tensor x = embed_tokens->embed(ids);
+  const int64_t rows = input_rows(x);
+  const auto block = [&](size_t i) { return layers[i]->as<LlamaBlock>(); };
+  torch::Tensor normed;
+  read_ahead_while(block(0)->first_weights(), rows, [&] { normed = block(0)->input_norm(x); });
   for (size_t i = 0; i < layers->size(); ++i) {
-    x = layers[i]->as<LlamaBlock>()->forward(x, cache, static_cast<int64_t>(i), new_lengths);
+    const auto [h, m] = block(i)->forward(x, normed, cache, static_cast<int64_t>(i), new_lengths);
+    const bool last = i + 1 == layers->size();
+    // The layer's sum and the next norm, while the other threads read the next product's weights: the next
+    // layer's q, k and v, or the LM head.
+    read_ahead_while(last ? std::vector<torch::Tensor>{lm_head ? lm_head->weight : embed_tokens->weight}
+                          : block(i + 1)->first_weights(),
+                     rows, [&] {
+                       x = h + m;
+                       normed = last ? norm(x) : block(i + 1)->input_norm(x);
+                     });
   }
-  return norm(x);
+  return normed;
 }
 
 torch::Tensor LlamaImpl::tree_hidden_states(const torch::Tensor& ids, KVCache& cache, const TokenTree& tree) {

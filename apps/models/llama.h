@@ -12,6 +12,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace attn::models {
@@ -62,8 +63,14 @@ TORCH_MODULE(Weight);
 class LlamaBlockImpl : public torch::nn::Module {
  public:
   explicit LlamaBlockImpl(const LlamaConfig& config);
-  torch::Tensor forward(const torch::Tensor& x, KVCache& cache, int64_t layer, const std::vector<int64_t>& new_lengths);
-  /// forward() over a TokenTree's candidates (MultiHeadAttentionImpl::forward_with_tree).
+  /// The layer's two residual branches for x, whose input_norm is `normed`: h = x + attention(normed), and
+  /// mlp(post_attention_norm(h)). The layer's output is their sum, which LlamaImpl adds beside the next layer's
+  /// norm while the next weights are read ahead (read_ahead_while).
+  std::pair<torch::Tensor, torch::Tensor> forward(const torch::Tensor& x, const torch::Tensor& normed, KVCache& cache,
+                                                  int64_t layer, const std::vector<int64_t>& new_lengths);
+  /// The weights of the layer's first product (q, k and v), which the work before it reads ahead.
+  std::vector<torch::Tensor> first_weights() const;
+  /// The layer's output for a TokenTree's candidates x: both branches, summed (MultiHeadAttentionImpl::forward_with_tree).
   torch::Tensor forward_tree(const torch::Tensor& x, KVCache& cache, int64_t layer, const TokenTree& tree);
   /// down(silu(gate(n)) · up(n)) of the normed n.
   torch::Tensor mlp(const torch::Tensor& n);
