@@ -11,6 +11,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 namespace attn::models {
 namespace {
@@ -270,7 +271,8 @@ torch::Tensor LlamaImpl::hidden_states(const torch::Tensor& ids, KVCache& cache,
   torch::Tensor normed;
   read_ahead_while(block(0)->first_weights(), rows, [&] { normed = block(0)->input_norm(x); });
   for (size_t i = 0; i < layers->size(); ++i) {
-    const auto [h, m] = block(i)->forward(x, normed, cache, static_cast<int64_t>(i), new_lengths);
+    torch::Tensor h, m;  // not a structured binding: C++17 lambdas cannot capture one (Clang refuses)
+    std::tie(h, m) = block(i)->forward(x, normed, cache, static_cast<int64_t>(i), new_lengths);
     const bool last = i + 1 == layers->size();
     // The layer's sum and the next norm, while the other threads read the next product's weights: the next
     // layer's q, k and v, or the LM head.
