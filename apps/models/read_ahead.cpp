@@ -13,6 +13,14 @@ namespace {
 constexpr int64_t kLine = 64;               // bytes per cache line
 constexpr int64_t kLinesBetweenChecks = 64;  // a reader asks whether the work is done every 4 KB
 
+#ifdef INTRA_OP_PARALLEL
+constexpr bool kLoopsRunBeside = true;
+#else
+// at::parallel_for compiles here without OpenMP (a clang build, cmake/parallel_loops.cmake): its tasks would run
+// one after another, so nothing could read beside the work.
+constexpr bool kLoopsRunBeside = false;
+#endif
+
 /// A byte range of the next weights.
 struct Span {
   const char* data;
@@ -51,7 +59,9 @@ void read_ahead_while(const std::vector<torch::Tensor>& next, int64_t rows, cons
     spans.push_back({static_cast<const char*>(w.data_ptr()), static_cast<int64_t>(w.nbytes())});
     total += spans.back().bytes;
   }
-  if (rows > kReadAheadMaxRows || threads < 2 || at::in_parallel_region() || spans.empty()) return work();
+  if (!kLoopsRunBeside || rows > kReadAheadMaxRows || threads < 2 || at::in_parallel_region() || spans.empty()) {
+    return work();
+  }
   std::atomic<bool> done{false};
   std::atomic<uint64_t> kept{0};
   // Task 0 runs on the calling thread (ATen hands a parallel loop's first chunk to it), the others read.
