@@ -70,7 +70,8 @@ class LlamaBlockImpl : public torch::nn::Module {
                                                   int64_t layer, const std::vector<int64_t>& new_lengths);
   /// The weights of the layer's first product (q, k and v), which the work before it reads ahead.
   std::vector<torch::Tensor> first_weights() const;
-  /// The layer's output for a TokenTree's candidates x: both branches, summed (MultiHeadAttentionImpl::forward_with_tree).
+  /// The layer's output for a TokenTree's candidates x: both branches, summed
+  /// (MultiHeadAttentionImpl::forward_with_tree).
   torch::Tensor forward_tree(const torch::Tensor& x, KVCache& cache, int64_t layer, const TokenTree& tree);
   /// down(silu(gate(n)) · up(n)) of the normed n.
   torch::Tensor mlp(const torch::Tensor& n);
