@@ -276,12 +276,10 @@ torch::Tensor LlamaImpl::hidden_states(const torch::Tensor& ids, KVCache& cache,
     const bool last = i + 1 == layers->size();
     // The layer's sum and the next norm, while the other threads read the next product's weights: the next
     // layer's q, k and v, or the LM head.
-    read_ahead_while(last ? std::vector<torch::Tensor>{lm_head ? lm_head->weight : embed_tokens->weight}
-                          : block(i + 1)->first_weights(),
-                     rows, [&] {
-                       x = h + m;
-                       normed = last ? norm(x) : block(i + 1)->input_norm(x);
-                     });
+    read_ahead_while(last ? std::vector<torch::Tensor>{head_weight()} : block(i + 1)->first_weights(), rows, [&] {
+      x = h + m;
+      normed = last ? norm(x) : block(i + 1)->input_norm(x);
+    });
   }
   return normed;
 }
@@ -295,8 +293,10 @@ torch::Tensor LlamaImpl::tree_hidden_states(const torch::Tensor& ids, KVCache& c
 }
 
 torch::Tensor LlamaImpl::logits(const torch::Tensor& hidden) {
-  return attn::linear(hidden, lm_head ? lm_head->weight : embed_tokens->weight);
+  return attn::linear(hidden, head_weight());
 }
+
+const torch::Tensor& LlamaImpl::head_weight() const { return lm_head ? lm_head->weight : embed_tokens->weight; }
 
 KVCache LlamaImpl::make_cache(int64_t batch, int64_t capacity, std::optional<torch::Dtype> cache_dtype) const {
   const torch::Tensor w = embed_tokens->weight;

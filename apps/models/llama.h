@@ -91,6 +91,8 @@ class LlamaImpl : public torch::nn::Module {
   /// the final-normed hidden states [B, T, hidden], then logits [..., vocab] for any of them.
   torch::Tensor hidden_states(const torch::Tensor& ids, KVCache& cache, const std::vector<int64_t>& new_lengths = {});
   torch::Tensor logits(const torch::Tensor& hidden);
+  /// The LM head's weight [vocab, hidden]: lm_head's, or the embedding's where they are tied.
+  const torch::Tensor& head_weight() const;
   /// hidden_states() of a TokenTree's candidates, ids [B, N] in the tree's order: each candidate attends the
   /// cache, its ancestors and itself, and all N are appended (KVCache::keep_candidates keeps one path).
   torch::Tensor tree_hidden_states(const torch::Tensor& ids, KVCache& cache, const TokenTree& tree);
