@@ -21,6 +21,7 @@
 #include "ops/cpu/math/score_terms.h"
 #include "ops/cpu/products/cache_line_vector.h"
 #include "ops/cpu/products/int8_dot.h"
+#include "ops/cpu/products/kept_buffer.h"
 #include "ops/cpu/products/row_tiles.h"
 #include "ops/cpu/products/uninitialised.h"
 
@@ -277,23 +278,13 @@ void block_outside_tree(const bool* allowed, int64_t tq, int64_t t, int64_t firs
 template <typename T>
 inline constexpr int64_t kKeptPartials = (int64_t{64} << 20) / static_cast<int64_t>(sizeof(T));
 
-/// A buffer of n elements for the splits' partials: up to kKeptPartials, one the calling thread keeps and reuses
-/// (a decoding loop calls the kernel once a token, and a fresh buffer of many megabytes is mapped, page by page,
-/// every time: 8 sequences of 8192 keys, 8 K/V heads of 32 rows with d_v = 128 take 33 MB, and its page faults
-/// were about a third of the kernel's samples); past it, `own`, freed with the call.
+/// The splits' partials of a decoding step (kept_buffer.h): a decoding loop calls the kernel once a token, and a
+/// fresh buffer of many megabytes was mapped, page by page, every time: 8 sequences of 8192 keys, 8 K/V heads of 32
+/// rows with d_v = 128 take 33 MB, and its page faults were about a third of the kernel's samples.
+struct DecodePartials;
 template <typename T>
 T* partials_buffer(int64_t n, Uninitialised<T>& own) {
-  if (n > kKeptPartials<T>) {
-    own.allocate(n);
-    return own.data();
-  }
-  thread_local Uninitialised<T> kept;
-  thread_local int64_t kept_size = 0;
-  if (kept_size < n) {
-    kept.allocate(n);
-    kept_size = n;
-  }
-  return kept.data();
+  return kept_buffer<DecodePartials>(n, kKeptPartials<T>, own);
 }
 
 /// The decode of caches whose elements are KV (a.k and a.v, read as KV).

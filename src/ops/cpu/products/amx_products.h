@@ -16,6 +16,7 @@
 #include "ops/cpu/products/amx_panels.h"
 #include "ops/cpu/products/bf16_softmax.h"
 #include "ops/cpu/products/cache_line_vector.h"
+#include "ops/cpu/products/kept_buffer.h"
 #include "ops/cpu/products/operands.h"
 #include "ops/cpu/products/uninitialised.h"
 
@@ -33,26 +34,43 @@ namespace attn::ops::cpu::ATTN_KERNEL_NAMESPACE {
 
 /// A right operand packed once per call, for each head of every batch row (h = b · heads + head).
 struct AmxPacked {
-  Uninitialised<uint32_t> data;
+  Uninitialised<uint32_t> own;  // where the operand is too large for the calling thread's kept buffer
+  uint32_t* data = nullptr;
   int64_t words = 0, heads = 0;
-  const uint32_t* of(int64_t b, int64_t h) const { return data.data() + (b * heads + h) * words; }
+  const uint32_t* of(int64_t b, int64_t h) const { return data + (b * heads + h) * words; }
 };
+
+/// Bytes of a packed operand that the calling thread keeps for its next call (kept_buffer.h): a call's five at
+/// most, up to 40 MB a thread.
+inline constexpr int64_t kKeptPackedBytes = int64_t{8} << 20;
 
 enum class AmxLayout { ColumnPanels, RowPairs };
 
-/// x's [rows, width] matrix of every head, packed in `layout`.
-inline AmxPacked amx_pack(const View4<const c10::BFloat16>& x, int64_t batch, int64_t heads, int64_t rows,
-                          int64_t width, AmxLayout layout) {
+// The kept buffers' slots (amx_pack's Slot): one per operand that a pass holds packed at once.
+struct ForwardKeys;
+struct ForwardValues;
+struct BackwardKeys;
+struct BackwardValues;
+struct BackwardKeyPairs;
+struct BackwardQueryPairs;
+struct BackwardGradOutPairs;
+
+/// x's [rows, width] matrix of every head, packed in `layout`, in the calling thread's kept buffer for `Slot`
+/// (one per operand that a call holds at once) where it fits.
+template <typename Slot>
+AmxPacked amx_pack(const View4<const c10::BFloat16>& x, int64_t batch, int64_t heads, int64_t rows, int64_t width,
+                   AmxLayout layout) {
   AmxPacked packed;
   packed.heads = heads;
   packed.words = layout == AmxLayout::ColumnPanels ? amx_panel_words(rows, width) : amx_row_pair_words(rows, width);
-  packed.data.allocate(batch * heads * packed.words);
+  packed.data = kept_buffer<Slot>(batch * heads * packed.words,
+                                  kKeptPackedBytes / static_cast<int64_t>(sizeof(uint32_t)), packed.own);
   // No rows: nothing to pack, and the data pointer may be null (no row to address).
   if (rows == 0) return packed;
   at::parallel_for(0, batch * heads, 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const c10::BFloat16* src = x.row(i / heads, i % heads, 0);
-      uint32_t* dst = packed.data.data() + i * packed.words;
+      uint32_t* dst = packed.data + i * packed.words;
       if (layout == AmxLayout::ColumnPanels) amx_pack_column_panels(src, x.si, rows, width, dst);
       else amx_pack_row_pairs(src, x.si, rows, width, dst);
     }
@@ -162,8 +180,8 @@ class AmxForwardProducts {
 
   explicit AmxForwardProducts(const TileOperands<float, BFloat16>& operands)
       : p_(operands),
-        keys_(amx_pack(p_.k, p_.batch, p_.kv_heads, p_.tk, p_.dk, AmxLayout::ColumnPanels)),
-        values_(amx_pack(p_.v, p_.batch, p_.kv_heads, p_.tk, p_.dv, AmxLayout::RowPairs)) {}
+        keys_(amx_pack<ForwardKeys>(p_.k, p_.batch, p_.kv_heads, p_.tk, p_.dk, AmxLayout::ColumnPanels)),
+        values_(amx_pack<ForwardValues>(p_.v, p_.batch, p_.kv_heads, p_.tk, p_.dv, AmxLayout::RowPairs)) {}
 
   /// S for the tile: unscaled where lane_max is asked for (a plain tile) and the scale is positive, with each
   /// row's maxima taken from the unscaled scores and scaled; scaled in place otherwise, for the masks and terms.
@@ -288,11 +306,12 @@ class AmxBackwardProducts {
   AmxBackwardProducts(const TileOperands<float, BFloat16>& operands, const View4<const BFloat16>& grad_out)
       : p_(operands),
         grad_out_(grad_out),
-        keys_(amx_pack(p_.k, p_.batch, p_.kv_heads, p_.tk, p_.dk, AmxLayout::ColumnPanels)),
-        values_(amx_pack(p_.v, p_.batch, p_.kv_heads, p_.tk, p_.dv, AmxLayout::ColumnPanels)),
-        key_pairs_(amx_pack(p_.k, p_.batch, p_.kv_heads, p_.tk, p_.dk, AmxLayout::RowPairs)),
-        query_pairs_(amx_pack(p_.q, p_.batch, p_.heads, p_.tq, p_.dk, AmxLayout::RowPairs)),
-        grad_out_pairs_(amx_pack(grad_out_, p_.batch, p_.heads, p_.tq, p_.dv, AmxLayout::RowPairs)) {}
+        keys_(amx_pack<BackwardKeys>(p_.k, p_.batch, p_.kv_heads, p_.tk, p_.dk, AmxLayout::ColumnPanels)),
+        values_(amx_pack<BackwardValues>(p_.v, p_.batch, p_.kv_heads, p_.tk, p_.dv, AmxLayout::ColumnPanels)),
+        key_pairs_(amx_pack<BackwardKeyPairs>(p_.k, p_.batch, p_.kv_heads, p_.tk, p_.dk, AmxLayout::RowPairs)),
+        query_pairs_(amx_pack<BackwardQueryPairs>(p_.q, p_.batch, p_.heads, p_.tq, p_.dk, AmxLayout::RowPairs)),
+        grad_out_pairs_(
+            amx_pack<BackwardGradOutPairs>(grad_out_, p_.batch, p_.heads, p_.tq, p_.dv, AmxLayout::RowPairs)) {}
 
   void key_block(Scratch&, const TileAt&, bool /*keys_finite*/) const {}
 
