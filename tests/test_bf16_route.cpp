@@ -938,6 +938,62 @@ TEST(Bf16Route, BackwardAgreesWithFloat64AndWithTheWidenedRoute) {
   }
 }
 
+// The AMX route packs K, V, Q and dO into buffers that the calling thread keeps for its next call, up to 8 MB each
+// (products/kept_buffer.h). Calls in turn that grow the kept buffers, run in larger ones, and pack past 8 MB (a
+// buffer of their own, freed with the call): each call's output and gradients against PyTorch's attention in
+// float64 on the same bfloat16 values, so that a call that read a pack of another shape, or of the call before,
+// would fail.
+TEST(Bf16Route, PacksKeptBetweenCallsOfEverySize) {
+  if (!cpu_has_bf16_route()) {
+    std::printf("[ NOTE     ] this CPU has no AVX512-BF16: the route's packs are never made here\n");
+    return;
+  }
+  torch::manual_seed(11);
+  struct Shape {
+    int64_t batch, heads, keys;
+  };
+  // 64 x 8 heads of 160 keys of 64: K packed is 10.5 MB, past what a thread keeps.
+  const std::vector<Shape> shapes = {{1, 2, 96}, {4, 4, 512}, {1, 2, 96}, {64, 8, 160}, {2, 4, 300}};
+  for (const bool amx : own_routes()) {
+    Bf16RouteScope route(amx);
+    for (const Shape& shape : shapes) {
+      SCOPED_TRACE(std::string(amx ? "AMX tiles, " : "pairs, ") + std::to_string(shape.batch) + " x " +
+                   std::to_string(shape.heads) + " heads, " + std::to_string(shape.keys) + " keys");
+      const auto draw = [&] {
+        return torch::randn({shape.batch, shape.heads, shape.keys, 64}).to(torch::kBFloat16);
+      };
+      const torch::Tensor q = draw(), k = draw(), v = draw(), cotangent = draw();
+      const auto leaf = [](const torch::Tensor& t, torch::Dtype dtype) {
+        return t.to(dtype).clone().requires_grad_();
+      };
+      torch::Tensor q64 = leaf(q, torch::kFloat64), k64 = leaf(k, torch::kFloat64), v64 = leaf(v, torch::kFloat64);
+      const torch::Tensor expected = torch::softmax(torch::matmul(q64, k64.transpose(-2, -1)) / 8.0, -1).matmul(v64);
+      (expected * cotangent.to(torch::kFloat64)).sum().backward();
+      torch::Tensor ql = leaf(q, torch::kBFloat16), kl = leaf(k, torch::kBFloat16), vl = leaf(v, torch::kBFloat16);
+      const torch::Tensor out = scaled_dot_product_attention(ql, kl, vl, SdpaOptions().backend(Backend::Fused));
+      (out * cotangent).sum().backward();
+      const std::vector<std::pair<const char*, std::pair<torch::Tensor, torch::Tensor>>> results = {
+          {"output", {out, expected}},
+          {"d query", {ql.grad(), q64.grad()}},
+          {"d key", {kl.grad(), k64.grad()}},
+          {"d value", {vl.grad(), v64.grad()}}};
+      for (const auto& [name, pair] : results) {
+        const torch::Tensor error = pair.first.to(torch::kFloat64) - pair.second.detach();
+        const double size = pair.second.abs().mean().item<double>();
+        const double mean = error.abs().mean().item<double>() / size, max = error.abs().max().item<double>() / size;
+        std::printf("[ NOTE     ] %s route, %lld x %lld heads of %lld keys, %s: mean error %.2e, max %.2e of the "
+                    "mean size\n",
+                    amx ? "AMX" : "pairs", static_cast<long long>(shape.batch), static_cast<long long>(shape.heads),
+                    static_cast<long long>(shape.keys), name, mean, max);
+        // The mean bound of the route's forward and backward tests above; the largest of 5 million errors lies
+        // further out in rounding's tail than the largest of theirs (measured up to 0.14 of the mean size).
+        EXPECT_LE(mean, 4e-3) << name;
+        EXPECT_LE(max, 0.25) << name;
+      }
+    }
+  }
+}
+
 // A NaN or Inf at a masked key or value stays out of the route's output and gradients, as on the float route
 // (FusedKernelReference.NonFiniteValuesAtMaskedKeysStayOut).
 TEST(Bf16Route, NonFiniteValuesAtMaskedKeysStayOut) {
