@@ -40,20 +40,17 @@ struct AmxPacked {
   const uint32_t* of(int64_t b, int64_t h) const { return data + (b * heads + h) * words; }
 };
 
-/// Bytes of a packed operand that the calling thread keeps for its next call (kept_buffer.h): a call's five at
-/// most, up to 40 MB a thread.
+/// Bytes of a packed operand that the calling thread keeps for its next call (kept_buffer.h): five slots, up to
+/// 40 MB a thread.
 inline constexpr int64_t kKeptPackedBytes = int64_t{8} << 20;
 
 enum class AmxLayout { ColumnPanels, RowPairs };
 
-// The kept buffers' slots (amx_pack's Slot): one per operand that a pass holds packed at once.
-struct ForwardKeys;
-struct ForwardValues;
-struct BackwardKeys;
-struct BackwardValues;
-struct BackwardKeyPairs;
-struct BackwardQueryPairs;
-struct BackwardGradOutPairs;
+/// The kept buffers' slots (amx_pack's Slot): slot n holds a pass's nth pack. A pass holds five at most, and a
+/// thread never runs a forward and a backward at once (each call returns before the next), so the passes share
+/// them; both put K's column panels in slot 0.
+template <int N>
+struct PackSlot;
 
 /// x's [rows, width] matrix of every head, packed in `layout`, in the calling thread's kept buffer for `Slot`
 /// (one per operand that a call holds at once) where it fits.
@@ -180,8 +177,8 @@ class AmxForwardProducts {
 
   explicit AmxForwardProducts(const TileOperands<float, BFloat16>& operands)
       : p_(operands),
-        keys_(amx_pack<ForwardKeys>(p_.k, p_.batch, p_.kv_heads, p_.tk, p_.dk, AmxLayout::ColumnPanels)),
-        values_(amx_pack<ForwardValues>(p_.v, p_.batch, p_.kv_heads, p_.tk, p_.dv, AmxLayout::RowPairs)) {}
+        keys_(amx_pack<PackSlot<0>>(p_.k, p_.batch, p_.kv_heads, p_.tk, p_.dk, AmxLayout::ColumnPanels)),
+        values_(amx_pack<PackSlot<1>>(p_.v, p_.batch, p_.kv_heads, p_.tk, p_.dv, AmxLayout::RowPairs)) {}
 
   /// S for the tile: unscaled where lane_max is asked for (a plain tile) and the scale is positive, with each
   /// row's maxima taken from the unscaled scores and scaled; scaled in place otherwise, for the masks and terms.
@@ -306,12 +303,11 @@ class AmxBackwardProducts {
   AmxBackwardProducts(const TileOperands<float, BFloat16>& operands, const View4<const BFloat16>& grad_out)
       : p_(operands),
         grad_out_(grad_out),
-        keys_(amx_pack<BackwardKeys>(p_.k, p_.batch, p_.kv_heads, p_.tk, p_.dk, AmxLayout::ColumnPanels)),
-        values_(amx_pack<BackwardValues>(p_.v, p_.batch, p_.kv_heads, p_.tk, p_.dv, AmxLayout::ColumnPanels)),
-        key_pairs_(amx_pack<BackwardKeyPairs>(p_.k, p_.batch, p_.kv_heads, p_.tk, p_.dk, AmxLayout::RowPairs)),
-        query_pairs_(amx_pack<BackwardQueryPairs>(p_.q, p_.batch, p_.heads, p_.tq, p_.dk, AmxLayout::RowPairs)),
-        grad_out_pairs_(
-            amx_pack<BackwardGradOutPairs>(grad_out_, p_.batch, p_.heads, p_.tq, p_.dv, AmxLayout::RowPairs)) {}
+        keys_(amx_pack<PackSlot<0>>(p_.k, p_.batch, p_.kv_heads, p_.tk, p_.dk, AmxLayout::ColumnPanels)),
+        values_(amx_pack<PackSlot<1>>(p_.v, p_.batch, p_.kv_heads, p_.tk, p_.dv, AmxLayout::ColumnPanels)),
+        key_pairs_(amx_pack<PackSlot<2>>(p_.k, p_.batch, p_.kv_heads, p_.tk, p_.dk, AmxLayout::RowPairs)),
+        query_pairs_(amx_pack<PackSlot<3>>(p_.q, p_.batch, p_.heads, p_.tq, p_.dk, AmxLayout::RowPairs)),
+        grad_out_pairs_(amx_pack<PackSlot<4>>(grad_out_, p_.batch, p_.heads, p_.tq, p_.dv, AmxLayout::RowPairs)) {}
 
   void key_block(Scratch&, const TileAt&, bool /*keys_finite*/) const {}
 
