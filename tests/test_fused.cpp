@@ -252,6 +252,56 @@ TEST(FusedKernelReference, NonFiniteValuesAtMaskedKeysStayOut) {
   EXPECT_CLOSE(out.detach(), expected, tolerance(torch::kFloat32));
 }
 
+// The float tiles (float32 on AVX-512) and AMX's tiles (bfloat16 where the CPU has them) pack K and V into buffers
+// that the calling thread keeps for its next call, up to 8 MB each, in slots that the two routes share whatever
+// their element types (products/kept_buffer.h). float32 and bfloat16 calls in turn, which grow the slots across
+// element types, reuse larger ones and pack past 8 MB (a buffer of the call's own): each call's output and
+// gradients against float64 attention on the same values, so that a call that read a pack of another shape,
+// another type or the call before would fail. Other routes (the bfloat16 pairs, BLAS) run the same calls.
+TEST(FusedKernelReference, PacksKeptBetweenCallsOfEveryDtypeAndSize) {
+  torch::manual_seed(12);
+  struct Call {
+    torch::Dtype dtype;
+    int64_t batch, heads, keys;
+  };
+  // 64 x 8 heads of 160 keys of 64: float32's Kᵀ packed is 25 MB, past what a thread keeps.
+  const std::vector<Call> calls = {{torch::kFloat32, 1, 2, 96},   {torch::kBFloat16, 4, 4, 512},
+                                   {torch::kFloat32, 4, 4, 512},  {torch::kBFloat16, 1, 2, 96},
+                                   {torch::kFloat32, 64, 8, 160}, {torch::kBFloat16, 2, 4, 300},
+                                   {torch::kFloat32, 2, 4, 300}};
+  for (const Call& call : calls) {
+    const bool bf16 = call.dtype == torch::kBFloat16;
+    const std::string name = std::string(bf16 ? "bfloat16, " : "float32, ") + std::to_string(call.batch) + " x " +
+                             std::to_string(call.heads) + " heads of " + std::to_string(call.keys) + " keys";
+    SCOPED_TRACE(name);
+    // The values the call sees, exactly: bfloat16 draws widened for the reference.
+    const auto draw = [&] { return torch::randn({call.batch, call.heads, call.keys, 64}).to(call.dtype); };
+    const torch::Tensor q = draw(), k = draw(), v = draw(), cotangent = draw();
+    const auto leaf = [](const torch::Tensor& t, torch::Dtype dtype) { return t.to(dtype).clone().requires_grad_(); };
+    torch::Tensor q64 = leaf(q, torch::kFloat64), k64 = leaf(k, torch::kFloat64), v64 = leaf(v, torch::kFloat64);
+    const torch::Tensor expected = torch::softmax(torch::matmul(q64, k64.transpose(-2, -1)) / 8.0, -1).matmul(v64);
+    (expected * cotangent.to(torch::kFloat64)).sum().backward();
+    torch::Tensor ql = leaf(q, call.dtype), kl = leaf(k, call.dtype), vl = leaf(v, call.dtype);
+    const torch::Tensor out = scaled_dot_product_attention(ql, kl, vl, SdpaOptions().backend(Backend::Fused));
+    (out * cotangent).sum().backward();
+    const std::vector<std::pair<const char*, std::pair<torch::Tensor, torch::Tensor>>> results = {
+        {"output", {out, expected}},
+        {"d query", {ql.grad(), q64.grad()}},
+        {"d key", {kl.grad(), k64.grad()}},
+        {"d value", {vl.grad(), v64.grad()}}};
+    for (const auto& [what, pair] : results) {
+      const torch::Tensor error = pair.first.to(torch::kFloat64) - pair.second.detach();
+      const double size = pair.second.abs().mean().item<double>();
+      const double mean = error.abs().mean().item<double>() / size, max = error.abs().max().item<double>() / size;
+      std::printf("[ NOTE     ] %s, %s: mean error %.2e, max %.2e of the mean size\n", name.c_str(), what, mean, max);
+      // bfloat16: the bounds of Bf16Route.PacksKeptBetweenCallsOfEverySize, which rounding's tail sets; float32
+      // computes in float, a few units of its last place.
+      EXPECT_LE(mean, bf16 ? 4e-3 : 1e-5) << what;
+      EXPECT_LE(max, bf16 ? 0.25 : 1e-3) << what;
+    }
+  }
+}
+
 // Empty and degenerate sizes give the defined empty or zero results.
 TEST(FusedKernelReference, EmptyAndFullyMaskedInputs) {
   const auto fused = SdpaOptions().backend(Backend::Fused);

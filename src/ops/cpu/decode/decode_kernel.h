@@ -274,9 +274,8 @@ void block_outside_tree(const bool* allowed, int64_t tq, int64_t t, int64_t firs
   }
 }
 
-/// Elements of the splits' partials that the calling thread keeps from one call to the next (64 MB).
-template <typename T>
-inline constexpr int64_t kKeptPartials = (int64_t{64} << 20) / static_cast<int64_t>(sizeof(T));
+/// Bytes of the splits' partials that the calling thread keeps from one call to the next.
+inline constexpr int64_t kKeptPartialsBytes = int64_t{64} << 20;
 
 /// The splits' partials of a decoding step (kept_buffer.h): a decoding loop calls the kernel once a token, and a
 /// fresh buffer of many megabytes was mapped, page by page, every time: 8 sequences of 8192 keys, 8 K/V heads of 32
@@ -284,7 +283,7 @@ inline constexpr int64_t kKeptPartials = (int64_t{64} << 20) / static_cast<int64
 struct DecodePartials;
 template <typename T>
 T* partials_buffer(int64_t n, Uninitialised<T>& own) {
-  return kept_buffer<DecodePartials>(n, kKeptPartials<T>, own);
+  return kept_buffer<DecodePartials>(n, kKeptPartialsBytes, own);
 }
 
 /// The decode of caches whose elements are KV (a.k and a.v, read as KV).

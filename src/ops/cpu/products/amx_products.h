@@ -40,17 +40,7 @@ struct AmxPacked {
   const uint32_t* of(int64_t b, int64_t h) const { return data + (b * heads + h) * words; }
 };
 
-/// Bytes of a packed operand that the calling thread keeps for its next call (kept_buffer.h): five slots, up to
-/// 40 MB a thread.
-inline constexpr int64_t kKeptPackedBytes = int64_t{8} << 20;
-
 enum class AmxLayout { ColumnPanels, RowPairs };
-
-/// The kept buffers' slots (amx_pack's Slot): slot n holds a pass's nth pack. A pass holds five at most, and a
-/// thread never runs a forward and a backward at once (each call returns before the next), so the passes share
-/// them; both put K's column panels in slot 0.
-template <int N>
-struct PackSlot;
 
 /// x's [rows, width] matrix of every head, packed in `layout`, in the calling thread's kept buffer for `Slot`
 /// (one per operand that a call holds at once) where it fits.
@@ -60,8 +50,7 @@ AmxPacked amx_pack(const View4<const c10::BFloat16>& x, int64_t batch, int64_t h
   AmxPacked packed;
   packed.heads = heads;
   packed.words = layout == AmxLayout::ColumnPanels ? amx_panel_words(rows, width) : amx_row_pair_words(rows, width);
-  packed.data = kept_buffer<Slot>(batch * heads * packed.words,
-                                  kKeptPackedBytes / static_cast<int64_t>(sizeof(uint32_t)), packed.own);
+  packed.data = kept_buffer<Slot>(batch * heads * packed.words, kKeptPackBytes, packed.own);
   // No rows: nothing to pack, and the data pointer may be null (no row to address).
   if (rows == 0) return packed;
   at::parallel_for(0, batch * heads, 1, [&](int64_t begin, int64_t end) {

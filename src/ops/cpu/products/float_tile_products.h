@@ -1,12 +1,14 @@
 #pragma once
 // The float-tile route: float32 tile products on attn's own AVX-512 register tiles (products/float_tiles.h).
-// Kᵀ and Vᵀ are packed once per call and kv head, in panels of 64 keys; every other operand (Q, K, V, dO, and
+// Kᵀ and Vᵀ are packed once per call and kv head, in panels of 64 keys (in the calling thread's kept buffers,
+// products/kept_buffer.h, where they fit); every other operand (Q, K, V, dO, and
 // Pᵀ and dSᵀ read transposed) is read where it lies, and Q·Kᵀ's epilogue gives the softmax its row maxima.
 // AVX-512 variant only.
 
 #include "ops/cpu/math/kernel_layout.h"
 #include "ops/cpu/products/operands.h"
 #include "ops/cpu/products/float_tiles.h"
+#include "ops/cpu/products/kept_buffer.h"
 #include "ops/cpu/products/probabilities.h"
 #include "ops/cpu/products/uninitialised.h"
 
@@ -23,12 +25,12 @@ class FloatTileProducts : public ProbabilitiesInTile<float> {
   static constexpr bool kRowMaxima = true;
 
   explicit FloatTileProducts(const TileOperands<float>& operands)
-      : p_(operands), keys_t_(transposed(p_.k, p_.batch, p_.kv_heads, p_.tk, p_.dk)) {}
+      : p_(operands), keys_t_(transposed<PackSlot<0>>(p_.k, p_.batch, p_.kv_heads, p_.tk, p_.dk)) {}
   FloatTileProducts(const TileOperands<float>& operands, const View4<const float>& grad_out)
       : p_(operands),
         grad_out_(grad_out),
-        keys_t_(transposed(p_.k, p_.batch, p_.kv_heads, p_.tk, p_.dk)),
-        values_t_(transposed(p_.v, p_.batch, p_.kv_heads, p_.tk, p_.dv)) {}
+        keys_t_(transposed<PackSlot<0>>(p_.k, p_.batch, p_.kv_heads, p_.tk, p_.dk)),
+        values_t_(transposed<PackSlot<1>>(p_.v, p_.batch, p_.kv_heads, p_.tk, p_.dv)) {}
 
   void scores(Scratch&, const TileAt& t, float* s, int64_t lds, float* lane_max) const {
     float_tiles::gemm(t.rows, t.cols, p_.dk, p_.scale, {q(t), p_.q.si, 1}, keys_t_.at(t), 0.0f, s, lds, lane_max);
@@ -59,15 +61,17 @@ class FloatTileProducts : public ProbabilitiesInTile<float> {
   /// inside a panel; the products take that partial panel first.
   struct Transposed {
     static constexpr int64_t kKeys = register_tile::kPanel;
-    Uninitialised<float> data;
+    Uninitialised<float> own;  // where the pack is too large for the calling thread's kept buffer
+    float* data = nullptr;
     int64_t width = 0, heads = 0, head_size = 0;
     /// The tile's keys, as the right operand.
     register_tile::Panels<float> at(const TileAt& t) const {
-      return {data.data() + (t.b * heads + t.hk) * head_size + t.j / kKeys * kKeys * width, kKeys, t.j % kKeys,
+      return {data + (t.b * heads + t.hk) * head_size + t.j / kKeys * kKeys * width, kKeys, t.j % kKeys,
               kKeys * width};
     }
   };
 
+  template <typename Slot>
   static Transposed transposed(const View4<const float>& x, int64_t batch, int64_t heads, int64_t rows,
                                int64_t width) {
     Transposed out;
@@ -75,13 +79,13 @@ class FloatTileProducts : public ProbabilitiesInTile<float> {
     out.heads = heads;
     const int64_t panels = (rows + Transposed::kKeys - 1) / Transposed::kKeys;
     out.head_size = panels * Transposed::kKeys * width;
-    out.data.allocate(batch * heads * out.head_size);
+    out.data = kept_buffer<Slot>(batch * heads * out.head_size, kKeptPackBytes, out.own);
     if (rows == 0) return out;
     at::parallel_for(0, batch * heads * panels, 1, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         const int64_t bh = i / panels, j = (i % panels) * Transposed::kKeys;
         float_tiles::pack_transposed(x.row(bh / heads, bh % heads, j), x.si, std::min(Transposed::kKeys, rows - j),
-                                     width, out.data.data() + bh * out.head_size + j * width, Transposed::kKeys);
+                                     width, out.data + bh * out.head_size + j * width, Transposed::kKeys);
       }
     });
     return out;
