@@ -1,9 +1,11 @@
 #include "support.h"
 
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <iterator>
 #include <sstream>
+#include <utility>
 
 #ifndef ATTN_REFERENCE_DIR
 #error "ATTN_REFERENCE_DIR must name the directory make_references.py writes"
@@ -154,6 +156,32 @@ void expect_gradients_match_finite_differences(const std::function<torch::Tensor
 }  // namespace attn::test
 
 namespace attn::test {
+
+std::vector<ErrorOfResult> errors_against_float64(
+    const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& cotangent,
+    const std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&)>& attend) {
+  const auto leaf = [](const torch::Tensor& t, torch::Dtype dtype) { return t.to(dtype).clone().requires_grad_(); };
+  torch::Tensor q64 = leaf(q, torch::kFloat64), k64 = leaf(k, torch::kFloat64), v64 = leaf(v, torch::kFloat64);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  const torch::Tensor expected = torch::softmax(torch::matmul(q64, k64.transpose(-2, -1)) * scale, -1).matmul(v64);
+  (expected * cotangent.to(torch::kFloat64)).sum().backward();
+  const torch::Dtype dtype = q.scalar_type();
+  torch::Tensor ql = leaf(q, dtype), kl = leaf(k, dtype), vl = leaf(v, dtype);
+  const torch::Tensor out = attend(ql, kl, vl);
+  (out * cotangent).sum().backward();
+  const std::vector<std::pair<const char*, std::pair<torch::Tensor, torch::Tensor>>> results = {
+      {"output", {out, expected}},
+      {"d query", {ql.grad(), q64.grad()}},
+      {"d key", {kl.grad(), k64.grad()}},
+      {"d value", {vl.grad(), v64.grad()}}};
+  std::vector<ErrorOfResult> errors;
+  for (const auto& [what, pair] : results) {
+    const torch::Tensor error = pair.first.detach().to(torch::kFloat64) - pair.second.detach();
+    const double size = pair.second.abs().mean().item<double>();
+    errors.push_back({what, error.abs().mean().item<double>() / size, error.abs().max().item<double>() / size});
+  }
+  return errors;
+}
 
 std::tuple<torch::Tensor, torch::Tensor> float64_attention(const torch::Tensor& q, const torch::Tensor& k,
                                                            const torch::Tensor& v, const torch::Tensor& allowed,

@@ -79,6 +79,18 @@ std::tuple<torch::Tensor, torch::Tensor> float64_attention(const torch::Tensor& 
                                                            const torch::Tensor& v, const torch::Tensor& allowed,
                                                            double scale);
 
+/// How far an attention's output and gradients lie from softmax(q kᵀ / sqrt(d)) v in float64 on the same values:
+/// for the output, d query, d key and d value in turn, the mean and the largest absolute error over the mean
+/// absolute size of the reference. `attend` runs the attention under test on leaves of q's dtype (it is
+/// differentiated with the cotangent `cotangent`); q, k, v and the cotangent are [..., T, d] of that dtype.
+struct ErrorOfResult {
+  const char* what;  // "output", "d query", "d key", "d value"
+  double mean, max;
+};
+std::vector<ErrorOfResult> errors_against_float64(
+    const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& cotangent,
+    const std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&)>& attend);
+
 /// An int8 cache's rotation written out from its definition, apart from attn's fast transform: the [d, d]
 /// float64 block-diagonal Walsh–Hadamard matrix, H[i][j] = (-1)^popcount(i & j) / sqrt(n) within each block
 /// of n = d & -d (the largest power of two dividing d). Symmetric: a row x rotates to x·H.

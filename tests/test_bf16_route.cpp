@@ -960,24 +960,10 @@ TEST(Bf16Route, PacksKeptBetweenCallsOfEverySize) {
         return torch::randn({shape.batch, shape.heads, shape.keys, 64}).to(torch::kBFloat16);
       };
       const torch::Tensor q = draw(), k = draw(), v = draw(), cotangent = draw();
-      const auto leaf = [](const torch::Tensor& t, torch::Dtype dtype) {
-        return t.to(dtype).clone().requires_grad_();
+      const auto fused = [](const torch::Tensor& ql, const torch::Tensor& kl, const torch::Tensor& vl) {
+        return scaled_dot_product_attention(ql, kl, vl, SdpaOptions().backend(Backend::Fused));
       };
-      torch::Tensor q64 = leaf(q, torch::kFloat64), k64 = leaf(k, torch::kFloat64), v64 = leaf(v, torch::kFloat64);
-      const torch::Tensor expected = torch::softmax(torch::matmul(q64, k64.transpose(-2, -1)) / 8.0, -1).matmul(v64);
-      (expected * cotangent.to(torch::kFloat64)).sum().backward();
-      torch::Tensor ql = leaf(q, torch::kBFloat16), kl = leaf(k, torch::kBFloat16), vl = leaf(v, torch::kBFloat16);
-      const torch::Tensor out = scaled_dot_product_attention(ql, kl, vl, SdpaOptions().backend(Backend::Fused));
-      (out * cotangent).sum().backward();
-      const std::vector<std::pair<const char*, std::pair<torch::Tensor, torch::Tensor>>> results = {
-          {"output", {out, expected}},
-          {"d query", {ql.grad(), q64.grad()}},
-          {"d key", {kl.grad(), k64.grad()}},
-          {"d value", {vl.grad(), v64.grad()}}};
-      for (const auto& [name, pair] : results) {
-        const torch::Tensor error = pair.first.to(torch::kFloat64) - pair.second.detach();
-        const double size = pair.second.abs().mean().item<double>();
-        const double mean = error.abs().mean().item<double>() / size, max = error.abs().max().item<double>() / size;
+      for (const auto& [name, mean, max] : errors_against_float64(q, k, v, cotangent, fused)) {
         std::printf("[ NOTE     ] %s route, %lld x %lld heads of %lld keys, %s: mean error %.2e, max %.2e of the "
                     "mean size\n",
                     amx ? "AMX" : "pairs", static_cast<long long>(shape.batch), static_cast<long long>(shape.heads),

@@ -274,25 +274,12 @@ TEST(FusedKernelReference, PacksKeptBetweenCallsOfEveryDtypeAndSize) {
     const std::string name = std::string(bf16 ? "bfloat16, " : "float32, ") + std::to_string(call.batch) + " x " +
                              std::to_string(call.heads) + " heads of " + std::to_string(call.keys) + " keys";
     SCOPED_TRACE(name);
-    // The values the call sees, exactly: bfloat16 draws widened for the reference.
     const auto draw = [&] { return torch::randn({call.batch, call.heads, call.keys, 64}).to(call.dtype); };
     const torch::Tensor q = draw(), k = draw(), v = draw(), cotangent = draw();
-    const auto leaf = [](const torch::Tensor& t, torch::Dtype dtype) { return t.to(dtype).clone().requires_grad_(); };
-    torch::Tensor q64 = leaf(q, torch::kFloat64), k64 = leaf(k, torch::kFloat64), v64 = leaf(v, torch::kFloat64);
-    const torch::Tensor expected = torch::softmax(torch::matmul(q64, k64.transpose(-2, -1)) / 8.0, -1).matmul(v64);
-    (expected * cotangent.to(torch::kFloat64)).sum().backward();
-    torch::Tensor ql = leaf(q, call.dtype), kl = leaf(k, call.dtype), vl = leaf(v, call.dtype);
-    const torch::Tensor out = scaled_dot_product_attention(ql, kl, vl, SdpaOptions().backend(Backend::Fused));
-    (out * cotangent).sum().backward();
-    const std::vector<std::pair<const char*, std::pair<torch::Tensor, torch::Tensor>>> results = {
-        {"output", {out, expected}},
-        {"d query", {ql.grad(), q64.grad()}},
-        {"d key", {kl.grad(), k64.grad()}},
-        {"d value", {vl.grad(), v64.grad()}}};
-    for (const auto& [what, pair] : results) {
-      const torch::Tensor error = pair.first.to(torch::kFloat64) - pair.second.detach();
-      const double size = pair.second.abs().mean().item<double>();
-      const double mean = error.abs().mean().item<double>() / size, max = error.abs().max().item<double>() / size;
+    const auto fused = [](const torch::Tensor& ql, const torch::Tensor& kl, const torch::Tensor& vl) {
+      return scaled_dot_product_attention(ql, kl, vl, SdpaOptions().backend(Backend::Fused));
+    };
+    for (const auto& [what, mean, max] : errors_against_float64(q, k, v, cotangent, fused)) {
       std::printf("[ NOTE     ] %s, %s: mean error %.2e, max %.2e of the mean size\n", name.c_str(), what, mean, max);
       // bfloat16: the bounds of Bf16Route.PacksKeptBetweenCallsOfEverySize, which rounding's tail sets; float32
       // computes in float, a few units of its last place.
