@@ -9,6 +9,7 @@
 #include <attn/ops/flash_attention.h>
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <string>
 
@@ -269,6 +270,10 @@ TEST(FusedKernelReference, PacksKeptBetweenCallsOfEveryDtypeAndSize) {
                                    {torch::kFloat32, 4, 4, 512},  {torch::kBFloat16, 1, 2, 96},
                                    {torch::kFloat32, 64, 8, 160}, {torch::kBFloat16, 2, 4, 300},
                                    {torch::kFloat32, 2, 4, 300}};
+  // Which routes these calls take here: the slots are shared across element types only where both keep packs.
+  const CpuKernelInfo info = cpu_kernel_info();
+  std::printf("[ NOTE     ] float32 on the %s products, bfloat16 %s\n", info.float_products.c_str(),
+              info.amx_tiles ? "on AMX's tiles" : info.bfloat16_route ? "on the pairs (packed per call)" : "widened");
   for (const Call& call : calls) {
     const bool bf16 = call.dtype == torch::kBFloat16;
     const std::string name = std::string(bf16 ? "bfloat16, " : "float32, ") + std::to_string(call.batch) + " x " +

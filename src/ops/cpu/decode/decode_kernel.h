@@ -274,7 +274,8 @@ void block_outside_tree(const bool* allowed, int64_t tq, int64_t t, int64_t firs
   }
 }
 
-/// Bytes of the splits' partials that the calling thread keeps from one call to the next.
+/// The most bytes of the splits' partials that a calling thread keeps from one call to the next; larger partials
+/// are allocated for the call.
 inline constexpr int64_t kKeptPartialsBytes = int64_t{64} << 20;
 
 /// The splits' partials of a decoding step (kept_buffer.h): a decoding loop calls the kernel once a token, and a

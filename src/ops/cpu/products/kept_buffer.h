@@ -40,7 +40,8 @@ T* kept_buffer(int64_t n, int64_t max_kept_bytes, Uninitialised<T>& own) {
 /// The fused kernel's packed operands, kept in five slots of up to 8 MB (40 MB a calling thread): slot n holds a
 /// pass's nth pack on the route that packs it, AMX's tiles or the float tiles. A thread runs one call at a time and
 /// a call runs one route, which holds five packs at most, so the routes share the slots. (The bfloat16 pairs still
-/// pack into buffers of the call's own: kept, they ran slower on an AMX Xeon with its tiles off, bench/RESULTS.md.)
+/// pack into buffers of the call's own: kept, they ran slower in some measurements and faster in others on an AMX
+/// Xeon with its tiles off, bench/RESULTS.md, and they are Zen 4's route.)
 template <int N>
 struct PackSlot;
 inline constexpr int64_t kKeptPackBytes = int64_t{8} << 20;
